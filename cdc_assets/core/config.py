@@ -1,0 +1,175 @@
+"""`cdc.yaml` (SPEC section 1): read, validated, with errors naming table and field."""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+import yaml
+
+from .formats import FORMATS
+
+TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
+TOP_KEYS = {"warehouse", "landing", "tables", "spark"}
+TABLE_KEYS = {"name", "keys", "format", "options", "partition_by", "base_snapshot", "reconcile_with"}
+CHANGESET_OPTIONS = {"op_column", "sequence_by", "inserts", "updates", "deletes"}
+MAX_KEYS = 16
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    name: str
+    keys: tuple[str, ...]
+    format: str
+    options: dict = field(default_factory=dict, hash=False, compare=False)
+    partition_by: tuple[str, ...] = ()
+    base_snapshot: str | None = None
+    reconcile_with: str | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    path: str
+    warehouse: str
+    landing: str
+    tables: tuple[TableConfig, ...]
+    spark: dict = field(default_factory=dict, hash=False, compare=False)
+
+    def table(self, name: str) -> TableConfig:
+        for t in self.tables:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def table_dir(self, name: str) -> str:
+        return os.path.join(self.warehouse, name)
+
+    def landing_dir(self, name: str) -> str:
+        return os.path.join(self.landing, name)
+
+
+def load_config(path: str) -> Config:
+    path = os.path.abspath(path)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: configuration file not found") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    return parse_config(raw, path)
+
+
+def parse_config(raw, path: str) -> Config:
+    where = os.path.basename(path)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping with warehouse, landing and tables")
+    _unknown(raw, TOP_KEYS, where)
+    base_dir = os.path.dirname(path)
+    for req in ("warehouse", "landing", "tables"):
+        if req not in raw:
+            raise ConfigError(f"{where}: field '{req}' is required")
+    warehouse = _path(raw["warehouse"], base_dir, f"{where}: field 'warehouse'")
+    landing = _path(raw["landing"], base_dir, f"{where}: field 'landing'")
+    spark = raw.get("spark") or {}
+    if not isinstance(spark, dict):
+        raise ConfigError(f"{where}: field 'spark' must map Spark settings to values")
+    if not isinstance(raw["tables"], list) or not raw["tables"]:
+        raise ConfigError(f"{where}: field 'tables' must be a non-empty list")
+    tables, seen = [], set()
+    for i, t in enumerate(raw["tables"]):
+        table = _table(t, i, where, base_dir)
+        if table.name.upper() in seen:
+            raise ConfigError(f"{where}: table '{table.name}' is configured twice")
+        seen.add(table.name.upper())
+        tables.append(table)
+    return Config(path, warehouse, landing, tuple(tables), {str(k): str(v) for k, v in spark.items()})
+
+
+def _unknown(raw: dict, allowed: set, where: str):
+    for k in raw:
+        if k not in allowed:
+            raise ConfigError(f"{where}: unknown field '{k}' (allowed: {', '.join(sorted(allowed))})")
+
+
+def _path(value, base_dir: str, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{where} must be a path")
+    if "://" in value:
+        return value  # object stores (gs://) are validated by their clients
+    return os.path.normpath(os.path.join(base_dir, os.path.expanduser(value)))
+
+
+def _names(value, where: str, *, required: bool) -> tuple[str, ...]:
+    if value is None and not required:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{where} must be a list of column names")
+    if len(set(value)) != len(value):
+        raise ConfigError(f"{where} names a column twice")
+    return tuple(value)
+
+
+def _table(t, i: int, where: str, base_dir: str) -> TableConfig:
+    if not isinstance(t, dict):
+        raise ConfigError(f"{where}: tables[{i}] must be a mapping")
+    name = t.get("name")
+    if not isinstance(name, str) or not TABLE_NAME.fullmatch(name):
+        raise ConfigError(f"{where}: tables[{i}]: field 'name' {name!r} must be a letter then letters, digits "
+                          f"or '_' (at most 128): it names folders in the warehouse and landing area")
+    here = f"{where}: table '{name}'"
+    for k in t:
+        if k not in TABLE_KEYS:
+            raise ConfigError(f"{here}: unknown field '{k}' (allowed: {', '.join(sorted(TABLE_KEYS))})")
+    if not t.get("keys"):
+        raise ConfigError(f"{here}: field 'keys' is required: list the primary key columns (1 to {MAX_KEYS})")
+    keys = _names(t["keys"], f"{here}: field 'keys'", required=True)
+    if len(keys) > MAX_KEYS:
+        raise ConfigError(f"{here}: field 'keys' has {len(keys)} columns; at most {MAX_KEYS}")
+    fmt = t.get("format")
+    if fmt not in FORMATS:
+        raise ConfigError(f"{here}: field 'format' {fmt!r} is unknown (known: {', '.join(FORMATS)})")
+    options = t.get("options") or {}
+    if not isinstance(options, dict):
+        raise ConfigError(f"{here}: field 'options' must be a mapping")
+    options = _options(fmt, options, here)
+    partition_by = _names(t.get("partition_by"), f"{here}: field 'partition_by'", required=False)
+    if set(partition_by) & set(keys) and len(partition_by) > 0:
+        pass  # partitioning by a key column is allowed: a key then never moves
+    base = t.get("base_snapshot")
+    reconcile = t.get("reconcile_with")
+    return TableConfig(
+        name=name, keys=keys, format=fmt, options=options, partition_by=partition_by,
+        base_snapshot=_path(base, base_dir, f"{here}: field 'base_snapshot'") if base is not None else None,
+        reconcile_with=_path(reconcile, base_dir, f"{here}: field 'reconcile_with'") if reconcile is not None else None,
+    )
+
+
+def _options(fmt: str, options: dict, here: str) -> dict:
+    if fmt != "changeset":
+        if options:
+            raise ConfigError(f"{here}: field 'options': format '{fmt}' takes no options, got {sorted(options)}")
+        return {}
+    for k in options:
+        if k not in CHANGESET_OPTIONS:
+            raise ConfigError(f"{here}: field 'options': unknown option '{k}' (allowed: {', '.join(sorted(CHANGESET_OPTIONS))})")
+    if not isinstance(options.get("op_column"), str) or not options["op_column"]:
+        raise ConfigError(f"{here}: field 'options.op_column' is required for format 'changeset'")
+    out = {"op_column": options["op_column"]}
+    out["sequence_by"] = list(_names(options.get("sequence_by"), f"{here}: field 'options.sequence_by'", required=False))
+    for k in ("inserts", "updates", "deletes"):
+        v = options.get(k, [])
+        if isinstance(v, (str, int)):
+            v = [v]
+        if not isinstance(v, list):
+            raise ConfigError(f"{here}: field 'options.{k}' must list the op column's values")
+        out[k] = [str(x) for x in v]
+    if not out["deletes"] or not (out["inserts"] or out["updates"]):
+        raise ConfigError(f"{here}: field 'options': changeset needs values for 'deletes' and for 'inserts' or 'updates'")
+    return out

@@ -1,0 +1,309 @@
+"""Change files to canonical changes (SPEC section 3).
+
+`parse_file` takes a file's bytes and yields, per record, a `Change` or a
+`Rejection` naming the line and the reason; one bad record never hides the
+good ones around it.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+from collections.abc import Iterator
+
+from . import ordering
+from .changes import DELETE, UPSERT, Change, Rejection, content_id
+from .ordering import OrderingError
+from .values import infer_text, source_value
+
+FORMATS = ("datastream-json", "datastream-avro", "bigquery-append", "bigquery-cdc", "changeset")
+
+DATASTREAM_TYPES = {"INSERT": UPSERT, "UPDATE": UPSERT, "UPDATE-INSERT": UPSERT, "DELETE": DELETE, "UPDATE-DELETE": DELETE}
+CDC_TYPES = {"UPSERT": UPSERT, "DELETE": DELETE}
+MAX_LINE = 64 * 1024 * 1024
+
+
+class RecordError(ValueError):
+    """One record cannot become a change; the message is the quarantine reason."""
+
+
+def parse_file(fmt: str, options: dict, keys: list[str], name: str, data: bytes) -> Iterator[Change | Rejection]:
+    parse_record = _RECORD_PARSERS[fmt]
+    for line, record, raw in _records(name, data, fmt):
+        if isinstance(record, RecordError):
+            yield Rejection(line, str(record), raw)
+            continue
+        try:
+            yield parse_record(record, keys, options, line)
+        except (RecordError, OrderingError) as e:
+            yield Rejection(line, str(e), raw)
+
+
+# ---- files to records -------------------------------------------------------
+
+def _records(name: str, data: bytes, fmt: str):
+    lower = name.lower()
+    if lower.endswith(".gz"):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as e:
+            yield 0, RecordError(f"not a readable gzip file: {e}"), data[:200].decode("utf-8", "replace")
+            return
+        lower = lower[:-3]
+    if not data.strip():
+        yield 0, RecordError("empty file: no change records"), ""
+        return
+    if lower.endswith(".parquet"):
+        yield from _parquet_records(data)
+    elif lower.endswith(".avro") or fmt == "datastream-avro":
+        yield from _avro_records(data)
+    elif lower.endswith(".csv"):
+        yield from _csv_records(data)
+    else:
+        yield from _json_lines(data)
+
+
+def _json_lines(data: bytes):
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]  # a byte-order mark is an editor's habit, not data
+    for n, raw in enumerate(data.split(b"\n"), start=1):
+        raw = raw.rstrip(b"\r")
+        if not raw.strip():
+            continue
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            yield n, RecordError(f"not valid UTF-8 at byte {e.start}"), raw[:RAW_PREVIEW].decode("utf-8", "replace")
+            continue
+        if len(raw) > MAX_LINE:
+            yield n, RecordError(f"line of {len(raw)} bytes is longer than the limit of {MAX_LINE}"), text[:RAW_PREVIEW]
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as e:
+            yield n, RecordError(f"not valid JSON: {e.msg} at column {e.colno}"), text
+            continue
+        if not isinstance(record, dict):
+            yield n, RecordError(f"a JSON {type(record).__name__} where an object was expected"), text
+            continue
+        yield n, record, text
+
+
+RAW_PREVIEW = 4096
+
+
+def _csv_records(data: bytes):
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        yield line, RecordError(f"not valid UTF-8 at byte {e.start}: the CSV file cannot be read past it"), ""
+        text = data[: e.start].decode("utf-8")
+        text = text[: text.rfind("\n") + 1]
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader)
+    except (StopIteration, csv.Error):
+        yield 1, RecordError("CSV file has no header row"), ""
+        return
+    dupes = sorted({h for h in header if header.count(h) > 1})
+    if dupes or any(h == "" for h in header):
+        why = f"duplicated columns {dupes}" if dupes else "an empty column name"
+        for n, row in enumerate(reader, start=2):
+            yield reader.line_num, RecordError(f"CSV header has {why}"), ",".join(row)
+        return
+    start = reader.line_num + 1
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            yield reader.line_num, RecordError(f"CSV: {e}"), ""
+            continue
+        line = start
+        start = reader.line_num + 1
+        if not row:
+            continue
+        if len(row) != len(header):
+            yield line, RecordError(f"{len(row)} fields where the header has {len(header)}"), ",".join(row)
+            continue
+        yield line, {h: infer_text(v) for h, v in zip(header, row)}, ",".join(row)
+
+
+def _parquet_records(data: bytes):
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(io.BytesIO(data))
+    except Exception as e:  # noqa: BLE001 - any reader failure quarantines the file
+        yield 0, RecordError(f"not a readable Parquet file: {e}"), ""
+        return
+    for n, record in enumerate(table.to_pylist(), start=1):
+        yield n, record, json.dumps(record, default=str)[:RAW_PREVIEW]
+
+
+def _avro_records(data: bytes):
+    import fastavro
+
+    try:
+        reader = fastavro.reader(io.BytesIO(data))
+        for n, record in enumerate(reader, start=1):
+            yield n, record, json.dumps(record, default=str)[:RAW_PREVIEW]
+    except Exception as e:  # noqa: BLE001 - a corrupt block quarantines the rest of the file
+        yield 0, RecordError(f"not a readable Avro file: {e}"), ""
+
+
+# ---- records to changes -----------------------------------------------------
+
+def _key(row: dict, keys: list[str]) -> tuple:
+    values = []
+    for k in keys:
+        if k not in row:
+            raise RecordError(f"key column {k!r} is missing")
+        if row[k] is None:
+            raise RecordError(f"key column {k!r} is null")
+        values.append(row[k])
+    return tuple(values)
+
+
+def _row(values: dict) -> dict:
+    return {str(k): source_value(v) for k, v in values.items()}
+
+
+def _datastream(record: dict, keys, options, line) -> Change:
+    payload = record.get("payload")
+    meta = record.get("source_metadata")
+    if not isinstance(payload, dict):
+        raise RecordError("event has no 'payload' object")
+    if not isinstance(meta, dict):
+        raise RecordError("event has no 'source_metadata' object")
+    change_type = str(meta.get("change_type", "")).upper()
+    if change_type not in DATASTREAM_TYPES:
+        raise RecordError(f"unknown change type {meta.get('change_type')!r}")
+    if "source_timestamp" not in record:
+        raise RecordError("event has no 'source_timestamp'")
+    read_method = str(record.get("read_method") or "")
+    position = "0" if "backfill" in read_method else "1" + _source_position(meta, read_method)
+    rank = "0" if change_type == "UPDATE-DELETE" else "1"
+    order = ordering.timestamp(record["source_timestamp"]) + position + rank
+    row = _row(payload)
+    key = _key(row, keys)
+    op = DATASTREAM_TYPES[change_type]
+    return _change(line, key, op, row, order, record.get("uuid"), change_type)
+
+
+def _sections(numbers) -> str:
+    return "".join("1" + ordering.u64(n) for n in numbers) + "0"
+
+
+def _int(meta: dict, name: str) -> int:
+    v = meta.get(name)
+    if isinstance(v, bool) or v is None:
+        raise RecordError(f"source position {name!r} is missing")
+    if isinstance(v, str) and v.strip().isdigit():
+        v = int(v)
+    if not isinstance(v, int):
+        raise RecordError(f"source position {name!r} is not an integer: {str(v)[:40]!r}")
+    return v
+
+
+def _hex_parts(value, name: str, seps: str) -> list[int]:
+    if not isinstance(value, str) or not value.strip():
+        raise RecordError(f"source position {name!r} is missing")
+    text = value.strip()
+    for s in seps:
+        text = text.replace(s, " ")
+    try:
+        return [ordering.hex_number(p) for p in text.split()]
+    except OrderingError as e:
+        raise RecordError(f"source position {name!r} {value[:60]!r}: {e}") from None
+
+
+def _source_position(meta: dict, read_method: str) -> str:
+    """The source's log position, per source kind (SPEC section 3)."""
+    if "scn" in meta or read_method.startswith("oracle"):
+        rs = meta.get("rs_id")
+        rs_parts = _hex_parts(rs, "rs_id", ".") if isinstance(rs, str) and rs.strip() else [0, 0, 0]
+        return _sections([_int(meta, "scn"), *rs_parts, _int(meta, "ssn") if meta.get("ssn") is not None else 0])
+    if "log_file" in meta and "log_position" in meta or read_method.startswith("mysql"):
+        log_file = str(meta.get("log_file") or "")
+        digits = log_file.rsplit(".", 1)[-1]
+        if not digits.isdigit():
+            raise RecordError(f"MySQL log_file {log_file[:60]!r} has no file number")
+        return _sections([int(digits), _int(meta, "log_position")])
+    if "lsn" in meta:
+        lsn = meta.get("lsn")
+        if isinstance(lsn, int) and not isinstance(lsn, bool):
+            return _sections([lsn])
+        return _sections(_hex_parts(lsn, "lsn", "/:."))
+    raise RecordError(f"no source position for read_method {read_method!r} (expected scn, log_file/log_position or lsn)")
+
+
+def _bigquery_append(record: dict, keys, options, line) -> Change:
+    meta = record.get("datastream_metadata")
+    if not isinstance(meta, dict):
+        raise RecordError("row has no 'datastream_metadata' record")
+    change_type = str(meta.get("change_type", "")).upper()
+    if change_type not in DATASTREAM_TYPES:
+        raise RecordError(f"unknown change type {meta.get('change_type')!r}")
+    if meta.get("change_sequence_number") is None:
+        raise RecordError("datastream_metadata has no change_sequence_number")
+    rank = "0" if change_type == "UPDATE-DELETE" else "1"
+    order = ordering.change_sequence_number(meta["change_sequence_number"]) + rank
+    row = _row({k: v for k, v in record.items() if k != "datastream_metadata"})
+    return _change(line, _key(row, keys), DATASTREAM_TYPES[change_type], row, order, meta.get("uuid"), change_type)
+
+
+def _bigquery_cdc(record: dict, keys, options, line) -> Change:
+    change_type = str(record.get("_CHANGE_TYPE", "")).upper()
+    if change_type not in CDC_TYPES:
+        raise RecordError(f"unknown change type {record.get('_CHANGE_TYPE')!r} (expected UPSERT or DELETE)")
+    csn = record.get("_CHANGE_SEQUENCE_NUMBER")
+    # Without a sequence number only arrival orders the rows (it is appended later).
+    order = "0" if csn is None else "1" + ordering.change_sequence_number(str(csn) if isinstance(csn, int) else csn)
+    row = _row({k: v for k, v in record.items() if k not in ("_CHANGE_TYPE", "_CHANGE_SEQUENCE_NUMBER")})
+    return _change(line, _key(row, keys), CDC_TYPES[change_type], row, order, None, change_type,
+                   content_ids=csn is not None)
+
+
+def _changeset(record: dict, keys, options, line) -> Change:
+    op_column = options["op_column"]
+    if op_column not in record:
+        raise RecordError(f"op column {op_column!r} is missing")
+    flag = record[op_column]
+    flag_text = "" if flag is None else str(flag)
+    if flag_text in map(str, options.get("deletes", [])):
+        op = DELETE
+    elif flag_text in map(str, options.get("inserts", [])) or flag_text in map(str, options.get("updates", [])):
+        op = UPSERT
+    else:
+        raise RecordError(f"unknown change type {flag!r} in {op_column!r}")
+    parts = []
+    for col in options.get("sequence_by", []):
+        if col not in record:
+            raise RecordError(f"sequence column {col!r} is missing")
+        parts.append(ordering.typed_value(record[col]))
+    row = _row({k: v for k, v in record.items() if k != op_column})
+    return _change(line, _key(row, keys), op, row, "".join(parts), None, flag_text,
+                   content_ids=bool(options.get("sequence_by")))
+
+
+def _change(line, key, op, row, order, event_id, change_type, content_ids=True) -> Change:
+    if event_id is not None and not isinstance(event_id, str):
+        event_id = str(event_id)
+    if event_id is None and content_ids:
+        event_id = content_id(key, op, order, row)
+    return Change(line, key, op, row, order, event_id, change_type)
+
+
+_RECORD_PARSERS = {
+    "datastream-json": _datastream,
+    "datastream-avro": _datastream,
+    "bigquery-append": _bigquery_append,
+    "bigquery-cdc": _bigquery_cdc,
+    "changeset": _changeset,
+}

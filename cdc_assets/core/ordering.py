@@ -1,0 +1,148 @@
+"""Ordering keys as plain ASCII strings whose byte order is the source's order.
+
+Every component is fixed-width or self-terminating, so comparing two encoded
+keys as strings (in Python, Spark or SQL) gives the comparison the source
+defines: numbers compare as unsigned 64-bit numbers, never as text.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import re
+from decimal import Decimal, InvalidOperation
+
+U64_MAX = (1 << 64) - 1
+_HEX = re.compile(r"[0-9A-Fa-f]{1,16}")
+
+# Rule 3: a base snapshot row ranks below every change, whatever its source order.
+BASE_TIER = "0"
+CHANGE_TIER = "1"
+
+
+class OrderingError(ValueError):
+    """A value that cannot be turned into an ordering key component."""
+
+
+def u64(n: int) -> str:
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0 or n > U64_MAX:
+        raise OrderingError(f"{n!r} is not an unsigned 64-bit number")
+    return f"{n:016x}"
+
+
+def i64(n: int) -> str:
+    """Signed 64-bit, shifted so that negative numbers sort first."""
+    if not -(1 << 63) <= n < (1 << 63):
+        raise OrderingError(f"{n!r} is out of the signed 64-bit range")
+    return u64(n + (1 << 63))
+
+
+def hex_number(text: str) -> int:
+    t = text.strip()
+    if t[:2] in ("0x", "0X"):
+        t = t[2:]
+    if not _HEX.fullmatch(t):
+        raise OrderingError(f"{text!r} is not a hexadecimal number of 1 to 16 digits")
+    return int(t, 16)
+
+
+def change_sequence_number(value) -> str:
+    """BigQuery `_CHANGE_SEQUENCE_NUMBER`: 1-4 '/'-separated hex sections (seed 004).
+
+    Sections compare as unsigned numbers; with an equal prefix fewer sections rank
+    lower, which the '1' section marker / '0' terminator gives. An integer (as
+    Datastream writes `change_sequence_number`) is one section.
+    """
+    if isinstance(value, bool):
+        raise OrderingError(f"change sequence number {value!r} is not a number or string")
+    if isinstance(value, int):
+        return "1" + u64(value) + "0"
+    if not isinstance(value, str):
+        raise OrderingError(f"change sequence number {value!r} is not a number or string")
+    sections = value.split("/")
+    if not 1 <= len(sections) <= 4 or len(value) > 4 * 17:
+        raise OrderingError(f"change sequence number {value[:80]!r} must have 1 to 4 '/'-separated sections")
+    out = []
+    for s in sections:
+        if not _HEX.fullmatch(s):
+            raise OrderingError(f"change sequence number {value[:80]!r}: section {s[:20]!r} is not 1 to 16 hexadecimal digits")
+        out.append("1" + u64(int(s, 16)))
+    return "".join(out) + "0"
+
+
+def parse_timestamp(value) -> int:
+    """Microseconds since the epoch (UTC) from ISO text or epoch milliseconds."""
+    if isinstance(value, bool):
+        raise OrderingError(f"timestamp {value!r} is not a time")
+    if isinstance(value, (int, float)):
+        return int(round(value * 1000))  # Datastream/BigQuery write epoch milliseconds
+    if isinstance(value, dt.datetime):  # Avro timestamp-millis arrive as datetimes
+        value = value.isoformat()
+    if not isinstance(value, str) or not value.strip():
+        raise OrderingError(f"timestamp {value!r} is not a time")
+    text = value.strip()
+    try:
+        t = dt.datetime.fromisoformat(text.replace(" UTC", "+00:00"))
+    except ValueError:
+        raise OrderingError(f"timestamp {text[:60]!r} does not parse") from None
+    if t.tzinfo is not None:
+        t = t.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    delta = t - dt.datetime(1970, 1, 1)
+    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def timestamp(value) -> str:
+    return i64(parse_timestamp(value))
+
+
+def arrival(batch_seq: int, file_index: int, line: int) -> str:
+    """Last tie-break: batch, file (by name within the batch), line."""
+    return u64(batch_seq) + f"{file_index:08x}" + u64(line)
+
+
+# Typed values (changeset `sequence_by`): a type tag, then an order-preserving body.
+_INT_RE = re.compile(r"[+-]?\d+")
+_DEC_RE = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?")
+
+
+def _decimal(d: Decimal) -> str:
+    if d.is_nan() or d.is_infinite():
+        raise OrderingError(f"{d} cannot order changes")
+    if d == 0:
+        return "5"
+    sign, digits, _ = d.normalize().as_tuple()
+    exp = d.normalize().adjusted() + 5000
+    if not 0 <= exp <= 9999:
+        raise OrderingError(f"{d} is out of range")
+    body = "".join(map(str, digits))
+    if sign == 0:
+        return "6" + f"{exp:04d}" + body + "."  # '.' < any digit: a shorter significand is smaller
+    return "4" + f"{9999 - exp:04d}" + "".join(str(9 - int(c)) for c in body) + "~"
+
+
+def _text(s: str) -> str:
+    return "".join(f"{b + 1:03x}" for b in s.encode("utf-8")) + "000"
+
+
+def typed_value(value) -> str:
+    """Null < numbers < timestamps < text; integers compare as numbers, times as time."""
+    if value is None:
+        return "0"
+    if isinstance(value, bool):
+        return "1" + _decimal(Decimal(int(value)))
+    if isinstance(value, int):
+        return "1" + _decimal(Decimal(value))
+    if isinstance(value, float):
+        return "1" + _decimal(Decimal(repr(value)))
+    if isinstance(value, str):
+        t = value.strip()
+        if _DEC_RE.fullmatch(t):
+            try:
+                return "1" + _decimal(Decimal(t))
+            except InvalidOperation:
+                pass
+        if t and t[0].isdigit() and ("-" in t or ":" in t):
+            try:
+                return "2" + timestamp(t)
+            except OrderingError:
+                pass
+        return "3" + _text(value)
+    raise OrderingError(f"{type(value).__name__} value cannot order changes")
