@@ -10,6 +10,7 @@ import csv
 import gzip
 import io
 import json
+import re
 from collections.abc import Iterator
 
 from . import ordering
@@ -93,16 +94,17 @@ def _json_lines(data: bytes):
 RAW_PREVIEW = 4096
 
 
+_SURROGATE = re.compile("[\udc80-\udcff]")
+
+
 def _csv_records(data: bytes):
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        yield line, RecordError(f"not valid UTF-8 at byte {e.start}: the CSV file cannot be read past it"), ""
-        text = data[: e.start].decode("utf-8")
-        text = text[: text.rfind("\n") + 1]
+    # FIX (SPEC 4.7, "bad input never ... loses a record"): invalid UTF-8 used to
+    # stop the whole file at the first bad byte, dropping every later row without
+    # a quarantine entry. Bytes that are not UTF-8 are now kept as surrogates and
+    # only the rows holding them are rejected; the rows around them still parse.
+    text = data.decode("utf-8", "surrogateescape")
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         header = next(reader)
@@ -110,11 +112,14 @@ def _csv_records(data: bytes):
         yield 1, RecordError("CSV file has no header row"), ""
         return
     dupes = sorted({h for h in header if header.count(h) > 1})
-    if dupes or any(h == "" for h in header):
-        why = f"duplicated columns {dupes}" if dupes else "an empty column name"
-        for n, row in enumerate(reader, start=2):
-            yield reader.line_num, RecordError(f"CSV header has {why}"), ",".join(row)
-        return
+    bad_header = None
+    if any(_SURROGATE.search(h) for h in header):
+        bad_header = "CSV header is not valid UTF-8"
+    elif dupes or any(h == "" for h in header):
+        bad_header = "CSV header has " + (f"duplicated columns {dupes}" if dupes else "an empty column name")
+    # FIX: a header problem used to be reported from a separate loop that let a
+    # csv.Error escape parse_file, gave multi-line rows their last line and
+    # rejected blank lines; every row now goes through the one loop below.
     start = reader.line_num + 1
     while True:
         try:
@@ -123,15 +128,23 @@ def _csv_records(data: bytes):
             return
         except csv.Error as e:
             yield reader.line_num, RecordError(f"CSV: {e}"), ""
+            start = reader.line_num + 1  # FIX: the next row's line used to be off by the failed one
             continue
         line = start
         start = reader.line_num + 1
         if not row:
             continue
-        if len(row) != len(header):
-            yield line, RecordError(f"{len(row)} fields where the header has {len(header)}"), ",".join(row)
+        raw = ",".join(row)
+        if _SURROGATE.search(raw):
+            yield line, RecordError("not valid UTF-8"), raw.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
             continue
-        yield line, {h: infer_text(v) for h, v in zip(header, row)}, ",".join(row)
+        if bad_header:
+            yield line, RecordError(bad_header), raw
+            continue
+        if len(row) != len(header):
+            yield line, RecordError(f"{len(row)} fields where the header has {len(header)}"), raw
+            continue
+        yield line, {h: infer_text(v) for h, v in zip(header, row)}, raw
 
 
 def _parquet_records(data: bytes):
@@ -307,3 +320,16 @@ _RECORD_PARSERS = {
     "bigquery-cdc": _bigquery_cdc,
     "changeset": _changeset,
 }
+
+
+def parse_snapshot(keys: list[str], name: str, data: bytes) -> Iterator[Change | Rejection]:
+    """A source export (base snapshot) as upserts ordered by line; the tier puts them below every change."""
+    for line, record, raw in _records(name, data, "snapshot"):
+        if isinstance(record, RecordError):
+            yield Rejection(line, str(record), raw)
+            continue
+        try:
+            row = _row(record)
+            yield Change(line, _key(row, keys), UPSERT, row, ordering.u64(line), None, "SNAPSHOT")
+        except (RecordError, OrderingError) as e:
+            yield Rejection(line, str(e), raw)

@@ -12,6 +12,7 @@ from decimal import Decimal, InvalidOperation
 
 U64_MAX = (1 << 64) - 1
 _HEX = re.compile(r"[0-9A-Fa-f]{1,16}")
+_EPOCH_MS = re.compile(r"[+-]?\d{1,19}")
 
 # Rule 3: a base snapshot row ranks below every change, whatever its source order.
 BASE_TIER = "0"
@@ -74,11 +75,15 @@ def parse_timestamp(value) -> int:
         raise OrderingError(f"timestamp {value!r} is not a time")
     if isinstance(value, (int, float)):
         return int(round(value * 1000))  # Datastream/BigQuery write epoch milliseconds
-    if isinstance(value, dt.datetime):  # Avro timestamp-millis arrive as datetimes
+    if isinstance(value, dt.date):  # Avro timestamp-millis arrive as datetimes (Parquet dates as dates)
         value = value.isoformat()
     if not isinstance(value, str) or not value.strip():
         raise OrderingError(f"timestamp {value!r} is not a time")
     text = value.strip()
+    if _EPOCH_MS.fullmatch(text):
+        # FIX (seed 003: source_timestamp is a JSON string holding epoch
+        # milliseconds): digit-only text used to be rejected as unparseable.
+        return int(text) * 1000
     try:
         t = dt.datetime.fromisoformat(text.replace(" UTC", "+00:00"))
     except ValueError:
@@ -132,6 +137,13 @@ def typed_value(value) -> str:
         return "1" + _decimal(Decimal(value))
     if isinstance(value, float):
         return "1" + _decimal(Decimal(repr(value)))
+    # FIX (SPEC 3, changeset: "timestamps as time"): Parquet/Avro timestamp and
+    # decimal columns arrive as datetime/date/Decimal objects and used to be
+    # rejected ("cannot order changes"), quarantining every record of the file.
+    if isinstance(value, Decimal):
+        return "1" + _decimal(value)
+    if isinstance(value, dt.date):
+        return "2" + timestamp(value)
     if isinstance(value, str):
         t = value.strip()
         if _DEC_RE.fullmatch(t):

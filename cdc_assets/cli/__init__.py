@@ -1,0 +1,1 @@
+"""The `cdc-assets` command line, on top of the Dagster definitions."""

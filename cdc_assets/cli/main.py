@@ -1,0 +1,24 @@
+"""`cdc-assets`: run, status, generate, demo."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import demo, generate, run, status
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cdc-assets", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module in (run, status, generate, demo):
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""Delta tables through delta-rs, and their snapshots as Spark DataFrames."""
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import TableNotFoundError
+
+APP = "cdc_assets"
+
+_ARROW = {"string": pa.string(), "long": pa.int64(), "boolean": pa.bool_(), "double": pa.float64()}
+
+
+def arrow_schema(fields) -> pa.Schema:
+    return pa.schema([(name, _ARROW[t]) for name, t in fields])
+
+
+def spark_schema(fields) -> str:
+    return ", ".join(f"`{name}` {t}" for name, t in fields)
+
+
+def open_table(path: str) -> DeltaTable | None:
+    try:
+        return DeltaTable(path)
+    except TableNotFoundError:
+        return None
+
+
+def step_version(path: str, step: str) -> int:
+    """The last batch a step committed to this table, recorded atomically with its data."""
+    dt = open_table(path)
+    if dt is None:
+        return -1
+    v = dt.transaction_version(f"{APP}.{step}")
+    return -1 if v is None else int(v)
+
+
+def commit_props(step: str, batch_seq: int, metadata: dict | None = None) -> CommitProperties:
+    meta = {f"cdc.{k}": str(v) for k, v in (metadata or {}).items()}
+    meta["cdc.step"] = step
+    return CommitProperties(app_transactions=[Transaction(f"{APP}.{step}", batch_seq)], custom_metadata=meta)
+
+
+def append(path: str, data: pa.Table, step: str, batch_seq: int, metadata: dict | None = None) -> int:
+    """Append rows (possibly none) and mark `step` done for `batch_seq`, in one commit."""
+    write_deltalake(path, data, mode="append", schema_mode="merge",
+                    commit_properties=commit_props(step, batch_seq, metadata))
+    return DeltaTable(path).version()
+
+
+def read_arrow(path: str, columns=None, filters=None) -> pa.Table | None:
+    dt = open_table(path)
+    if dt is None:
+        return None
+    return dt.to_pyarrow_table(columns=columns, filters=filters)
+
+
+def spark_frame(spark, path: str, fields):
+    """A snapshot of an unpartitioned Delta table as a Spark DataFrame (no delta-spark here)."""
+    dt = open_table(path)
+    files = dt.file_uris() if dt is not None else []
+    if not files:
+        return spark.createDataFrame([], spark_schema(fields))
+    return spark.read.schema(spark_schema(fields)).parquet(*files)
+
+
+def last_commit(path: str) -> dict:
+    dt = open_table(path)
+    if dt is None:
+        return {}
+    hist = dt.history(1)
+    return hist[0] if hist else {}
+
+
+def exists(path: str) -> bool:
+    return os.path.isdir(os.path.join(path, "_delta_log")) if "://" not in path else open_table(path) is not None

@@ -1,0 +1,91 @@
+"""The landing area and the batch ledger kept in the warehouse.
+
+A file is complete once it has its final name: writers write under a name that
+starts with '.' or '_' and rename. Each new set of complete files becomes one
+batch, recorded in `<warehouse>/<TABLE>/batches` so that the warehouse alone says
+what was taken, whichever Dagster instance or machine looks at it.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from . import delta
+
+BATCH_FIELDS = (("batch_seq", "long"), ("batch_id", "string"), ("file", "string"),
+                ("bytes", "long"), ("registered_at", "string"))
+
+
+@dataclass(frozen=True)
+class Batch:
+    seq: int
+    id: str
+    files: tuple[str, ...]  # relative to the table's landing folder, sorted
+
+    @staticmethod
+    def id_for(seq: int) -> str:
+        return f"b{seq:06d}"
+
+    @staticmethod
+    def seq_of(batch_id: str) -> int:
+        return int(batch_id.lstrip("b"))
+
+
+def batches_path(table_dir: str) -> str:
+    return os.path.join(table_dir, "batches")
+
+
+def complete_files(landing_dir: str) -> dict[str, int]:
+    """Relative path -> size of every complete file under the table's landing folder."""
+    out = {}
+    if not os.path.isdir(landing_dir):
+        return out
+    for root, dirs, files in os.walk(landing_dir):
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+        for f in files:
+            if f.startswith((".", "_")):
+                continue
+            full = os.path.join(root, f)
+            if os.path.islink(full) and not os.path.realpath(full).startswith(os.path.realpath(landing_dir) + os.sep):
+                continue  # a link out of the landing area is not ours to read
+            out[os.path.relpath(full, landing_dir)] = os.path.getsize(full)
+    return out
+
+
+def registered(table_dir: str) -> list[Batch]:
+    rows = delta.read_arrow(batches_path(table_dir))
+    if rows is None:
+        return []
+    by_seq: dict[int, list] = {}
+    for r in rows.to_pylist():
+        by_seq.setdefault(r["batch_seq"], []).append(r["file"])
+    return [Batch(s, Batch.id_for(s), tuple(sorted(f for f in fs if f))) for s, fs in sorted(by_seq.items())]
+
+
+def pending_files(landing_dir: str, table_dir: str) -> dict[str, int]:
+    taken = {f for b in registered(table_dir) for f in b.files}
+    return {f: n for f, n in complete_files(landing_dir).items() if f not in taken}
+
+
+def register_new_batch(landing_dir: str, table_dir: str) -> Batch | None:
+    """Record the complete files no batch has taken as the next batch (one atomic commit)."""
+    known = registered(table_dir)
+    taken = {f for b in known for f in b.files}
+    new = {f: n for f, n in complete_files(landing_dir).items() if f not in taken}
+    if not new:
+        return None
+    seq = (known[-1].seq if known else 0) + 1
+    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    files = sorted(new)
+    rows = pa.table({
+        "batch_seq": pa.array([seq] * len(files), pa.int64()),
+        "batch_id": [Batch.id_for(seq)] * len(files),
+        "file": files,
+        "bytes": pa.array([new[f] for f in files], pa.int64()),
+        "registered_at": [now] * len(files),
+    }, schema=delta.arrow_schema(BATCH_FIELDS))
+    delta.append(batches_path(table_dir), rows, "register", seq, {"files": len(files)})
+    return Batch(seq, Batch.id_for(seq), tuple(files))

@@ -1,0 +1,42 @@
+"""`changes` -> `staging`: per key, the batch's latest change (seed 002's T_STAGING).
+
+Staging keeps one row per key and batch, so a rebuild or backfill never needs
+to re-read the change files; changes a batch superseded itself are counted.
+"""
+from __future__ import annotations
+
+import time
+
+from ..core.changes import RECORD_FIELDS
+from ..core.config import Config, TableConfig
+from . import delta
+from .landing import Batch
+from .tables import CHANGES, STAGING, path
+
+
+def latest_per_key(frame):
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    w = Window.partitionBy("_cdc_key").orderBy(F.col("_cdc_order").desc())
+    return frame.withColumn("_n", F.row_number().over(w)).where("_n = 1").drop("_n")
+
+
+def stage_batch(spark, cfg: Config, table: TableConfig, batch: Batch) -> dict:
+    from pyspark.sql import functions as F
+
+    t0 = time.time()
+    table_dir = cfg.table_dir(table.name)
+    staging_path = path(table_dir, STAGING)
+    if delta.step_version(staging_path, STAGING) >= batch.seq:
+        return {"already_committed": True}
+    if delta.step_version(path(table_dir, CHANGES), CHANGES) < batch.seq:
+        raise RuntimeError(f"table {table.name}: batch {batch.id} has no committed changes yet: materialize changes first")
+    batch_changes = delta.spark_frame(spark, path(table_dir, CHANGES), RECORD_FIELDS) \
+        .where(F.col("_cdc_batch_seq") == batch.seq)
+    staged = latest_per_key(batch_changes).toArrow().cast(delta.arrow_schema(RECORD_FIELDS))
+    n_changes = batch_changes.count()
+    metrics = {"changes": n_changes, "staged": staged.num_rows, "superseded_in_batch": n_changes - staged.num_rows}
+    version = delta.append(staging_path, staged, STAGING, batch.seq, metrics)
+    metrics.update({"delta_version": version, "seconds": round(time.time() - t0, 2)})
+    return metrics
