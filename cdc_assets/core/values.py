@@ -6,9 +6,13 @@ receives a decimal widens to double, and anything mixed with text is text.
 """
 from __future__ import annotations
 
+import base64
+import datetime as dt
 import json
 import math
 import re
+import uuid
+from decimal import Decimal
 
 _INT = re.compile(r"[+-]?(0|[1-9]\d*)")
 _FLOAT = re.compile(r"[+-]?(\d+\.\d+)")
@@ -31,10 +35,39 @@ def infer_text(text: str):
     return text
 
 
+def _plain(value):
+    """FIX (SPEC 3, 4.7): Parquet and Avro readers give datetime, date, time, Decimal,
+    bytes and UUID objects (Avro logical types, Parquet timestamp/decimal columns).
+    They used to reach the row image as is, and `to_record`'s json.dumps then raised
+    TypeError, failing the table. They become the JSON value their JSON twin has:
+    ISO text for times, a number for decimals, base64 text for bytes."""
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            return str(value)
+        if value == value.to_integral_value() and -(1 << 63) <= value < (1 << 63):
+            return int(value)
+        return float(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return value
+
+
+def _json_default(value):
+    plain = _plain(value)
+    if plain is value:
+        return str(value)
+    return plain
+
+
 def source_value(value):
     """A JSON value as stored in a row image: nested structures become JSON text."""
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, sort_keys=True, ensure_ascii=False, default=_json_default)
+    value = _plain(value)
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return value

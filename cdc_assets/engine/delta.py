@@ -39,6 +39,7 @@ def step_version(path: str, step: str) -> int:
 def commit_props(step: str, batch_seq: int, metadata: dict | None = None) -> CommitProperties:
     meta = {f"cdc.{k}": str(v) for k, v in (metadata or {}).items()}
     meta["cdc.step"] = step
+    meta["cdc.batch_seq"] = str(batch_seq)
     return CommitProperties(app_transactions=[Transaction(f"{APP}.{step}", batch_seq)], custom_metadata=meta)
 
 
@@ -71,6 +72,18 @@ def last_commit(path: str) -> dict:
         return {}
     hist = dt.history(1)
     return hist[0] if hist else {}
+
+
+def step_commits(path: str, step: str) -> dict[int, dict]:
+    """batch_seq -> the custom metadata of the commit in which `step` took that batch."""
+    dt = open_table(path)
+    if dt is None:
+        return {}
+    out = {}
+    for h in dt.history():
+        if h.get("cdc.step") == step and "cdc.batch_seq" in h:
+            out[int(h["cdc.batch_seq"])] = {k[4:]: v for k, v in h.items() if k.startswith("cdc.")}
+    return out
 
 
 def exists(path: str) -> bool:

@@ -13,6 +13,7 @@ DEFAULTS = {
     "spark.sql.ansi.enabled": "false",
     "spark.driver.memory": "2g",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.ui.showConsoleProgress": "false",
 }
 
 

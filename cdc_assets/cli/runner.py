@@ -1,0 +1,116 @@
+"""Drive the Dagster definitions for one table, in this process: the `run` command's engine room.
+
+The same jobs the UI and the sensor launch are executed here in-process, so the
+one Spark session of this process serves every table and batch.
+"""
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import dagster as dg
+
+from ..core.config import Config, TableConfig
+from ..defs.sensors import apply_request_tags
+from ..defs.table_assets import TableNames
+from ..engine import delta
+from ..engine.landing import register_new_batch, registered
+from ..engine.lock import table_lock
+from ..engine.tables import BASE, STAGING, TARGET, path
+
+
+# Dagster's console logger at WARNING: the summary line says what a user needs.
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+@dataclass
+class TableOutcome:
+    table: str
+    ok: bool = True
+    new_batch: str | None = None
+    figures: dict = field(default_factory=dict)  # asset -> last materialization metadata
+    checks: dict = field(default_factory=dict)  # check name -> passed
+    error: str | None = None
+    seconds: float = 0.0
+
+
+def instance() -> dg.DagsterInstance:
+    """The instance of $DAGSTER_HOME (so the UI shows these runs), else a throw-away one."""
+    if os.environ.get("DAGSTER_HOME"):
+        os.makedirs(os.environ["DAGSTER_HOME"], exist_ok=True)
+        return dg.DagsterInstance.get()
+    return dg.DagsterInstance.ephemeral()
+
+
+def _record(outcome: TableOutcome, result) -> None:
+    for event in result.get_asset_materialization_events():
+        mat = event.event_specific_data.materialization
+        outcome.figures[mat.asset_key.path[-1]] = {k: v.value for k, v in mat.metadata.items()}
+    for evaluation in result.get_asset_check_evaluations():
+        outcome.checks[evaluation.check_name] = evaluation.passed
+        if not evaluation.passed:
+            outcome.ok = False
+    if not result.success:
+        outcome.ok = False
+        failure = next((e for e in result.all_events if e.is_step_failure), None)
+        if failure is not None and outcome.error is None:
+            err = failure.step_failure_data.error
+            outcome.error = err.message.strip().splitlines()[-1] if err else "step failed"
+
+
+def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table: TableConfig) -> TableOutcome:
+    t0 = time.time()
+    names = TableNames(table.name)
+    table_dir = cfg.table_dir(table.name)
+    outcome = TableOutcome(table.name)
+    try:
+        with table_lock(table_dir):
+            batch = register_new_batch(cfg.landing_dir(table.name), table_dir)
+        outcome.new_batch = batch.id if batch else None
+        batches = registered(table_dir)
+        known = set(inst.get_dynamic_partitions(names.batches))
+        missing = [b.id for b in batches if b.id not in known]
+        if missing:
+            inst.add_dynamic_partitions(names.batches, missing)
+        if table.base_snapshot and delta.step_version(path(table_dir, BASE), BASE) < 0:
+            _record(outcome, defs.resolve_job_def(names.base_job).execute_in_process(instance=inst, raise_on_error=False, run_config=QUIET))
+        staged = delta.step_version(path(table_dir, STAGING), STAGING)
+        for b in batches:
+            if b.seq > staged and outcome.ok:
+                _record(outcome, defs.resolve_job_def(names.ingest_job).execute_in_process(
+                    instance=inst, partition_key=b.id, raise_on_error=False, run_config=QUIET))
+        staged = delta.step_version(path(table_dir, STAGING), STAGING)
+        reached = max(staged, 0 if table.base_snapshot else -1)
+        if outcome.ok and reached > delta.step_version(path(table_dir, TARGET), TARGET):
+            tags = apply_request_tags(inst, table)
+            if tags is not None:
+                _record(outcome, defs.resolve_job_def(names.apply_job).execute_in_process(
+                    instance=inst, tags=tags, raise_on_error=False, run_config=QUIET))
+    except Exception as e:  # noqa: BLE001 - one failing table never stops the others
+        outcome.ok = False
+        outcome.error = f"{type(e).__name__}: {e}"
+        if os.environ.get("CDC_ASSETS_DEBUG"):
+            traceback.print_exc()
+    outcome.seconds = round(time.time() - t0, 1)
+    return outcome
+
+
+def summary_line(o: TableOutcome) -> str:
+    ch, tg = o.figures.get("changes", {}), o.figures.get("target", {})
+    parts = [f"{o.table}: {'ok' if o.ok else 'FAILED'}"]
+    parts.append(f"new batch {o.new_batch}" if o.new_batch else "nothing new landed")
+    if ch:
+        parts.append(f"{ch.get('records_read', 0)} records, {ch.get('changes_new', 0)} new changes, "
+                     f"{ch.get('duplicates_skipped', 0)} duplicates, {ch.get('quarantined', 0)} quarantined")
+    if tg and not tg.get("nothing_new"):
+        parts.append(f"target {tg.get('rows')} rows (+{tg.get('inserts')} ~{tg.get('updates')} -{tg.get('deletes')}, "
+                     f"{tg.get('stale_skipped')} stale) v{tg.get('delta_version')}")
+    if o.checks:
+        bad = [c for c, ok in o.checks.items() if not ok]
+        parts.append(f"checks {len(o.checks) - len(bad)}/{len(o.checks)} passed" + (f" (failed: {', '.join(bad)})" if bad else ""))
+    if o.error:
+        parts.append(f"error: {o.error}")
+    parts.append(f"{o.seconds}s")
+    return "; ".join(parts)

@@ -1,0 +1,28 @@
+"""Reconciliation against a source export (seed 000's validation): counts and row by row."""
+from __future__ import annotations
+
+from .values import canonical_text, key_text
+
+SAMPLE = 10
+
+
+def compare(target_rows: list[dict], source_rows: list[dict], keys) -> dict:
+    """Rows compare by meaning (5 == 5.0 == '5') on the export's columns."""
+    columns = sorted({c for r in source_rows for c in r})
+    target = {key_text([r.get(k) for k in keys]): r for r in target_rows}
+    source = {key_text([r.get(k) for k in keys]): r for r in source_rows}
+    missing = sorted(set(source) - set(target))
+    extra = sorted(set(target) - set(source))
+    differing = sorted(k for k in set(source) & set(target)
+                       if any(canonical_text(source[k].get(c)) != canonical_text(target[k].get(c)) for c in columns))
+    return {
+        "source_rows": len(source_rows), "target_rows": len(target_rows),
+        "missing_rows": len(missing), "extra_rows": len(extra), "differing_rows": len(differing),
+        "sample_missing_keys": missing[:SAMPLE], "sample_extra_keys": extra[:SAMPLE],
+        "sample_differing_keys": differing[:SAMPLE],
+        "duplicate_source_keys": len(source_rows) - len(source),
+    }
+
+
+def discrepancies(report: dict) -> int:
+    return report["missing_rows"] + report["extra_rows"] + report["differing_rows"]

@@ -1,0 +1,1 @@
+"""The Dagster wiring: per-table assets, checks, sensors and jobs over the engine."""

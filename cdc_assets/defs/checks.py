@@ -1,0 +1,38 @@
+"""Asset checks beside their assets: key uniqueness, batch accounting, reconciliation."""
+
+import dagster as dg
+
+from ..core.config import Config, TableConfig
+from ..core.reconcile import discrepancies
+from ..engine import checks
+from ..engine.landing import Batch
+from .metadata import as_metadata
+from .table_assets import TableNames, batch_partitions
+
+
+def table_checks(cfg: Config, table: TableConfig) -> list[dg.AssetChecksDefinition]:
+    names = TableNames(table.name)
+
+    @dg.asset_check(asset=names.key("target"), name="keys_unique", blocking=True,
+                    description="Each key is in the target once (blocking: downstream waits on it).")
+    def keys_unique() -> dg.AssetCheckResult:
+        figures = checks.key_uniqueness(cfg, table)
+        return dg.AssetCheckResult(passed=figures["duplicate_keys"] == 0, metadata=as_metadata(figures))
+
+    @dg.asset_check(asset=names.key("staging"), name="batch_accounted", partitions_def=batch_partitions(table),
+                    description="Every record of the batch is applied-to-staging, superseded, a duplicate "
+                                "or quarantined: the counts add up.")
+    def batch_accounted(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        figures = checks.batch_accounting(cfg, table, Batch.seq_of(context.partition_key))
+        return dg.AssetCheckResult(passed=bool(figures.get("adds_up")), metadata=as_metadata(figures))
+
+    out = [keys_unique, batch_accounted]
+    if table.reconcile_with:
+        @dg.asset_check(asset=names.key("target"), name="reconciles_with_source",
+                        description=f"Row counts and a row-by-row comparison with {table.reconcile_with}.")
+        def reconciles_with_source() -> dg.AssetCheckResult:
+            report = checks.reconciliation(cfg, table)
+            return dg.AssetCheckResult(passed=discrepancies(report) == 0, metadata=as_metadata(report))
+
+        out.append(reconciles_with_source)
+    return out

@@ -1,0 +1,158 @@
+"""Per configured table: `changes`, `staging`, `base` and `target` assets and their jobs.
+
+`changes` and `staging` have one dynamic partition per landed batch. `target`
+has one partition per target partition value when the table sets
+`partition_by` (so any of them can be backfilled from staging), and none
+otherwise. A run tagged `cdc/apply=incremental` applies the pending batches,
+rewriting only the partitions they touch; any other run of `target` rebuilds
+the partitions it names from staging.
+"""
+
+from dataclasses import dataclass
+
+import dagster as dg
+from dagster_pyspark import LazyPySparkResource
+
+from ..core.config import Config, TableConfig
+from ..engine import apply, base, ingest, stage
+from ..engine.landing import Batch, registered
+from ..engine.lock import table_lock
+from ..engine.partitions import staged_partition_keys
+from .metadata import as_metadata
+from .resources import spark_session
+
+APPLY_TAG = "cdc/apply"
+INCREMENTAL = "incremental"
+
+
+@dataclass(frozen=True)
+class TableNames:
+    table: str
+
+    @property
+    def batches(self) -> str:
+        return f"{self.table}__batches"
+
+    @property
+    def target_partitions(self) -> str:
+        return f"{self.table}__target_partitions"
+
+    @property
+    def ingest_job(self) -> str:
+        return f"{self.table}_ingest_job"
+
+    @property
+    def apply_job(self) -> str:
+        return f"{self.table}_apply_job"
+
+    @property
+    def base_job(self) -> str:
+        return f"{self.table}_base_job"
+
+    def key(self, asset: str) -> dg.AssetKey:
+        return dg.AssetKey([self.table, asset])
+
+
+def batch_partitions(table: TableConfig) -> dg.DynamicPartitionsDefinition:
+    return dg.DynamicPartitionsDefinition(name=TableNames(table.name).batches)
+
+
+def target_partitions(table: TableConfig) -> dg.DynamicPartitionsDefinition | None:
+    if not table.partition_by:
+        return None
+    return dg.DynamicPartitionsDefinition(name=TableNames(table.name).target_partitions)
+
+
+def _batch(cfg: Config, table: TableConfig, partition_key: str) -> Batch:
+    seq = Batch.seq_of(partition_key)
+    for b in registered(cfg.table_dir(table.name)):
+        if b.seq == seq:
+            return b
+    raise dg.Failure(f"table {table.name}: batch {partition_key} is not in the warehouse's batch ledger")
+
+
+def _register_target_partitions(context, cfg: Config, table: TableConfig) -> None:
+    parts = target_partitions(table)
+    if parts is None:
+        return
+    known = set(context.instance.get_dynamic_partitions(parts.name))
+    new = [k for k in staged_partition_keys(cfg, table) if k not in known]
+    if new:
+        context.instance.add_dynamic_partitions(parts.name, new)
+
+
+def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
+    names = TableNames(table.name)
+    table_dir = cfg.table_dir(table.name)
+    batches = batch_partitions(table)
+    tags = {"format": table.format}
+
+    @dg.asset(key=names.key("changes"), partitions_def=batches, group_name=table.name, kinds={"spark", "delta"},
+              tags=tags, description=f"Every distinct change record of {table.name}, one partition per landed batch; "
+                                     "rejected records go to quarantine.")
+    def changes(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource) -> dg.MaterializeResult:
+        batch = _batch(cfg, table, context.partition_key)
+        with table_lock(table_dir):
+            figures = ingest.ingest_batch(spark_session(pyspark), cfg, table, batch, log=context.log.warning)
+        return dg.MaterializeResult(metadata=as_metadata(figures))
+
+    @dg.asset(key=names.key("staging"), partitions_def=batches, group_name=table.name, kinds={"spark", "delta"},
+              deps=[changes], tags=tags,
+              description=f"The consolidated change history of {table.name}: per key, each batch's latest change "
+                          "(deletes included, as tombstones); rebuilds and backfills read it.")
+    def staging(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource) -> dg.MaterializeResult:
+        batch = _batch(cfg, table, context.partition_key)
+        with table_lock(table_dir):
+            figures = stage.stage_batch(spark_session(pyspark), cfg, table, batch)
+        _register_target_partitions(context, cfg, table)
+        return dg.MaterializeResult(metadata=as_metadata(figures))
+
+    out = [changes, staging]
+    target_deps = [dg.AssetDep(staging, partition_mapping=dg.AllPartitionMapping())]
+
+    if table.base_snapshot:
+        @dg.asset(key=names.key("base"), group_name=table.name, kinds={"spark", "delta"}, tags=tags,
+                  description=f"The source export {table.name} starts from; its rows rank below every change.")
+        def base_snapshot(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource) -> dg.MaterializeResult:
+            with table_lock(table_dir):
+                figures = base.import_base(spark_session(pyspark), cfg, table, log=context.log.warning)
+            _register_target_partitions(context, cfg, table)
+            return dg.MaterializeResult(metadata=as_metadata(figures))
+
+        out.append(base_snapshot)
+        target_deps.append(dg.AssetDep(base_snapshot))
+
+    @dg.asset(key=names.key("target"), partitions_def=target_partitions(table), group_name=table.name,
+              kinds={"spark", "delta"}, deps=target_deps, tags=tags,
+              backfill_policy=dg.BackfillPolicy.single_run(),
+              description=f"The current state of {table.name}: one row per live key"
+                          + (f", partitioned by {', '.join(table.partition_by)}." if table.partition_by else "."))
+    def target(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource) -> dg.MaterializeResult:
+        spark = spark_session(pyspark)
+        incremental = context.run.tags.get(APPLY_TAG) == INCREMENTAL or not table.partition_by
+        with table_lock(table_dir):
+            if incremental:
+                figures = apply.apply_pending(spark, cfg, table)
+            else:
+                figures = apply.rebuild(spark, cfg, table, list(context.partition_keys))
+        return dg.MaterializeResult(metadata=as_metadata(figures))
+
+    out.append(target)
+    return out
+
+
+def table_jobs(table: TableConfig) -> list:
+    names = TableNames(table.name)
+    jobs = [
+        dg.define_asset_job(names.ingest_job, selection=[names.key("changes"), names.key("staging")],
+                            partitions_def=batch_partitions(table),
+                            description=f"Take one landed batch of {table.name} into changes and staging."),
+        dg.define_asset_job(names.apply_job, selection=[names.key("target")],
+                            partitions_def=target_partitions(table),
+                            description=f"Apply {table.name}'s staged batches to target (tag cdc/apply=incremental), "
+                                        "or rebuild the partitions a run names."),
+    ]
+    if table.base_snapshot:
+        jobs.append(dg.define_asset_job(names.base_job, selection=[names.key("base")],
+                                        description=f"Import {table.name}'s base snapshot."))
+    return jobs

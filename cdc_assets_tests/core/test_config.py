@@ -1,0 +1,237 @@
+"""cdc.yaml (SPEC 1): valid files load, invalid ones fail naming the table and the field."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+
+import pytest
+
+from cdc_assets.core.config import ConfigError, load_config, parse_config
+
+CONFIG_PATH = "/etc/cdc/cdc.yaml"
+
+
+def raw_config(**table) -> dict:
+    t = {"name": "ORDERS", "keys": ["order_id"], "format": "datastream-json"}
+    t.update(table)
+    return {"warehouse": "./warehouse", "landing": "./landing", "tables": [t]}
+
+
+CHANGESET = {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"], "sequence_by": ["CDC_TIMESTAMP"]}
+
+
+def error(raw, path=CONFIG_PATH) -> str:
+    with pytest.raises(ConfigError) as e:
+        parse_config(raw, path)
+    return str(e.value)
+
+
+# ---- valid configurations ------------------------------------------------------
+
+def test_spec_example(tmp_path):
+    (tmp_path / "cdc.yaml").write_text(
+        "warehouse: ./warehouse            # local path now\n"
+        "landing: ./landing\n"
+        "tables:\n"
+        "  - name: ORDERS\n"
+        "    keys: [order_id]\n"
+        "    format: datastream-json\n"
+        "    options: {}\n"
+        "    partition_by: [region]\n"
+        "    base_snapshot: ./exports/ORDERS.csv\n"
+    )
+    cfg = load_config(str(tmp_path / "cdc.yaml"))
+    assert cfg.warehouse == str(tmp_path / "warehouse")
+    assert cfg.landing == str(tmp_path / "landing")
+    t = cfg.table("ORDERS")
+    assert t.keys == ("order_id",)
+    assert t.format == "datastream-json"
+    assert t.options == {}
+    assert t.partition_by == ("region",)
+    assert t.base_snapshot == str(tmp_path / "exports" / "ORDERS.csv")
+    assert cfg.table_dir("ORDERS") == str(tmp_path / "warehouse" / "ORDERS")
+    assert cfg.landing_dir("ORDERS") == str(tmp_path / "landing" / "ORDERS")
+
+
+def test_json_is_valid_yaml(tmp_path):
+    raw = raw_config(format="changeset", options=CHANGESET, keys=["ID"])
+    (tmp_path / "cdc.json").write_text(json.dumps(raw))
+    cfg = load_config(str(tmp_path / "cdc.json"))
+    assert cfg.table("ORDERS").options["op_column"] == "FLAG"
+
+
+def test_relative_paths_resolve_against_the_config_folder_not_the_cwd(tmp_path, monkeypatch):
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    raw = raw_config(base_snapshot="../exports/ORDERS.csv")
+    raw["warehouse"] = "wh"
+    (conf_dir / "cdc.yaml").write_text(json.dumps(raw))
+    monkeypatch.chdir(elsewhere)
+    cfg = load_config(os.path.join("..", "conf", "cdc.yaml"))  # a relative path to the config itself
+    assert cfg.warehouse == str(conf_dir / "wh")
+    assert cfg.landing == str(conf_dir / "landing")
+    assert cfg.table("ORDERS").base_snapshot == str(tmp_path / "exports" / "ORDERS.csv")
+
+
+def test_absolute_and_object_store_paths_are_kept(tmp_path):
+    raw = raw_config()
+    raw["warehouse"] = "gs://bucket/prefix"
+    raw["landing"] = str(tmp_path / "land")
+    cfg = parse_config(raw, CONFIG_PATH)
+    assert cfg.warehouse == "gs://bucket/prefix"
+    assert cfg.landing == str(tmp_path / "land")
+
+
+def test_every_format_is_accepted():
+    for fmt in ["datastream-json", "datastream-avro", "bigquery-append", "bigquery-cdc"]:
+        assert parse_config(raw_config(format=fmt), CONFIG_PATH).tables[0].format == fmt
+    cfg = parse_config(raw_config(format="changeset", options=CHANGESET), CONFIG_PATH)
+    assert cfg.tables[0].options == CHANGESET
+
+
+def test_changeset_option_values_are_text_and_single_values_are_lists():
+    opts = {"op_column": "op", "inserts": 1, "updates": [2], "deletes": "3"}
+    t = parse_config(raw_config(format="changeset", options=opts), CONFIG_PATH).tables[0]
+    assert t.options == {"op_column": "op", "sequence_by": [], "inserts": ["1"], "updates": ["2"], "deletes": ["3"]}
+
+
+def test_keys_one_to_sixteen_columns():
+    assert parse_config(raw_config(keys="id"), CONFIG_PATH).tables[0].keys == ("id",)
+    sixteen = [f"k{i}" for i in range(16)]
+    assert parse_config(raw_config(keys=sixteen), CONFIG_PATH).tables[0].keys == tuple(sixteen)
+
+
+def test_several_tables():
+    raw = raw_config()
+    raw["tables"].append({"name": "CUSTOMERS", "keys": ["id", "region"], "format": "bigquery-cdc"})
+    cfg = parse_config(raw, CONFIG_PATH)
+    assert [t.name for t in cfg.tables] == ["ORDERS", "CUSTOMERS"]
+    assert cfg.table("CUSTOMERS").keys == ("id", "region")
+    with pytest.raises(KeyError):
+        cfg.table("NOPE")
+
+
+# ---- errors naming the table and the field --------------------------------------------
+
+@pytest.mark.parametrize(
+    "table, field",
+    [
+        ({"keys": None}, "keys"),
+        ({"keys": []}, "keys"),
+        ({"keys": [""]}, "keys"),
+        ({"keys": [1]}, "keys"),
+        ({"keys": ["a", "a"]}, "keys"),
+        ({"keys": [f"k{i}" for i in range(17)]}, "keys"),
+        ({"format": "kafka-json"}, "format"),
+        ({"format": None}, "format"),
+        ({"colour": "blue"}, "colour"),
+        ({"Keys": ["x"]}, "Keys"),  # unknown key, not silently ignored
+        ({"options": {"op_column": "FLAG"}}, "options"),  # only changeset takes options
+        ({"options": "FLAG"}, "options"),
+        ({"partition_by": [3]}, "partition_by"),
+        ({"base_snapshot": ""}, "base_snapshot"),
+        ({"base_snapshot": 5}, "base_snapshot"),
+        ({"format": "changeset", "options": {}}, "op_column"),
+        ({"format": "changeset"}, "op_column"),
+        ({"format": "changeset", "options": {**CHANGESET, "op_column": ""}}, "op_column"),
+        ({"format": "changeset", "options": {**CHANGESET, "order_by": ["x"]}}, "order_by"),
+        ({"format": "changeset", "options": {**CHANGESET, "deletes": []}}, "deletes"),
+        ({"format": "changeset", "options": {**CHANGESET, "inserts": [], "updates": []}}, "inserts"),
+        ({"format": "changeset", "options": {**CHANGESET, "deletes": {"D": 1}}}, "deletes"),
+        ({"format": "changeset", "options": {**CHANGESET, "sequence_by": [1]}}, "sequence_by"),
+    ],
+)
+def test_table_errors_name_table_and_field(table, field):
+    raw = raw_config(**table)
+    if table.get("keys", "?") is None:
+        del raw["tables"][0]["keys"]
+    msg = error(raw)
+    assert "ORDERS" in msg
+    assert field in msg
+    assert "cdc.yaml" in msg  # and the file
+
+
+def test_a_table_without_keys_is_an_error():
+    raw = raw_config()
+    del raw["tables"][0]["keys"]
+    msg = error(raw)
+    assert "ORDERS" in msg and "keys" in msg
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "a\\b", "", "1ORDERS", "OR DERS", ".hidden", "_x", "x" * 129, None, 5])
+def test_bad_table_names(name):
+    raw = raw_config(name=name)
+    if name is None:
+        del raw["tables"][0]["name"]
+    msg = error(raw)
+    assert "name" in msg
+    if name:
+        assert repr(name) in msg  # names the offending table name
+    assert "tables[0]" in msg
+
+
+def test_second_table_error_points_at_that_table():
+    raw = raw_config()
+    raw["tables"].append({"name": "CUSTOMERS", "format": "bigquery-cdc"})
+    msg = error(raw)
+    assert "CUSTOMERS" in msg and "keys" in msg and "ORDERS" not in msg
+
+
+def test_table_names_must_be_unique_ignoring_case():
+    raw = raw_config()
+    raw["tables"].append({"name": "orders", "keys": ["id"], "format": "bigquery-cdc"})
+    assert "orders" in error(raw)
+
+
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (lambda r: r.update(colour="blue"), "colour"),
+        (lambda r: r.pop("warehouse"), "warehouse"),
+        (lambda r: r.pop("landing"), "landing"),
+        (lambda r: r.pop("tables"), "tables"),
+        (lambda r: r.update(tables=[]), "tables"),
+        (lambda r: r.update(tables={"ORDERS": {}}), "tables"),
+        (lambda r: r.update(warehouse=""), "warehouse"),
+        (lambda r: r.update(landing=None), "landing"),
+        (lambda r: r.update(tables=["ORDERS"]), "tables[0]"),
+        (lambda r: r.update(spark="local"), "spark"),
+    ],
+)
+def test_top_level_errors_name_the_field(mutate, field):
+    raw = copy.deepcopy(raw_config())
+    mutate(raw)
+    msg = error(raw)
+    assert field in msg and "cdc.yaml" in msg
+
+
+@pytest.mark.parametrize("raw", [None, [], "warehouse: x", 5])
+def test_not_a_mapping(raw):
+    assert "cdc.yaml" in error(raw)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(str(tmp_path / "nope.yaml"))
+
+
+def test_invalid_yaml(tmp_path):
+    p = tmp_path / "cdc.yaml"
+    p.write_text("tables: [\n  - name: ORDERS\n")
+    with pytest.raises(ConfigError, match="YAML"):
+        load_config(str(p))
+
+
+def test_yaml_error_in_a_table_is_reported_from_the_file(tmp_path):
+    p = tmp_path / "cdc.yaml"
+    p.write_text("warehouse: w\nlanding: l\ntables:\n  - name: ORDERS\n    format: datastream-json\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(p))
+    assert "ORDERS" in str(e.value) and "keys" in str(e.value) and "cdc.yaml" in str(e.value)
+
+
+def test_config_error_is_a_value_error():
+    assert issubclass(ConfigError, ValueError)

@@ -1,0 +1,203 @@
+"""Source values: CSV inference, canonical key text, the column type lattice."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from decimal import Decimal
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cdc_assets.core import values
+from cdc_assets.core.values import BOOLEAN, DOUBLE, LONG, NULL, STRING
+
+FAST = settings(max_examples=150, deadline=None)
+
+
+# ---- infer_text --------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("", None),
+        ("12", 12),
+        ("-12", -12),
+        ("+12", 12),
+        ("0", 0),
+        ("1.5", 1.5),
+        ("-0.25", -0.25),
+        ("0.5", 0.5),
+        ("9223372036854775807", 9223372036854775807),
+        ("-9223372036854775808", -9223372036854775808),
+    ],
+)
+def test_infer_text_numbers_and_null(text, expected):
+    got = values.infer_text(text)
+    assert got == expected
+    assert type(got) is type(expected)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "007",  # leading zeros: a code, keep its spelling
+        "00",
+        "01.5",
+        "abc",
+        " 12",  # padding is part of the value
+        "12 ",
+        "1e5",
+        ".5",
+        "5.",
+        "1,000",
+        "NaN",
+        "inf",
+        "true",
+        "null",
+        "2024-01-01",
+        "9223372036854775808",  # past the signed 64-bit range: stays text, not a wrong number
+        "-9223372036854775809",
+        "0x1F",
+    ],
+)
+def test_infer_text_keeps_everything_else_as_text(text):
+    assert values.infer_text(text) == text
+
+
+# ---- canonical key text --------------------------------------------------------
+
+def test_canonical_text_makes_equal_meanings_equal():
+    assert values.canonical_text(5) == values.canonical_text(5.0) == values.canonical_text("5") == "5"
+    assert values.canonical_text("5.0") == "5"
+    assert values.canonical_text(-3) == values.canonical_text("-3") == values.canonical_text(-3.0)
+    assert values.canonical_text(1.5) == values.canonical_text("1.5")
+    assert values.canonical_text(0) == values.canonical_text(-0.0) == values.canonical_text("0")
+
+
+def test_canonical_text_keeps_distinct_values_distinct():
+    assert values.canonical_text("007") != values.canonical_text(7)
+    assert values.canonical_text(" 5") != values.canonical_text(5)
+    assert values.canonical_text("abc") == "abc"
+    assert values.canonical_text(None) is None
+    assert values.canonical_text("") == ""
+    assert values.canonical_text(None) != values.canonical_text("")
+    assert values.canonical_text(True) == "true"
+    assert values.canonical_text(1.5) != values.canonical_text(1)
+
+
+def test_key_text_is_the_same_for_json_and_csv_spellings():
+    # A JSON event with {"id": 5, "region": "EU"} and a CSV row "5.0,EU" are the same key.
+    assert values.key_text([5, "EU"]) == values.key_text(["5", "EU"]) == values.key_text([5.0, "EU"])
+    assert values.key_text([5, "EU"]) != values.key_text([5, "US"])
+    assert values.key_text([1, 23]) != values.key_text([12, 3])  # no ambiguity when concatenating
+    assert values.key_text(["a,b"]) != values.key_text(["a", "b"])
+    assert json.loads(values.key_text([5, None])) == ["5", None]
+
+
+@FAST
+@given(st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1))
+def test_key_text_int_equals_its_text(n):
+    assert values.key_text([n]) == values.key_text([str(n)])
+    if abs(n) < 2**53:
+        assert values.key_text([n]) == values.key_text([float(n)])
+
+
+@FAST
+@given(st.lists(st.one_of(st.none(), st.integers(), st.text(max_size=5)), min_size=1, max_size=3),
+       st.lists(st.one_of(st.none(), st.integers(), st.text(max_size=5)), min_size=1, max_size=3))
+def test_key_text_distinguishes_different_tuples(a, b):
+    if [values.canonical_text(v) for v in a] != [values.canonical_text(v) for v in b]:
+        assert values.key_text(a) != values.key_text(b)
+
+
+# ---- source_value (row images must be JSON) -----------------------------------
+
+def test_source_value_nested_structures_become_json_text():
+    assert values.source_value({"b": 1, "a": [1, 2]}) == '{"a": [1, 2], "b": 1}'
+    assert values.source_value([1, "x"]) == '[1, "x"]'
+    assert values.source_value("plain") == "plain"
+    assert values.source_value(3) == 3
+    assert values.source_value(None) is None
+    assert values.source_value(float("nan")) == "nan"
+
+
+def test_source_value_makes_reader_objects_json_values():
+    # Parquet and Avro readers hand out these; the row image is JSON.
+    assert values.source_value(dt.datetime(2024, 1, 1, 10, 0, tzinfo=dt.timezone.utc)) == "2024-01-01T10:00:00+00:00"
+    assert values.source_value(dt.date(2024, 1, 1)) == "2024-01-01"
+    assert values.source_value(dt.time(10, 30)) == "10:30:00"
+    assert values.source_value(Decimal("12.50")) == 12.5
+    assert values.source_value(Decimal("12")) == 12 and isinstance(values.source_value(Decimal("12")), int)
+    assert values.source_value(b"\x00\x01") == "AAE="
+    u = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    assert values.source_value(u) == str(u)
+    nested = values.source_value({"when": dt.date(2024, 1, 1), "amount": Decimal("1.5")})
+    assert json.loads(nested) == {"when": "2024-01-01", "amount": 1.5}
+    for v in [dt.datetime(2024, 1, 1), Decimal("1.5"), b"x", {"d": Decimal("2")}]:
+        json.dumps(values.source_value(v))
+
+
+def test_key_from_decimal_equals_key_from_number():
+    assert values.key_text([values.source_value(Decimal("5"))]) == values.key_text([5])
+    assert values.key_text([values.source_value(Decimal("5.00"))]) == values.key_text(["5"])
+
+
+# ---- types ---------------------------------------------------------------------
+
+def test_value_type():
+    assert values.value_type(None) == NULL
+    assert values.value_type(True) == BOOLEAN  # not long, although bool is an int in Python
+    assert values.value_type(3) == LONG
+    assert values.value_type(3.5) == DOUBLE
+    assert values.value_type("3") == STRING
+
+
+def test_join_types_examples():
+    assert values.join_types(LONG, DOUBLE) == DOUBLE  # an integer column receiving decimals widens
+    assert values.join_types(DOUBLE, LONG) == DOUBLE
+    assert values.join_types(NULL, LONG) == LONG
+    assert values.join_types(LONG, NULL) == LONG
+    assert values.join_types(LONG, STRING) == STRING  # anything mixed with text is text
+    assert values.join_types(BOOLEAN, LONG) == STRING
+    assert values.join_types(BOOLEAN, DOUBLE) == STRING
+    assert values.join_types(BOOLEAN, BOOLEAN) == BOOLEAN
+    assert values.join_types(NULL, NULL) == NULL
+
+
+TYPES = st.sampled_from([NULL, BOOLEAN, LONG, DOUBLE, STRING])
+
+
+@FAST
+@given(TYPES, TYPES, TYPES)
+def test_join_types_is_a_join_semilattice(a, b, c):
+    j = values.join_types
+    assert j(a, a) == a  # idempotent
+    assert j(a, b) == j(b, a)  # commutative
+    assert j(j(a, b), c) == j(a, j(b, c))  # associative
+    assert j(a, NULL) == a  # null is the bottom
+    assert j(a, STRING) == STRING  # string is the top
+    assert j(a, j(a, b)) == j(a, b)  # the join is an upper bound of both
+
+
+@FAST
+@given(st.lists(st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**53), max_value=2**53),
+                          st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=3)), max_size=6))
+def test_a_column_can_hold_every_value_it_has_seen(column):
+    type_ = NULL
+    for v in column:
+        type_ = values.join_types(type_, values.value_type(v))
+    for v in column:
+        c = values.coerce(v, type_)
+        assert values.value_type(c) in (type_, NULL)
+        if v is None:
+            assert c is None
+
+
+def test_coerce_widens_only():
+    assert values.coerce(3, DOUBLE) == 3.0 and isinstance(values.coerce(3, DOUBLE), float)
+    assert values.coerce(3, STRING) == "3"
+    assert values.coerce(1.5, STRING) == "1.5"
+    assert values.coerce(True, STRING) == "true"
+    assert values.coerce(None, LONG) is None
