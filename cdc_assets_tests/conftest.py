@@ -1,0 +1,61 @@
+"""Shared fixtures: one real Spark session for the whole test run (start-up costs 15-35 s here)."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED = os.path.join(os.path.dirname(REPO), "shared")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--long", action="store_true", default=False,
+                     help="run the long settings (more generated feeds, longer soak)")
+
+
+@pytest.fixture(scope="session")
+def long_run(request) -> bool:
+    return bool(request.config.getoption("--long"))
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The process's Spark session; Dagster runs in this process reuse it (getOrCreate)."""
+    from pyspark.sql import SparkSession
+
+    from cdc_assets.engine.spark import spark_settings
+
+    builder = SparkSession.builder
+    for k, v in spark_settings().items():
+        builder = builder.config(k, v)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    """A folder with landing/ and warehouse/ and a helper to write cdc.yaml."""
+    (tmp_path / "landing").mkdir()
+    return tmp_path
+
+
+@pytest.fixture(scope="session")
+def cli() -> list[str]:
+    exe = os.path.join(os.path.dirname(sys.executable), "cdc-assets")
+    return [exe] if os.path.exists(exe) else [sys.executable, "-m", "cdc_assets.cli.main"]
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> str:
+    if not os.path.isdir(SHARED):
+        pytest.skip("../shared is not beside the repository")
+    return SHARED
+
+
+def copy_batch(src: str, dst: str) -> None:
+    shutil.copytree(src, dst)
