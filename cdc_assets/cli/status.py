@@ -1,7 +1,38 @@
-"""`cdc-assets status`."""
+"""`cdc-assets status --config PATH`: per table, what has been applied and what waits."""
 from __future__ import annotations
+
+import json
+import sys
+
+from ..core.config import ConfigError, load_config
+
+COLUMNS = (("table", "table"), ("batches", "batches"), ("applied_through", "applied"), ("pending_files", "pending files"),
+           ("rows", "rows"), ("quarantined", "quarantined"), ("last_run", "last run (UTC)"),
+           ("last_change_at", "last change applied (file:line)"))
 
 
 def register(sub) -> None:
-    p = sub.add_parser("status", help="(not built yet)")
-    p.set_defaults(func=lambda args: 2)
+    p = sub.add_parser("status", help="per table: batches, last applied, rows, pending files, quarantine")
+    p.add_argument("--config", default="cdc.yaml")
+    p.add_argument("--json", action="store_true", help="one JSON object per table")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from ..engine.status import table_status
+
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as e:
+        print(f"cdc-assets: {e}", file=sys.stderr)
+        return 2
+    rows = [table_status(cfg, t) for t in cfg.tables]
+    if args.json:
+        for r in rows:
+            print(json.dumps(r))
+        return 0
+    cells = [[h for _, h in COLUMNS]] + [["" if r.get(k) is None else str(r.get(k)) for k, _ in COLUMNS] for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS))]
+    for c in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(c, widths)).rstrip())
+    return 0

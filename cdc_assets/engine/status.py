@@ -1,0 +1,44 @@
+"""What the warehouse says was done for a table (the `status` command; seed 001's status report)."""
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow.compute as pc
+
+from ..core.config import Config, TableConfig
+from . import delta
+from .landing import pending_files, registered
+from .tables import CHANGES, QUARANTINE, STAGING, TARGET, path
+
+
+def table_status(cfg: Config, table: TableConfig) -> dict:
+    table_dir = cfg.table_dir(table.name)
+    batches = registered(table_dir)
+    applied = delta.step_version(path(table_dir, TARGET), TARGET)
+    target = delta.open_table(path(table_dir, TARGET))
+    last = delta.last_commit(path(table_dir, TARGET))
+    quarantine = delta.read_arrow(path(table_dir, QUARANTINE), columns=["_cdc_line"])
+    out = {
+        "table": table.name,
+        "format": table.format,
+        "batches": len(batches),
+        "last_batch": batches[-1].id if batches else None,
+        "ingested_through": delta.step_version(path(table_dir, CHANGES), CHANGES),
+        "staged_through": delta.step_version(path(table_dir, STAGING), STAGING),
+        "applied_through": applied,
+        "pending_files": len(pending_files(cfg.landing_dir(table.name), table_dir)),
+        "rows": target.count() if target is not None else 0,
+        "target_version": target.version() if target is not None else None,
+        "last_run": dt.datetime.fromtimestamp(last["timestamp"] / 1000, dt.timezone.utc).isoformat(timespec="seconds")
+        if last.get("timestamp") else None,
+        "quarantined": quarantine.num_rows if quarantine is not None else 0,
+        "last_ordering_key": None,
+    }
+    staged = delta.read_arrow(path(table_dir, STAGING), columns=["_cdc_order", "_cdc_batch_seq", "_cdc_file", "_cdc_line"])
+    if staged is not None and applied >= 1:
+        done = staged.filter(pc.less_equal(staged["_cdc_batch_seq"], applied))
+        if done.num_rows:
+            top = done.take([pc.index(done["_cdc_order"], pc.max(done["_cdc_order"])).as_py()]).to_pylist()[0]
+            out["last_ordering_key"] = top["_cdc_order"]
+            out["last_change_at"] = f"{top['_cdc_file']}:{top['_cdc_line']}"
+    return out
