@@ -79,6 +79,6 @@ def main(args) -> int:
               f" -> {'OK' if bad == 0 else 'DISCREPANCIES'}")
     print(f"demo {'passed' if ok else 'FAILED'} in {time.time() - t0:.0f}s")
     print("Open the UI on the result:\n"
-          f"  DAGSTER_HOME={os.environ['DAGSTER_HOME']} CDC_ASSETS_CONFIG={os.path.join(root, 'cdc.yaml')} "
-          ".venv/bin/dagster dev -h 127.0.0.1 -p 3000\n  then browse http://127.0.0.1:3000")
+          f"  .venv/bin/cdc-assets ui --config {os.path.relpath(os.path.join(root, 'cdc.yaml'))}\n"
+          "  then browse http://127.0.0.1:3000")
     return 0 if ok else 1

@@ -1,16 +1,16 @@
-"""`cdc-assets`: run, status, generate, demo."""
+"""`cdc-assets`: run, status, generate, demo, ui."""
 from __future__ import annotations
 
 import argparse
 import sys
 
-from . import demo, generate, run, status
+from . import demo, generate, run, status, ui
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cdc-assets", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (run, status, generate, demo):
+    for module in (run, status, generate, demo, ui):
         module.register(sub)
     return parser
 
