@@ -1,0 +1,137 @@
+"""Soak and width benchmarks: many consecutive batches into one table, many tables in one run.
+
+    .venv/bin/python -m cdc_assets_tests.benchmarks.soak --batches 200 --changes-per-batch 1000 --out soak/
+
+prints one line per batch and writes per-batch seconds (CSV) and their plot (PNG). Figures are
+printed, never asserted on: the machines are shared and noisy.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import time
+
+import dagster as dg
+
+from cdc_assets.cli.generate import write_feed
+from cdc_assets.core.config import load_config
+from cdc_assets.engine.checks import reconciliation
+
+
+def _config(root: str, tables: list[str]) -> str:
+    path = os.path.join(root, "cdc.yaml")
+    with open(path, "w") as fh:
+        json.dump({"warehouse": "./warehouse", "landing": "./landing",
+                   "tables": [{"name": t, "keys": ["id"], "format": "datastream-json",
+                               "reconcile_with": f"./feed/exports/{t}.csv"} for t in tables]}, fh)
+    return path
+
+
+def _land(root: str, table: str, b: int) -> None:
+    src = os.path.join(root, "feed", "landing", table, f"batch-{b:04d}")
+    if os.path.isdir(src):
+        dst = os.path.join(root, "landing", table)
+        os.makedirs(dst, exist_ok=True)
+        os.replace(src, os.path.join(dst, f"batch-{b:04d}"))
+
+
+def soak(root: str, batches: int, changes_per_batch: int, seed: int = 11, echo=print) -> dict:
+    """Land and run `batches` batches into one table; returns per-batch seconds and the reconciliation."""
+    from cdc_assets.cli.runner import run_table
+    from cdc_assets.defs.definitions import build_definitions
+
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(os.path.join(root, "landing"))
+    write_feed(os.path.join(root, "feed"), "SOAK", "mysql", changes=batches * changes_per_batch, inserts=40, updates=45,
+               deletes=15, seed=seed, batches=batches, files_per_batch=1, duplicates=2, delays=3)
+    cfg = load_config(_config(root, ["SOAK"]))
+    defs, inst = build_definitions(cfg), dg.DagsterInstance.ephemeral()
+    times, failures = [], 0
+    for b in range(1, batches + 1):
+        _land(root, "SOAK", b)
+        t0 = time.time()
+        outcome = run_table(defs, inst, cfg, cfg.table("SOAK"))
+        seconds = time.time() - t0
+        failures += 0 if outcome.ok else 1
+        rows = outcome.figures.get("target", {}).get("rows")
+        times.append((b, round(seconds, 3), rows))
+        echo(f"batch {b}: {seconds:.2f}s, target {rows} rows{'' if outcome.ok else ' FAILED: ' + str(outcome.error)}")
+    report = reconciliation(cfg, cfg.table("SOAK"))
+    return {"times": times, "failures": failures, "reconciliation": report}
+
+
+def wide(root: str, tables: int, changes: int, seed: int = 5) -> dict:
+    """One `run` over many tables at once (each one batch)."""
+    from cdc_assets.cli.run import run_config
+
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(os.path.join(root, "landing"))
+    names = [f"T{i:02d}" for i in range(tables)]
+    sources = ("oracle", "mysql", "postgres", "sqlserver")
+    for i, t in enumerate(names):
+        write_feed(os.path.join(root, "feed"), t, sources[i % 4], changes=changes, inserts=50, updates=35, deletes=15,
+                   seed=seed + i, batches=1, files_per_batch=2)
+        _land(root, t, 1)
+    cfg = load_config(_config(root, names))
+    t0 = time.time()
+    outcomes = run_config(cfg, echo=lambda line: None)
+    seconds = time.time() - t0
+    reports = {t.name: reconciliation(cfg, t) for t in cfg.tables}
+    return {"seconds": round(seconds, 1), "failed": [o.table for o in outcomes if not o.ok], "reports": reports}
+
+
+def write_figures(times, out_dir: str) -> tuple[str, str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(out_dir, exist_ok=True)
+    csv_path, png_path = os.path.join(out_dir, "soak_batches.csv"), os.path.join(out_dir, "soak_batches.png")
+    with open(csv_path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["batch", "seconds", "target_rows"])
+        w.writerows(times)
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ax.plot([t[0] for t in times], [t[1] for t in times], marker=".", linewidth=0.8)
+    ax.set_xlabel("batch (1,000 changes each)")
+    ax.set_ylabel("seconds per batch")
+    ax.set_ylim(bottom=0)
+    ax.set_title("cdc_assets soak: time per batch vs batches already applied")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+    plt.close(fig)
+    return csv_path, png_path
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--batches", type=int, default=200)
+    ap.add_argument("--changes-per-batch", type=int, default=1000)
+    ap.add_argument("--tables", type=int, default=20, help="tables for the width run (0: skip)")
+    ap.add_argument("--out", default="soak")
+    ap.add_argument("--work", default="/tmp/cdc_assets_soak")
+    args = ap.parse_args()
+    result = soak(os.path.join(args.work, "soak"), args.batches, args.changes_per_batch)
+    csv_path, png_path = write_figures(result["times"], args.out)
+    secs = [t[1] for t in result["times"]]
+    tenth = max(1, len(secs) // 10)
+    r = result["reconciliation"]
+    print(f"soak: {len(secs)} batches, {result['failures']} failed; first {tenth} batches "
+          f"{sum(secs[:tenth]) / tenth:.2f}s/batch, last {tenth} {sum(secs[-tenth:]) / tenth:.2f}s/batch; "
+          f"reconciliation: {r['target_rows']} rows, {r['missing_rows']} missing, {r['extra_rows']} extra, "
+          f"{r['differing_rows']} differing; {csv_path}, {png_path}")
+    if args.tables:
+        w = wide(os.path.join(args.work, "wide"), args.tables, args.changes_per_batch)
+        bad = sum(v["missing_rows"] + v["extra_rows"] + v["differing_rows"] for v in w["reports"].values())
+        print(f"wide: {args.tables} tables in one run: {w['seconds']}s, failed tables {w['failed'] or 'none'}, "
+              f"{bad} discrepancies against the exports")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
