@@ -14,8 +14,8 @@ import dagster as dg
 
 from ..core.config import Config, TableConfig
 from ..defs.sensors import apply_request_tags
-from ..defs.table_assets import TableNames
-from ..engine import delta
+from ..defs.table_assets import TableNames, sync_target_partitions
+from ..engine import delta, faults
 from ..engine.landing import register_new_batch, registered
 from ..engine.lock import table_lock
 from ..engine.tables import BASE, STAGING, TARGET, path
@@ -89,6 +89,7 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
         staged = delta.step_version(path(table_dir, STAGING), STAGING)
         reached = max(staged, 0 if table.base_snapshot else -1)
         if outcome.ok and reached > delta.step_version(path(table_dir, TARGET), TARGET):
+            sync_target_partitions(inst, cfg, table)  # staged by an earlier run, maybe on another instance
             tags = apply_request_tags(inst, table)
             if tags is not None:
                 _record(outcome, defs.resolve_job_def(names.apply_job).execute_in_process(
@@ -99,6 +100,7 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
         if os.environ.get("CDC_ASSETS_DEBUG"):
             traceback.print_exc()
     outcome.seconds = round(time.time() - t0, 1)
+    faults.point("run.table_done")
     return outcome
 
 

@@ -71,14 +71,19 @@ def _batch(cfg: Config, table: TableConfig, partition_key: str) -> Batch:
     raise dg.Failure(f"table {table.name}: batch {partition_key} is not in the warehouse's batch ledger")
 
 
-def _register_target_partitions(context, cfg: Config, table: TableConfig) -> None:
+def sync_target_partitions(instance: dg.DagsterInstance, cfg: Config, table: TableConfig) -> None:
+    """Make the instance know every target partition the warehouse holds (a new instance knows none)."""
     parts = target_partitions(table)
     if parts is None:
         return
-    known = set(context.instance.get_dynamic_partitions(parts.name))
+    known = set(instance.get_dynamic_partitions(parts.name))
     new = [k for k in staged_partition_keys(cfg, table) if k not in known]
     if new:
-        context.instance.add_dynamic_partitions(parts.name, new)
+        instance.add_dynamic_partitions(parts.name, new)
+
+
+def _register_target_partitions(context, cfg: Config, table: TableConfig) -> None:
+    sync_target_partitions(context.instance, cfg, table)
 
 
 def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:

@@ -17,7 +17,7 @@ from ..core import target as shape
 from ..core.changes import RECORD_FIELDS
 from ..core.config import Config, TableConfig
 from ..core.values import BOOLEAN, DOUBLE, LONG, STRING
-from . import delta
+from . import delta, faults
 from .stage import latest_per_key
 from .tables import BASE, STAGING, TARGET, path
 
@@ -63,7 +63,10 @@ def _widen(target_path: str, dt: DeltaTable, columns: dict[str, str], partition_
     for c, t in columns.items():
         if c in existing and existing[c] != t:
             i = data.schema.get_field_index(c)
-            data = data.set_column(i, c, data.column(c).cast(_TO_ARROW[t]))
+            # FIX (SPEC 4.6/4.7): a safe cast refused integers beyond 2**53 when a long column
+            # widened to double, failing the table on every later run; convert them as new
+            # rows are (float(), nearest double), the only lossy step of the type lattice.
+            data = data.set_column(i, c, data.column(c).cast(_TO_ARROW[t], safe=False))
     write_deltalake(target_path, data, mode="overwrite", schema_mode="overwrite",
                     partition_by=list(partition_by) or None,
                     commit_properties=delta.CommitProperties(custom_metadata={"cdc.step": "widen"}))
@@ -100,6 +103,7 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
     finally:
         touched.unpersist()
 
+    faults.point("target.computed")  # Spark has decided; nothing is committed yet
     dt = delta.open_table(target_path)
     columns = shape.target_columns(_existing_columns(dt), [json.loads(w["_cdc_row"]) for w in winners],
                                    table.keys, table.partition_by)
@@ -122,6 +126,7 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
             .when_matched_update_all("s._cdc_apply = 'U'", except_cols=["_cdc_apply"]) \
             .when_not_matched_insert_all("s._cdc_apply = 'U'", except_cols=["_cdc_apply"]) \
             .execute()
+    faults.point("target.committed")
     final = DeltaTable(target_path)
     return {
         "batches_applied": f"{applied + 1}..{reached}", "applied_batch": reached,

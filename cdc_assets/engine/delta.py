@@ -7,6 +7,8 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
+from . import faults
+
 APP = "cdc_assets"
 
 _ARROW = {"string": pa.string(), "long": pa.int64(), "boolean": pa.bool_(), "double": pa.float64()}
@@ -45,8 +47,10 @@ def commit_props(step: str, batch_seq: int, metadata: dict | None = None) -> Com
 
 def append(path: str, data: pa.Table, step: str, batch_seq: int, metadata: dict | None = None) -> int:
     """Append rows (possibly none) and mark `step` done for `batch_seq`, in one commit."""
+    faults.point(f"{step}.before_commit")
     write_deltalake(path, data, mode="append", schema_mode="merge",
                     commit_properties=commit_props(step, batch_seq, metadata))
+    faults.point(f"{step}.committed")
     return DeltaTable(path).version()
 
 

@@ -1,0 +1,25 @@
+"""Named crash points for the fault-injection tests.
+
+With CDC_ASSETS_CRASH_AT=<point>[@<n>], the process kills itself with SIGKILL the
+n-th time (default the first) it reaches <point>: no cleanup, no flush, exactly
+like a machine that dies there. Unset, a point costs one dictionary look-up.
+"""
+from __future__ import annotations
+
+import os
+import signal
+
+ENV = "CDC_ASSETS_CRASH_AT"
+_seen: dict[str, int] = {}
+
+
+def point(name: str) -> None:
+    spec = os.environ.get(ENV)
+    if not spec:
+        return
+    target, _, nth = spec.partition("@")
+    if target != name:
+        return
+    _seen[name] = _seen.get(name, 0) + 1
+    if _seen[name] == int(nth or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
