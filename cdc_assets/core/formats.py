@@ -11,6 +11,7 @@ import gzip
 import io
 import json
 import re
+import zlib
 from collections.abc import Iterator
 
 from . import ordering
@@ -48,7 +49,9 @@ def _records(name: str, data: bytes, fmt: str):
     if lower.endswith(".gz"):
         try:
             data = gzip.decompress(data)
-        except (OSError, EOFError) as e:
+        # FIX (SPEC 4.7): a gzip header over corrupt deflate data raises zlib.error, which
+        # escaped parse_file and failed the whole table instead of quarantining the file.
+        except (OSError, EOFError, zlib.error) as e:
             yield 0, RecordError(f"not a readable gzip file: {e}"), data[:200].decode("utf-8", "replace")
             return
         lower = lower[:-3]

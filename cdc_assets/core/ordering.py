@@ -7,6 +7,7 @@ defines: numbers compare as unsigned 64-bit numbers, never as text.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from decimal import Decimal, InvalidOperation
 
@@ -72,6 +73,10 @@ def change_sequence_number(value) -> str:
 def parse_timestamp(value) -> int:
     """Microseconds since the epoch (UTC) from ISO text or epoch milliseconds."""
     if isinstance(value, bool):
+        raise OrderingError(f"timestamp {value!r} is not a time")
+    if isinstance(value, float) and not math.isfinite(value):
+        # FIX (SPEC 4.7): JSON's NaN/Infinity raised ValueError/OverflowError here, which
+        # escaped parse_file and failed the table instead of quarantining the record.
         raise OrderingError(f"timestamp {value!r} is not a time")
     if isinstance(value, (int, float)):
         return int(round(value * 1000))  # Datastream/BigQuery write epoch milliseconds

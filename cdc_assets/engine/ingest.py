@@ -11,7 +11,7 @@ from ..core import ordering
 from ..core.changes import RECORD_FIELDS, REJECT_FIELDS, Change, to_record, to_reject
 from ..core.config import Config, TableConfig
 from ..core.formats import parse_file, parse_snapshot
-from . import delta
+from . import delta, faults
 from .landing import Batch
 from .tables import CHANGES, QUARANTINE, QUARANTINE_FIELDS, path
 
@@ -81,8 +81,14 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
     t0 = time.time()
     table_dir = cfg.table_dir(table.name)
     changes_path = path(table_dir, CHANGES)
-    if delta.step_version(changes_path, CHANGES) >= batch.seq:
+    done = delta.step_version(changes_path, CHANGES)
+    if done >= batch.seq:
         return {"already_committed": True}
+    if max(done, 0) < batch.seq - 1:
+        # FIX: batches commit in order. A later batch committed first made the earlier one count
+        # as "already committed" (its changes silently lost) when runs started out of order.
+        raise RuntimeError(f"table {table.name}: batch {batch.id} cannot be ingested before batch "
+                           f"{Batch.id_for(max(done, 0) + 1)}: materialize the batches in order")
     landing = cfg.landing_dir(table.name)
     files = [{"path": os.path.join(landing, f), "file": f, "file_index": i, "batch_seq": batch.seq,
               "batch_id": batch.id} for i, f in enumerate(batch.files)]
@@ -90,6 +96,7 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
     try:
         good = parsed.where(F.col("_cdc_reason").isNull())
         records_read = parsed.count()
+        faults.point("changes.parsed")
         n_rejected = quarantine(table, table_dir, parsed.where(F.col("_cdc_reason").isNotNull()), batch.seq, log)
         # At-least-once delivery: an event id seen in this batch or any earlier one counts once.
         first = Window.partitionBy("_cdc_event_id").orderBy(F.col("_cdc_order"))
