@@ -1,15 +1,19 @@
 """The landing sensor: each new set of complete files becomes a batch and its runs.
 
 Per tick it registers new files as a batch in the warehouse ledger, asks for the
-ingest run of every batch not yet staged, and once all are staged, for the
-incremental apply of target. Run keys make each request once per batch.
+ingest run of the next batch not yet staged, and once all are staged (and the
+base snapshot, if any, is imported), for the incremental apply of target. Run
+keys make each request once per batch and warehouse.
 """
+
+import hashlib
+import os
 
 import dagster as dg
 
 from ..core.config import Config, TableConfig
 from ..engine import delta
-from ..engine.landing import register_new_batch, registered
+from ..engine.landing import batches_path, register_new_batch, registered
 from ..engine.lock import table_lock
 from ..engine.tables import BASE, STAGING, TARGET, path
 from .table_assets import APPLY_TAG, INCREMENTAL, TableNames, batch_partitions, target_partitions
@@ -28,6 +32,18 @@ def apply_request_tags(instance, table: TableConfig) -> dict | None:
     return tags
 
 
+def run_key_scope(table_dir: str, name: str = "batches") -> str:
+    """FIX (SPEC 2, "a second warehouse with the same table names never confuses it"): run keys
+    were only table + batch, so a new or second warehouse watched from the same Dagster instance
+    had its requests dropped by the daemon as already launched. They now carry the identity of
+    this warehouse's Delta table `name` (its table id), or of the table folder before it exists."""
+    dt = delta.open_table(batches_path(table_dir) if name == "batches" else path(table_dir, name))
+    if dt is not None:
+        return dt.metadata().id.replace("-", "")[:12]
+    where = table_dir if "://" in table_dir else os.path.realpath(table_dir)
+    return hashlib.sha1(where.encode("utf-8")).hexdigest()[:12]
+
+
 def landing_sensor(cfg: Config, table: TableConfig, jobs: list) -> dg.SensorDefinition:
     names = TableNames(table.name)
     table_dir = cfg.table_dir(table.name)
@@ -42,19 +58,30 @@ def landing_sensor(cfg: Config, table: TableConfig, jobs: list) -> dg.SensorDefi
         known = set(context.instance.get_dynamic_partitions(names.batches))
         missing = [b.id for b in batches if b.id not in known]
         requests: list[dg.RunRequest] = []
-        if table.base_snapshot and delta.step_version(path(table_dir, BASE), BASE) < 0:
-            requests.append(dg.RunRequest(run_key=f"{table.name}:base", job_name=names.base_job))
+        base_done = not table.base_snapshot or delta.step_version(path(table_dir, BASE), BASE) >= 0
+        if not base_done:
+            requests.append(dg.RunRequest(run_key=f"{table.name}:{run_key_scope(table_dir, BASE)}:base",
+                                          job_name=names.base_job))
         staged = delta.step_version(path(table_dir, STAGING), STAGING)
-        for b in batches:
-            if b.seq > staged:
-                requests.append(dg.RunRequest(run_key=f"{table.name}:{b.id}:ingest", job_name=names.ingest_job,
-                                              partition_key=b.id))
+        # FIX: only the next batch. Asking for every unstaged batch let the run of a later batch
+        # take the table lock first; the earlier one then counted as "already committed" and its
+        # changes were silently lost. Later batches are asked for once this one is staged.
+        pending = [b for b in batches if b.seq > staged]
+        if pending:
+            b = pending[0]
+            requests.append(dg.RunRequest(run_key=f"{table.name}:{run_key_scope(table_dir)}:{b.id}:ingest",
+                                          job_name=names.ingest_job, partition_key=b.id))
         applied = delta.step_version(path(table_dir, TARGET), TARGET)
-        if batches and staged == batches[-1].seq and applied < staged:
+        # FIX: wait for the base import (an apply before it fails, and its run key was then spent,
+        # so target stayed behind until the next batch), and apply a base snapshot on its own
+        # as `run` does (batch 0) instead of waiting for a first batch.
+        reached = max(staged, 0 if table.base_snapshot else -1)
+        if base_done and not pending and applied < reached:
             tags = apply_request_tags(context.instance, table)
             if tags is not None:
-                requests.append(dg.RunRequest(run_key=f"{table.name}:apply:{staged}", job_name=names.apply_job,
-                                              tags=tags))
+                scope = run_key_scope(table_dir, "batches" if batches else BASE)
+                requests.append(dg.RunRequest(run_key=f"{table.name}:{scope}:apply:{reached}",
+                                              job_name=names.apply_job, tags=tags))
         return dg.SensorResult(
             run_requests=requests,
             dynamic_partitions_requests=[batch_partitions(table).build_add_request(missing)] if missing else [],

@@ -1,0 +1,176 @@
+"""The code location: every configured table gets its assets, checks, jobs and sensor,
+the definitions load (in-process and through `dagster definitions validate`), and a
+bad cdc.yaml fails naming the table and the field."""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+
+import dagster as dg
+import pytest
+
+from cdc_assets.core.config import ConfigError, load_config
+from cdc_assets.defs.definitions import build_definitions
+from cdc_assets.defs.table_assets import APPLY_TAG
+
+CHANGESET = {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],
+             "sequence_by": ["CDC_TIMESTAMP"]}
+TABLES = [
+    {"name": "ORDERS", "keys": ["id"], "format": "datastream-json", "partition_by": ["region"]},
+    {"name": "CUSTOMERS", "keys": ["customer_id"], "format": "bigquery-append",
+     "base_snapshot": "./exports/CUSTOMERS.csv"},
+    {"name": "PAYMENTS", "keys": ["payment_id", "line"], "format": "bigquery-cdc",
+     "reconcile_with": "./exports/PAYMENTS.csv"},
+    {"name": "T_LEGACY", "keys": ["ID"], "format": "changeset", "options": CHANGESET},
+]
+
+
+def write_cfg(root, tables=TABLES) -> str:
+    (root / "exports").mkdir(exist_ok=True)
+    (root / "exports" / "CUSTOMERS.csv").write_text("customer_id,name\n1,ana\n")
+    (root / "exports" / "PAYMENTS.csv").write_text("payment_id,line,amount\n1,1,2.5\n")
+    (root / "landing").mkdir(exist_ok=True)
+    path = root / "cdc.yaml"
+    path.write_text(json.dumps({"warehouse": "./warehouse", "landing": "./landing", "tables": tables}, indent=2))
+    return str(path)
+
+
+@pytest.fixture
+def defs(tmp_path) -> dg.Definitions:
+    return build_definitions(load_config(write_cfg(tmp_path)))
+
+
+def key(table: str, asset: str) -> dg.AssetKey:
+    return dg.AssetKey([table, asset])
+
+
+def test_every_table_has_its_assets_with_their_partitions_and_deps(defs):
+    graph = defs.resolve_asset_graph()
+    expected = set()
+    for t in TABLES:
+        names = ["changes", "staging", "target"] + (["base"] if "base_snapshot" in t else [])
+        expected |= {key(t["name"], n) for n in names}
+    assert set(graph.get_all_asset_keys()) == expected
+
+    for t in TABLES:
+        name = t["name"]
+        for asset in ("changes", "staging"):
+            parts = defs.resolve_assets_def(key(name, asset)).partitions_def
+            assert isinstance(parts, dg.DynamicPartitionsDefinition) and parts.name == f"{name}__batches"
+        target = defs.resolve_assets_def(key(name, "target"))
+        if "partition_by" in t:
+            assert isinstance(target.partitions_def, dg.DynamicPartitionsDefinition)
+            assert target.partitions_def.name == f"{name}__target_partitions"
+        else:
+            assert target.partitions_def is None
+        assert graph.get(key(name, "staging")).parent_keys == {key(name, "changes")}
+        assert graph.get(key(name, "target")).parent_keys == (
+            {key(name, "staging"), key(name, "base")} if "base_snapshot" in t else {key(name, "staging")})
+        # one group per table, so the UI shows a table's graph together
+        assert {graph.get(key(name, a)).group_name for a in ("changes", "staging", "target")} == {name}
+
+
+def test_every_table_has_its_checks(defs):
+    checks = {(c.asset_key, c.name) for c in defs.resolve_asset_graph().asset_check_keys}
+    expected = set()
+    for t in TABLES:
+        name = t["name"]
+        expected |= {(key(name, "target"), "keys_unique"), (key(name, "staging"), "batch_accounted")}
+        if "reconcile_with" in t:
+            expected.add((key(name, "target"), "reconciles_with_source"))
+    assert checks == expected
+
+
+def test_every_table_has_its_jobs_and_a_sensor_over_them(defs):
+    jobs = {j.name: j for j in defs.resolve_all_job_defs() if not j.name.startswith("__")}
+    expected = set()
+    for t in TABLES:
+        name = t["name"]
+        expected |= {f"{name}_ingest_job", f"{name}_apply_job"}
+        if "base_snapshot" in t:
+            expected.add(f"{name}_base_job")
+    assert set(jobs) == expected
+
+    for t in TABLES:
+        name = t["name"]
+        ingest = jobs[f"{name}_ingest_job"]
+        assert ingest.asset_layer.executable_asset_keys == {key(name, "changes"), key(name, "staging")}
+        assert ingest.partitions_def.name == f"{name}__batches"
+        apply_job = jobs[f"{name}_apply_job"]
+        assert apply_job.asset_layer.executable_asset_keys == {key(name, "target")}
+        assert (apply_job.partitions_def is not None) == ("partition_by" in t)
+        if "base_snapshot" in t:
+            assert jobs[f"{name}_base_job"].asset_layer.executable_asset_keys == {key(name, "base")}
+
+        sensor = defs.resolve_sensor_def(f"{name}__landing_sensor")
+        assert sensor.default_status == dg.DefaultSensorStatus.STOPPED
+        targeted = {j.name for j in sensor.jobs}
+        assert {f"{name}_ingest_job", f"{name}_apply_job"} <= targeted
+        if "base_snapshot" in t:
+            assert f"{name}_base_job" in targeted
+    assert APPLY_TAG == "cdc/apply"
+
+
+def test_definitions_validate_loadable(defs):
+    dg.Definitions.validate_loadable(defs)
+
+
+@pytest.fixture
+def fresh_module():
+    """Import `cdc_assets.definitions` anew, and leave no configured copy behind."""
+    sys.modules.pop("cdc_assets.definitions", None)
+    yield lambda: importlib.import_module("cdc_assets.definitions")
+    sys.modules.pop("cdc_assets.definitions", None)
+
+
+def test_code_location_module_loads_the_config_named_by_the_environment(tmp_path, monkeypatch, fresh_module):
+    path = write_cfg(tmp_path)
+    monkeypatch.setenv("CDC_ASSETS_CONFIG", path)
+    monkeypatch.chdir("/")  # relative paths resolve against the config file, not the cwd
+    module = fresh_module()
+    assert isinstance(module.defs, dg.Definitions)
+    dg.Definitions.validate_loadable(module.defs)
+    assert {k.path[0] for k in module.defs.resolve_all_asset_keys()} == {t["name"] for t in TABLES}
+    assert {s.key.path[-1] for s in module.defs.resolve_all_asset_specs()} == {"changes", "staging", "target", "base"}
+
+    # reload picks up an edited cdc.yaml (what `dagster dev`'s "reload definitions" does)
+    write_cfg(tmp_path, TABLES[:1])
+    module = importlib.reload(module)
+    assert {k.path[0] for k in module.defs.resolve_all_asset_keys()} == {"ORDERS"}
+
+
+def test_code_location_module_defaults_to_cdc_yaml_in_the_working_directory(tmp_path, monkeypatch, fresh_module):
+    write_cfg(tmp_path, TABLES[2:3])
+    monkeypatch.delenv("CDC_ASSETS_CONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    module = fresh_module()
+    assert {k.path[0] for k in module.defs.resolve_all_asset_keys()} == {"PAYMENTS"}
+
+
+@pytest.mark.parametrize("broken, field", [
+    ({"partiton_by": ["region"]}, "partiton_by"),  # a typo is an unknown field, not ignored
+    ({"keys": []}, "keys"),
+    ({"format": "datastream-xml"}, "format"),
+])
+def test_a_config_error_names_the_table_and_the_field(tmp_path, monkeypatch, fresh_module, broken, field):
+    tables = json.loads(json.dumps(TABLES))
+    tables[2].update(broken)
+    monkeypatch.setenv("CDC_ASSETS_CONFIG", write_cfg(tmp_path, tables))
+    with pytest.raises(ConfigError) as e:
+        fresh_module()
+    message = str(e.value)
+    assert "PAYMENTS" in message and f"'{field}'" in message, message
+    assert "ORDERS" not in message
+
+
+def test_dagster_cli_validates_the_code_location(tmp_path):
+    """The way `dagster dev` loads it: a separate process importing the module."""
+    env = {**os.environ, "CDC_ASSETS_CONFIG": write_cfg(tmp_path), "DAGSTER_HOME": str(tmp_path / "dagster_home")}
+    os.makedirs(env["DAGSTER_HOME"])
+    exe = os.path.join(os.path.dirname(sys.executable), "dagster")
+    proc = subprocess.run([exe, "definitions", "validate", "-m", "cdc_assets.definitions"], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,0 +1,244 @@
+"""The landing sensor, evaluated tick by tick with `build_sensor_context` on a real
+instance, and its run requests executed in-process as the daemon would launch them:
+complete files become one batch in the warehouse ledger, files still being written
+are left alone, a request is made once per batch, and the incremental apply follows
+the ingest."""
+from __future__ import annotations
+
+import os
+
+import dagster as dg
+import pytest
+from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
+
+from cdc_assets.defs.definitions import build_definitions
+from cdc_assets.defs.table_assets import APPLY_TAG, INCREMENTAL
+from cdc_assets.engine.landing import registered
+from cdc_assets_tests.helpers import write_config
+
+from .support import (KEY, TABLE, delta_versions, differences, expected_state, generate, publish,
+                      read_export, target_table)
+
+pytestmark = pytest.mark.spark
+
+SENSOR = f"{TABLE}__landing_sensor"
+INGEST, APPLY = f"{TABLE}_ingest_job", f"{TABLE}_apply_job"
+
+
+class Daemon:
+    """What the sensor daemon does with a tick, minus the process launching: it applies
+    the dynamic partition requests and launches each run request whose run key no run
+    of this sensor has used yet (the run-key idempotence of `dagster._daemon.sensor`)."""
+
+    def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance, table: str = TABLE):
+        self.defs, self.instance = defs, instance
+        self.sensor = defs.resolve_sensor_def(f"{table}__landing_sensor")
+
+    def tick(self):
+        # With an instance_ref, as the daemon's gRPC call builds it: run requests for dynamic
+        # partitions are then resolved against the instance (and this tick's add requests).
+        context = dg.build_sensor_context(instance=self.instance, instance_ref=self.instance.get_ref(),
+                                          definitions=self.defs)
+        data = self.sensor.evaluate_tick(context)
+        for req in data.dynamic_partitions_requests or []:
+            assert isinstance(req, dg.AddDynamicPartitionsRequest)
+            self.instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
+        return data
+
+    def launched(self, run_key: str) -> bool:
+        tags = {RUN_KEY_TAG: run_key, SENSOR_NAME_TAG: self.sensor.name}
+        return bool(self.instance.get_runs(filters=dg.RunsFilter(tags=tags)))
+
+    def new_requests(self, data) -> list[dg.RunRequest]:
+        return [r for r in data.run_requests if not self.launched(r.run_key)]
+
+    def launch(self, request: dg.RunRequest) -> dg.ExecuteInProcessResult:
+        assert request.run_key and not self.launched(request.run_key)
+        assert request.tags.get(SENSOR_NAME_TAG) == self.sensor.name
+        result = self.defs.resolve_job_def(request.job_name).execute_in_process(
+            instance=self.instance, partition_key=request.partition_key,
+            tags={**request.tags, RUN_KEY_TAG: request.run_key}, raise_on_error=True)
+        assert result.success
+        return result
+
+    def settle(self, max_ticks: int = 8) -> int:
+        """Tick and launch until a tick asks for nothing new; returns the runs launched."""
+        self.launched_jobs = []
+        for _ in range(max_ticks):
+            todo = self.new_requests(self.tick())
+            if not todo:
+                return len(self.launched_jobs)
+            for r in todo:
+                self.launch(r)
+                self.launched_jobs.append(r.job_name)
+        raise AssertionError("the sensor never settled")
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as inst:  # build_sensor_context wants a persistent instance
+        yield inst
+
+
+def ledger(cfg) -> list:
+    return registered(cfg.table_dir(TABLE))
+
+
+def test_sensor_ticks_register_request_once_and_apply(spark, tmp_path, instance):
+    feed = generate(tmp_path, changes=200, batches=2, files_per_batch=2, seed=31)
+    cfg = write_config(tmp_path, [{"name": TABLE, "keys": [KEY], "format": "datastream-json",
+                                   "partition_by": ["region"]}])
+    defs = build_definitions(cfg)
+    daemon = Daemon(defs, instance)
+    landing = cfg.landing_dir(TABLE)
+
+    # ---- nothing landed: a skip, nothing registered ----------------------------------------------
+    data = daemon.tick()
+    assert data.run_requests == [] and data.skip_message and not data.dynamic_partitions_requests
+    assert ledger(cfg) == []
+
+    # ---- files still being written are not taken ----------------------------------------------------
+    os.makedirs(os.path.join(landing, "_batch-in-progress"))
+    os.makedirs(os.path.join(landing, "batch-0009"))
+    writing = {"_batch-in-progress/part-0001.jsonl": "{not json yet",
+               "batch-0009/.part-0001.jsonl.tmp": "{not json yet",
+               "batch-0009/_part-0002.jsonl": "{not json yet",
+               ".loose.jsonl": "{not json yet"}
+    for name, text in writing.items():
+        with open(os.path.join(landing, name), "w") as fh:
+            fh.write(text)
+    data = daemon.tick()
+    assert data.run_requests == [] and not data.dynamic_partitions_requests
+    assert ledger(cfg) == []
+
+    # ---- a complete batch: one ledger entry, one ingest request, one partition add ------------------
+    files1 = publish(feed, cfg, TABLE, 1)
+    data = daemon.tick()
+    assert [(b.id, list(b.files)) for b in ledger(cfg)] == [("b000001", files1)]
+    assert [(r.job_name, r.partition_key) for r in data.run_requests] == [(INGEST, "b000001")]
+    ingest_request = data.run_requests[0]
+    assert ingest_request.run_key and ingest_request.tags.get(SENSOR_NAME_TAG) == SENSOR
+    [add] = data.dynamic_partitions_requests
+    assert (add.partitions_def_name, list(add.partition_keys)) == (f"{TABLE}__batches", ["b000001"])
+    assert instance.get_dynamic_partitions(f"{TABLE}__batches") == ["b000001"]
+
+    # ---- a second tick before the run: no new batch, no partition add, the same run key ------------
+    data = daemon.tick()
+    assert [b.id for b in ledger(cfg)] == ["b000001"]
+    assert not data.dynamic_partitions_requests
+    assert [r.run_key for r in data.run_requests] == [ingest_request.run_key]
+    assert delta_versions(cfg) == {"batches": 0}
+
+    # ---- the ingest run, as launched from the request ----------------------------------------------
+    result = daemon.launch(ingest_request)
+    assert {e.asset_key.path[-1] for e in result.get_asset_materialization_events()} == {"changes", "staging"}
+    assert all(e.passed for e in result.get_asset_check_evaluations())
+    data = daemon.tick()
+    [apply_request] = daemon.new_requests(data)
+    assert ingest_request.run_key not in [r.run_key for r in data.run_requests]  # no duplicate of the batch
+    assert apply_request.job_name == APPLY and apply_request.tags[APPLY_TAG] == INCREMENTAL
+    parts = instance.get_dynamic_partitions(f"{TABLE}__target_partitions")
+    assert sorted(parts) == ["region=amer", "region=apac", "region=emea"]
+    assert apply_request.tags["dagster/asset_partition_range_start"] == parts[0]
+    assert apply_request.tags["dagster/asset_partition_range_end"] == parts[-1]
+    # asked again until it ran, always under the same run key
+    assert [r.run_key for r in daemon.tick().run_requests] == [apply_request.run_key]
+
+    result = daemon.launch(apply_request)
+    meta = {e.asset_key.path[-1]: e.event_specific_data.materialization.metadata
+            for e in result.get_asset_materialization_events()}
+    assert meta["target"]["applied_batch"].value == 1
+    assert all(e.passed for e in result.get_asset_check_evaluations())
+    assert differences(target_table(cfg), expected_state(cfg, TABLE, files1)) == []
+    keys = [r["_cdc_key"] for r in target_table(cfg)]
+    assert keys and len(set(keys)) == len(keys)
+
+    # ---- quiet: a skip, and nothing committed -------------------------------------------------------
+    versions = delta_versions(cfg)
+    data = daemon.tick()
+    assert daemon.new_requests(data) == [] and not data.dynamic_partitions_requests
+    assert delta_versions(cfg) == versions
+
+    # ---- the next batch goes the same way; the files being written are still left alone ------------
+    files2 = publish(feed, cfg, TABLE, 2)
+    assert daemon.settle() == 2  # its ingest, then the apply
+    assert [(b.id, list(b.files)) for b in ledger(cfg)] == [("b000001", files1), ("b000002", files2)]
+    assert differences(target_table(cfg), read_export(feed["export"])) == []
+    assert "quarantine" not in delta_versions(cfg)  # the half-written files were never read
+
+
+def test_a_batch_landing_while_the_previous_ingest_is_pending_loses_nothing(spark, tmp_path, instance):
+    """Runs of one tick and the next may start in any order (they are separate processes
+    waiting on the table lock): the sensor's requests must never let a later batch be
+    ingested before an earlier one and so skip it."""
+    feed = generate(tmp_path, changes=150, batches=2, files_per_batch=1, seed=37)
+    cfg = write_config(tmp_path, [{"name": TABLE, "keys": [KEY], "format": "datastream-json"}])
+    daemon = Daemon(build_definitions(cfg), instance)
+
+    publish(feed, cfg, TABLE, 1)
+    pending = daemon.new_requests(daemon.tick())
+    publish(feed, cfg, TABLE, 2)
+    pending += [r for r in daemon.new_requests(daemon.tick()) if r.run_key not in {p.run_key for p in pending}]
+    assert [b.id for b in ledger(cfg)] == ["b000001", "b000002"]
+    # the daemon launches what it has, the later request happening to take the lock first
+    for r in reversed(pending):
+        daemon.launch(r)
+    daemon.settle()
+
+    assert differences(target_table(cfg), read_export(feed["export"])) == []
+    versions = delta_versions(cfg)
+    assert versions["changes"] == versions["staging"] == 1  # one commit per batch, in order
+
+
+def test_a_second_warehouse_with_the_same_tables_is_not_confused(spark, tmp_path, instance):
+    """SPEC 2: the warehouse alone says what is done. A new warehouse (a fresh start, or a
+    second one) watched from the same Dagster instance gets its own runs: run keys of the
+    first warehouse's batches must not suppress the second's."""
+    feed = generate(tmp_path, changes=100, batches=1, files_per_batch=1, seed=41)
+    cfg_a = write_config(tmp_path, [{"name": TABLE, "keys": [KEY], "format": "datastream-json"}])
+    publish(feed, cfg_a, TABLE, 1)
+    assert Daemon(build_definitions(cfg_a), instance).settle() == 2
+
+    second = tmp_path / "second"
+    second.mkdir()
+    cfg_b = write_config(second, [{"name": TABLE, "keys": [KEY], "format": "datastream-json"}],
+                         landing=cfg_a.landing)
+    assert Daemon(build_definitions(cfg_b), instance).settle() == 2
+    assert differences(target_table(cfg_b), read_export(feed["export"])) == []
+
+
+def test_base_snapshot_first_then_apply_and_a_base_alone_is_applied(spark, tmp_path, instance):
+    """The base import and the first ingest are asked for together; the apply waits for both
+    (whichever run finishes first), and a table with only its base snapshot is applied too."""
+    feed = generate(tmp_path, changes=100, batches=1, files_per_batch=1, seed=43)
+    base_csv = tmp_path / "base.csv"
+    base_csv.write_text("id,customer,amount,status,region\n9001,base,1.5,,emea\n9002,base,2,new,apac\n")
+    cfg = write_config(tmp_path, [
+        {"name": TABLE, "keys": [KEY], "format": "datastream-json", "base_snapshot": str(base_csv)},
+        {"name": "ONLY_BASE", "keys": [KEY], "format": "datastream-json", "base_snapshot": str(base_csv),
+         "partition_by": ["region"]},
+    ])
+    defs = build_definitions(cfg)
+    daemon = Daemon(defs, instance)
+
+    publish(feed, cfg, TABLE, 1)
+    data = daemon.tick()
+    assert sorted(r.job_name for r in data.run_requests) == sorted([f"{TABLE}_base_job", INGEST])
+    ingest_request = next(r for r in data.run_requests if r.job_name == INGEST)
+    base_request = next(r for r in data.run_requests if r.job_name != INGEST)
+    daemon.launch(ingest_request)  # the ingest run happens to finish first
+    data = daemon.tick()
+    assert APPLY not in [r.job_name for r in data.run_requests], "apply asked for before the base import"
+    assert [r.run_key for r in daemon.new_requests(data)] == [base_request.run_key]
+    daemon.launch(base_request)
+    assert daemon.settle() == 1  # now the apply
+    expected = dict(read_export(feed["export"]))
+    expected.update(read_export(str(base_csv)))
+    assert differences(target_table(cfg), expected) == []
+
+    # a table with a base snapshot and no change files yet: its target is the base
+    only = Daemon(defs, instance, "ONLY_BASE")
+    only.settle()
+    assert only.launched_jobs == ["ONLY_BASE_base_job", "ONLY_BASE_apply_job"]
+    assert differences(target_table(cfg, "ONLY_BASE"), read_export(str(base_csv))) == []
+    assert instance.get_dynamic_partitions("ONLY_BASE__target_partitions") == ["region=apac", "region=emea"]
