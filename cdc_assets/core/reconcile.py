@@ -25,4 +25,5 @@ def compare(target_rows: list[dict], source_rows: list[dict], keys) -> dict:
 
 
 def discrepancies(report: dict) -> int:
-    return report["missing_rows"] + report["extra_rows"] + report["differing_rows"]
+    """Rows that differ, plus export rows that could not be read (they cannot be vouched for)."""
+    return report["missing_rows"] + report["extra_rows"] + report["differing_rows"] + report.get("unreadable_source_rows", 0)

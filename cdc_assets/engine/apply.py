@@ -117,6 +117,10 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
         result = {"num_target_rows_inserted": rows.num_rows, "num_target_rows_updated": 0,
                   "num_target_rows_deleted": 0, "num_target_files_added": len(DeltaTable(target_path).file_uris()),
                   "num_target_files_removed": 0}
+    elif not winners:
+        # Every pending change was stale or a re-delivery: nothing to commit, so readers see no
+        # new version. The watermark stays; the next run re-checks these batches, cheaply.
+        result = {}
     else:
         dt = _widen(target_path, dt, columns, table.partition_by)
         source = _target_rows(winners, columns, with_apply=True)
@@ -129,7 +133,7 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
     faults.point("target.committed")
     final = DeltaTable(target_path)
     return {
-        "batches_applied": f"{applied + 1}..{reached}", "applied_batch": reached,
+        "batches_applied": f"{applied + 1 if applied >= 0 or has_base else 1}..{reached}", "applied_batch": reached,
         "changes_pending": n_pending, "keys_changed": len(winners),
         "inserts": result.get("num_target_rows_inserted", 0), "updates": result.get("num_target_rows_updated", 0),
         "deletes": result.get("num_target_rows_deleted", 0), "stale_skipped": stale,
