@@ -1,0 +1,95 @@
+"""Rule 4: delivery is at least once. The same event (same id) in several files or batches
+counts once, and landing nothing new changes nothing: no new Delta version anywhere."""
+from __future__ import annotations
+
+from cdc_assets_tests.helpers import jsonl, land, run_table, target_rows, write_config
+
+from .records import MARKS, delta_rows, delta_version, mysql, run_ok, values
+
+pytestmark = MARKS
+
+TABLES = ("batches", "changes", "staging", "target")
+
+
+def versions(cfg, table):
+    return {name: delta_version(cfg, table, name) for name in TABLES + ("quarantine",)}
+
+
+def test_same_event_in_several_files_and_a_later_batch_counts_once(spark, workdir):
+    cfg = write_config(workdir, [{"name": "DUP", "keys": ["id"], "format": "datastream-json"}])
+    e1 = mysql("INSERT", {"id": 1, "v": "inserted"}, 1, 10)
+    e2 = mysql("UPDATE", {"id": 1, "v": "updated"}, 1, 20)
+    e3 = mysql("INSERT", {"id": 2, "v": "inserted"}, 1, 10)
+    e4 = mysql("INSERT", {"id": 3, "v": "inserted"}, 1, 10)
+    e5 = mysql("DELETE", {"id": 3, "v": None}, 1, 30)
+    land(cfg, "DUP", "batch-1", {
+        "part-a.jsonl": jsonl([e1, e2, e3, e4, e5]),
+        "part-b.jsonl": jsonl([e2, e3, e2]),            # re-delivered in another file, and twice in one
+    })
+    first = run_ok(cfg, "DUP").figures["changes"]
+    assert (first["records_read"], first["changes_new"], first["duplicates_skipped"]) == (8, 5, 3)
+
+    e6 = mysql("UPDATE", {"id": 2, "v": "updated"}, 1, 40)
+    land(cfg, "DUP", "batch-2", {"part-a.jsonl": jsonl([e1, e4, e6, e2])})  # a batch later, plus one new
+    second = run_ok(cfg, "DUP")
+    assert (second.figures["changes"]["changes_new"], second.figures["changes"]["duplicates_skipped"]) == (1, 3)
+    assert second.checks == {"batch_accounted": True, "keys_unique": True}
+
+    changes = delta_rows(cfg, "DUP", "changes")
+    assert sorted(r["_cdc_event_id"] for r in changes) == sorted(e["uuid"] for e in (e1, e2, e3, e4, e5, e6))
+    # the re-delivered insert of key 3 did not bring the deleted row back
+    assert values(target_rows(cfg, "DUP"), "id", "v") == {1: "updated", 2: "updated"}
+
+
+def test_a_batch_of_only_redelivered_events_leaves_the_target_as_it_was(spark, workdir):
+    cfg = write_config(workdir, [{"name": "REDO", "keys": ["id"], "format": "datastream-json"}])
+    events = [mysql("INSERT", {"id": 1, "v": "a"}, 1, 10), mysql("UPDATE", {"id": 1, "v": "b"}, 1, 20)]
+    land(cfg, "REDO", "batch-1", {"part-1.jsonl": jsonl(events)})
+    run_ok(cfg, "REDO")
+    before = target_rows(cfg, "REDO", source_only=False)
+    target_before = delta_version(cfg, "REDO", "target")
+    land(cfg, "REDO", "batch-2", {"part-1.jsonl": jsonl(events[::-1])})
+    outcome = run_ok(cfg, "REDO")
+    assert outcome.figures["changes"]["duplicates_skipped"] == 2
+    assert target_rows(cfg, "REDO", source_only=False) == before
+    assert delta_version(cfg, "REDO", "target") == target_before
+    # and the run after it, with nothing landed, commits nothing anywhere
+    settled = versions(cfg, "REDO")
+    run_ok(cfg, "REDO")
+    assert versions(cfg, "REDO") == settled
+
+
+def test_changeset_redelivery_without_event_ids_counts_once(spark, workdir):
+    """Formats without an event id: an identical record delivered twice is one change."""
+    cfg = write_config(workdir, [{"name": "CSDUP", "keys": ["ID"], "format": "changeset", "options": {
+        "op_column": "FLAG", "sequence_by": ["TS"], "inserts": ["I"], "updates": ["U"], "deletes": ["D"]}}])
+    text = "FLAG,ID,VALUE,TS\nI,1,A1,2018-01-01 16:02:00\nU,1,A2,2018-01-01 16:02:01\n"
+    land(cfg, "CSDUP", "batch-1", {"part-0001.csv": text, "part-0002.csv": text})
+    outcome = run_ok(cfg, "CSDUP")
+    assert (outcome.figures["changes"]["changes_new"], outcome.figures["changes"]["duplicates_skipped"]) == (2, 2)
+    assert values(target_rows(cfg, "CSDUP"), "ID", "VALUE") == {1: "A2"}
+
+
+def test_a_run_with_nothing_new_commits_nothing(spark, workdir):
+    cfg = write_config(workdir, [{"name": "QUIET", "keys": ["id"], "format": "datastream-json"}])
+    land(cfg, "QUIET", "batch-1", {"part-1.jsonl": jsonl([
+        mysql("INSERT", {"id": 1, "v": "a"}, 1, 10),
+        mysql("INSERT", {"id": 2, "v": "a"}, 1, 11),
+        mysql("DELETE", {"id": 2, "v": None}, 1, 12),
+        "{not json\n",  # a quarantine commit too, so that table is covered
+    ])})
+    run_table(cfg, "QUIET")
+    before = versions(cfg, "QUIET")
+    assert min(before.values()) >= 0, before
+    rows = target_rows(cfg, "QUIET", source_only=False)
+
+    # a file still being written (a '.'-name) or a writer's '_'-name is not a new file
+    land_dir = workdir / "landing" / "QUIET" / "batch-2"
+    land_dir.mkdir()
+    (land_dir / ".part-2.jsonl.tmp").write_text(jsonl([mysql("UPDATE", {"id": 1, "v": "b"}, 1, 20)]))
+    (land_dir / "_SUCCESS").write_text("")
+    for _ in range(2):
+        outcome = run_table(cfg, "QUIET")
+        assert outcome.new_batch is None, outcome
+        assert versions(cfg, "QUIET") == before
+    assert target_rows(cfg, "QUIET", source_only=False) == rows
