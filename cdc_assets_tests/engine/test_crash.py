@@ -156,3 +156,24 @@ def test_killed_runs_end_as_one_clean_run(tmp_path, spark_connect, cli, long_run
           f"{len(set(killed))} distinct; all survived: {sorted(set(killed))}")
     assert len(set(killed)) >= (30 if long_run else 10)
     assert _state(root) == clean
+
+
+def test_concurrent_runs_neither_lose_nor_double_a_batch(tmp_path, spark_connect, cli):
+    """Two `run`s of the same table at once (as the sensor and a user would): one applies, one waits
+    on the table lock and then finds the work done; the end state equals one clean run's."""
+    feed = _feed(str(tmp_path))
+    clean_root, root = str(tmp_path / "clean"), str(tmp_path / "twice")
+    clean_cfg, cfg = _warehouse(clean_root, feed), _warehouse(root, feed)
+    env = dict(os.environ, SPARK_REMOTE=spark_connect)
+    env.pop("DAGSTER_HOME", None)
+    for b in range(1, BATCHES + 1):
+        _land(feed, clean_root, b)
+        assert _run(cli, clean_cfg, spark_connect) == 0
+        _land(feed, root, b)
+        procs = [subprocess.Popen(cli + ["run", "--config", cfg], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT) for _ in range(2)]
+        codes = [p.wait(timeout=600) for p in procs]
+        assert codes == [0, 0], [p.stdout.read().decode(errors="replace")[-2000:] for p in procs]
+    state = _state(root)
+    assert state == _state(clean_root)
+    assert sorted({b for b, _ in state["batches"]}) == [str(b) for b in range(1, BATCHES + 1)]
