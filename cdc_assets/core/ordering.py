@@ -109,8 +109,8 @@ def arrival(batch_seq: int, file_index: int, line: int) -> str:
 
 
 # Typed values (changeset `sequence_by`): a type tag, then an order-preserving body.
-_INT_RE = re.compile(r"[+-]?\d+")
-_DEC_RE = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?")
+_INT_RE = re.compile(r"[+-]?\d+", re.ASCII)
+_DEC_RE = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?", re.ASCII)  # ASCII: "1٣" is text
 
 
 def _decimal(d: Decimal) -> str:

@@ -14,8 +14,10 @@ import re
 import uuid
 from decimal import Decimal
 
-_INT = re.compile(r"[+-]?(0|[1-9]\d*)")
-_FLOAT = re.compile(r"[+-]?(\d+\.\d+)")
+# FIX (SPEC 3, 4; found by test_random_feeds): without re.ASCII, \d matched any Unicode
+# digit, so CSV text "1٣" became the integer 13 (and the key 13) and "٣.5" became 3.5.
+_INT = re.compile(r"[+-]?(0|[1-9]\d*)", re.ASCII)
+_FLOAT = re.compile(r"[+-]?(\d+\.\d+)", re.ASCII)
 
 NULL, BOOLEAN, LONG, DOUBLE, STRING = "null", "boolean", "long", "double", "string"
 

@@ -1,0 +1,965 @@
+"""Random feeds against a reference: generated source histories, delivered at random,
+applied by the engine and compared, AFTER EACH BATCH, with an independent replay.
+
+What is generated (hypothesis draws value pools and seeds; each feed is then
+built from its own `random.Random`, so one example holds hundreds of feeds
+without overrunning hypothesis' buffer):
+
+- a source history per feed: inserts, updates (and Datastream's UPDATE-DELETE +
+  UPDATE-INSERT pairs at one source position), deletes, over 1-5 composite keys
+  (`feed` text, `kid` integer, `kname` unicode text), null payload values,
+  unicode text, many changes within one second (1-second timestamps with ties:
+  only the source position orders them), optional Datastream backfill events
+  and optional base snapshot rows; every change carries its true position `seq`;
+- its rendering in one format, as the conformance scenarios write it
+  (/work/shared/conformance/scenarios/*/batch-1): datastream-json for Oracle
+  (scn, rs_id, ssn), MySQL (log_file/log_position, with binlog rotation, also
+  past mysql-bin.999999), PostgreSQL (lsn X/Y) and SQL Server (lsn, three hex
+  numbers); bigquery-append (change_sequence_number as an integer or a CSN
+  string); bigquery-cdc (_CHANGE_SEQUENCE_NUMBER, 1-4 hex sections, any case);
+  changeset CSV and JSON lines (sequence_by an integer column and/or a
+  timestamp column);
+- a delivery: shuffled, split into files and batches, some events duplicated
+  (same event id, in the same or another batch), some delayed into later
+  batches; CSV base snapshots (source exports) for some tables.
+
+Cost: many feeds share one table (the `feed` key column keeps their keys
+apart), so one pass of the engine steps (register_new_batch, ingest_batch,
+stage_batch, import_base, apply_pending, called directly) applies them all.
+Normal run: 2 examples x 6 tables x 18 feeds = 216 feeds; `--long`: 10 x 6 x 40 = 2400.
+RANDOM_FEEDS_EXAMPLES / RANDOM_FEEDS_PER_TABLE override both; RANDOM_FEEDS_THREADS (default 2)
+is how many tables run their engine steps side by side.
+
+The check: after every batch, each feed's rows in `target` equal the state of
+`cdc_assets_tests.reference_model.ReferenceTable` fed with the changes
+delivered so far (by their true `seq`, never by the formats' encodings).
+Values compare by meaning (`same_by_meaning`): CSV input is typed by inference
+and the target's column types are the join of the values seen, so 5, '5' and
+5.0 are one value and, where CSV is involved, '' is NULL.
+
+When a feed fails
+-----------------
+1. The test shrinks the failing feed itself (`shrink_feed`: delta debugging
+   over its deliveries and base rows; every round runs all candidate feeds of
+   the round in one table, so a round is one engine pass), then fails with the
+   shrunk feed written to `<repo>/.pytest_cache/random_feeds/shrunk-<hash>.json` and shown
+   in the failure message. Hypothesis' own shrinking is switched off: one
+   example is hundreds of feeds and an engine pass costs seconds; the feed is
+   the unit that shrinks.
+2. Keep it as a regression test: move that file into
+   `cdc_assets_tests/engine/random_feeds_regressions/` (name it after the bug).
+   `test_random_feed_regressions` replays every file there, exactly as shrunk
+   (the file holds the table's format/options and the feed's rendered records,
+   deliveries and base rows; nothing is regenerated), against the reference.
+3. To replay a whole failing example instead, hypothesis prints a
+   `@reproduce_failure` blob (print_blob=True); decorate `check` with it.
+"""
+from __future__ import annotations
+
+import copy
+import csv
+import datetime as dt
+import gzip
+import hashlib
+import io
+import json
+import os
+import random
+import re
+import tempfile
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from decimal import Decimal, InvalidOperation
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from cdc_assets.engine.apply import apply_pending
+from cdc_assets.engine.base import import_base
+from cdc_assets.engine.ingest import ingest_batch
+from cdc_assets.engine.landing import register_new_batch
+from cdc_assets.engine.stage import stage_batch
+from cdc_assets_tests.helpers import land, target_rows, write_config
+from cdc_assets_tests.reference_model import DELETE, UPSERT, ReferenceTable, SourceChange
+
+pytestmark = pytest.mark.spark
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REGRESSIONS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "random_feeds_regressions")
+FAILURES_DIR = os.path.join(REPO, ".pytest_cache", "random_feeds")  # git ignores it
+
+KEYS = ["feed", "kid", "kname"]
+TEXT_COL = "tëxt"  # a non-ASCII column name, on purpose
+PAYLOAD = ["n", "x", TEXT_COL]
+OP_COL = "FLAG"
+SEQ_COL, TS_COL = "SEQ", "CDC_TIMESTAMP"
+
+# Always in the pools, next to what hypothesis draws.
+FIXED_TEXTS = ["", " ", "ü", "日本語テキスト", "emoji 🎉🚀", 'a,b;"c"', "line\nbreak", "cr\rlf\r\n", "tab\there",
+               "5", "007", "1.50", "-0", "NULL", "null", "\\N", "Ωμέγα", "\u200b", "\u2028sep", "\x00nul",
+               "1٣", "٣.5", "１２"]  # non-ASCII digits: text, not numbers
+FIXED_NAMES = ["α", "k 1", "Ключ", "鍵", "a,b", 'x"y', " lead", "trail ", "A", "a"]
+_NUMBERISH = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*", re.ASCII)
+
+
+# ---- comparing by meaning ---------------------------------------------------------------
+
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?", re.ASCII)
+
+
+def meaning(value, *, empty_is_null: bool = True):
+    """What a value means, across CSV inference and column-type widening:
+    5 == '5' == 5.0 == '5.0'; with CSV input, '' is NULL. Other text is itself."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, int):
+        return ("number", Decimal(value))
+    if isinstance(value, float):
+        return ("number", Decimal(repr(value)))
+    if isinstance(value, str):
+        if value == "" and empty_is_null:
+            return None
+        if _NUMBER.fullmatch(value):
+            try:
+                return ("number", Decimal(value))
+            except InvalidOperation:
+                pass
+        return ("text", value)
+    return ("other", repr(value))
+
+
+def same_by_meaning(a, b, *, empty_is_null: bool = True) -> bool:
+    return meaning(a, empty_is_null=empty_is_null) == meaning(b, empty_is_null=empty_is_null)
+
+
+def same_value(expected, actual, *, csv_input: bool) -> bool:
+    """With CSV input anywhere in the table, by meaning. Without, text must keep its exact
+    spelling ('007' stays '007'); a number may come back as its text (column types widen)."""
+    if csv_input:
+        return same_by_meaning(expected, actual)
+    if isinstance(expected, str):
+        return actual == expected
+    return same_by_meaning(expected, actual, empty_is_null=False)
+
+
+def _key_meaning(values) -> tuple:
+    return tuple(meaning(v) for v in values)
+
+
+# ---- the plan: tables, feeds, changes, deliveries (plain JSON-able data) --------------
+
+@dataclass
+class FeedPlan:
+    fid: str
+    kind: str  # source kind / variant, for the report
+    changes: list[dict]  # {"seq", "key", "op", "row", "eid", "record"}
+    base: list[dict] = field(default_factory=list)  # base snapshot rows (source columns)
+    delivery: list[list[int]] = field(default_factory=list)  # [change index, batch, slot]
+
+
+@dataclass
+class TablePlan:
+    name: str
+    format: str
+    options: dict
+    base: bool
+    slots: list[list[str]]  # per batch: file names
+    feeds: list[FeedPlan] = field(default_factory=list)
+
+    @property
+    def batches(self) -> int:
+        return len(self.slots)
+
+    @property
+    def csv_involved(self) -> bool:
+        return self.base or any(f.endswith((".csv", ".csv.gz")) for s in self.slots for f in s)
+
+    def spec(self) -> dict:
+        return {"format": self.format, "options": self.options, "base": self.base, "slots": self.slots}
+
+
+# ---- value pools, drawn by hypothesis ---------------------------------------------------
+
+@dataclass
+class Pools:
+    texts: list
+    names: list
+    ints: list
+    floats: list
+
+
+@st.composite
+def pools(draw) -> Pools:
+    texts = draw(st.lists(st.text(max_size=8), min_size=1, max_size=8))
+    names = draw(st.lists(st.text(min_size=1, max_size=6).filter(lambda s: not _NUMBERISH.fullmatch(s)),
+                          max_size=6, unique=True))
+    ints = draw(st.lists(st.integers(-(2 ** 63), 2 ** 63 - 1), min_size=1, max_size=6))
+    floats = draw(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=6))
+    return Pools(FIXED_TEXTS + texts, sorted(set(FIXED_NAMES + names)), [0, 1, -1, 7, 2 ** 63 - 1, -(2 ** 63)] + ints,
+                 [0.5, -0.0, 1e300, 5e-324, 3.25] + floats)
+
+
+# ---- source histories -------------------------------------------------------------------
+
+def _row(rnd: random.Random, pools: Pools, key: tuple, late: bool) -> dict:
+    row = {"feed": key[0], "kid": key[1], "kname": key[2],
+           "n": rnd.choice(pools.ints + [None, None]),
+           "x": rnd.choice(pools.floats + [None]),
+           TEXT_COL: rnd.choice(pools.texts + [None])}
+    if late:
+        row["late"] = rnd.choice(pools.texts + ["late", None])  # a column that appears mid-history (rule 6)
+    return row
+
+
+def _keys(rnd: random.Random, pools: Pools, fid: str) -> list[tuple]:
+    kids = rnd.sample(pools.ints, min(len(pools.ints), rnd.randint(1, 3)))
+    names = rnd.sample(pools.names, min(len(pools.names), rnd.randint(1, 3)))
+    combos = [(fid, k, n) for k in kids for n in names]
+    rnd.shuffle(combos)
+    return combos[:rnd.choice([1, 1, 2, 2, 3, 4, 5])]  # few keys: many changes per key
+
+
+def source_history(rnd: random.Random, pools: Pools, fid: str, *, pairs: bool, initial: dict) -> list[tuple]:
+    """[(op, key, row)]: op I, U, D, or the two halves of an update at one position, UD then UI."""
+    keys = list(dict.fromkeys(list(initial) + _keys(rnd, pools, fid)))
+    live = dict(initial)
+    late_from = rnd.randint(1, 30) if rnd.random() < 0.3 else None
+    out = []
+    for i in range(rnd.randint(1, 24)):
+        late = late_from is not None and i >= late_from
+        key = rnd.choice(keys)
+        r = rnd.random()
+        if key in live:
+            if r < 0.5:
+                op = "U"
+            elif r < 0.75:
+                op = "D"
+            elif r < 0.9 and pairs:
+                op = "PAIR"
+            else:
+                op = "I"  # an insert over a live row is an upsert too
+        else:
+            op = "I" if r < 0.8 else ("U" if r < 0.9 else "D")  # updates/deletes of missing rows happen too
+        if op == "PAIR":
+            new_key = key if rnd.random() < 0.8 else rnd.choice(keys)  # a primary-key update moves the row
+            out.append(("UD", key, live[key]))
+            live.pop(key)
+            row = _row(rnd, pools, new_key, late)
+            out.append(("UI", new_key, row))
+            live[new_key] = row
+        elif op == "D":
+            image = live.pop(key, None) or {"feed": key[0], "kid": key[1], "kname": key[2]}
+            out.append(("D", key, image))
+        else:
+            row = _row(rnd, pools, key, late)
+            out.append((op, key, row))
+            live[key] = row
+    return out
+
+
+# ---- source positions (strictly increasing in the true order) ---------------------------
+
+class Positions:
+    """A source's log position, advanced so that the SPEC's comparison follows the true order."""
+
+    def __init__(self, rnd: random.Random, kind: str):
+        self.rnd, self.kind = rnd, kind
+        self.rotation = rnd.choice([0.2, 0.4])
+        self.start()
+
+    def start(self) -> None:
+        rnd, kind = self.rnd, self.kind
+        if kind == "oracle":
+            self.p = [rnd.randint(1, 2 ** 48), rnd.randint(0, 0xFFFF), rnd.randint(0, 0xFFFFFF), rnd.randint(0, 0x1F0),
+                      rnd.randint(0, 300)]
+            self.limits = [2 ** 60, 0xFFFFFF, 0xFFFFFFFF, 0xFFFF, 2 ** 40]
+        elif kind == "mysql":
+            # mostly just before mysql-bin.999999 -> mysql-bin.1000000 (as text, '9' > '1')
+            self.p = [rnd.choice([7, 99_999, 999_998, 999_999, 999_999, 999_999]), rnd.randint(4, 2 ** 31)]
+        elif kind == "postgres":
+            # X/Y crossing hexadecimal digit counts (F/.. -> 10/.., FFFFF -> 100000): text order is wrong there
+            hi = rnd.choice([0, 0xF, 0xFF, rnd.randint(0, 0xFFFF)])
+            lo = rnd.choice([rnd.randint(0, 2 ** 32 - 1), 2 ** 32 - rnd.randint(1, 5000), 0x100000 - rnd.randint(1, 300),
+                             0x10 - rnd.randint(1, 15)])
+            self.p = [hi * 2 ** 32 + lo]
+        elif kind == "sqlserver":
+            self.p = [rnd.randint(1, 0xFFFF), rnd.randint(0, 0xFFFFFFF0), rnd.randint(0, 0xFFF0)]
+            self.limits = [0xFFFFFFFF, 0xFFFFFFFF, 0xFFFF]
+        else:
+            raise ValueError(kind)
+
+    def advance(self) -> None:
+        rnd, p = self.rnd, self.p
+        if self.kind == "mysql":
+            if rnd.random() < self.rotation:
+                p[0] += 1  # binlog rotation: the position starts again small
+                p[1] = rnd.randint(4, 200)
+            else:
+                p[1] += rnd.choice([1, 9, 90, rnd.randint(1, 5000)])
+        elif self.kind == "postgres":
+            p[0] += rnd.choice([1, 8, 0x10, rnd.randint(1, 2 ** 24)])
+        else:
+            # lexicographic: raise one component, restart the later ones low (maybe lower than before)
+            weights = [1] * len(p)
+            weights[-1] = weights[-2] = 4
+            j = rnd.choices(range(len(p)), weights)[0]
+            while p[j] >= self.limits[j] - 20 and j > 0:
+                j -= 1
+            p[j] += rnd.choice([1, 15, 16, rnd.randint(1, 20)])
+            for k in range(j + 1, len(p)):
+                p[k] = rnd.randint(0, 20)
+
+    def fail_over(self) -> None:
+        """A new second may start anywhere in the log (a failover, a restored replica): the
+        timestamp orders such changes, the position only within one second."""
+        self.start()
+
+    def metadata(self) -> dict:
+        rnd, p = self.rnd, self.p
+        if self.kind == "oracle":
+            w = [rnd.choice([1, 6]), rnd.choice([1, 8]), rnd.choice([1, 4])]
+            rs = "0x" + ".".join(f"{v:0{wd}x}" for v, wd in zip(p[1:4], w))
+            return {"log_file": "", "scn": p[0], "row_id": "AAAGYPAATAAPIC5AAB", "database": "DB1", "schema": "ROOT",
+                    "table": "T", "tx_id": "", "rs_id": rnd.choice([rs, rs.upper().replace("0X", "0x")]), "ssn": p[4]}
+        if self.kind == "mysql":
+            return {"table": "t", "log_file": f"mysql-bin.{p[0]:06d}", "log_position": p[1],
+                    "primary_keys": KEYS, "database": "shop"}
+        if self.kind == "postgres":
+            return {"schema": "public", "table": "t", "tx_id": 5, "lsn": f"{p[0] >> 32:X}/{p[0] & 0xFFFFFFFF:X}",
+                    "primary_keys": KEYS}
+        return {"table": "t", "database": "db", "schema": "dbo", "tx_id": "0x1",
+                "lsn": f"{p[0]:08X}:{p[1]:08X}:{p[2]:04X}", "physical_location": [1, 2, 3],
+                "replication_index": KEYS}
+
+
+READ_METHODS = {"oracle": ("oracle-cdc-logminer", "oracle-backfill"),
+                "mysql": ("mysql-cdc-binlog", "mysql-backfill-fulldump"),
+                "postgres": ("postgres-cdc-wal", "postgresql-backfill"),
+                "sqlserver": ("sqlserver-cdc", "sqlserver-backfill")}
+BACKFILL_META = {"oracle": {"log_file": "", "scn": 0, "rs_id": "", "ssn": 0},
+                 "mysql": {"log_file": "", "log_position": 0},
+                 "postgres": {"lsn": ""}, "sqlserver": {"lsn": ""}}
+UPDATE_TYPES = {"oracle": ["UPDATE", "UPDATE-INSERT"], "mysql": ["UPDATE-INSERT", "UPDATE"],
+                "postgres": ["UPDATE"], "sqlserver": ["UPDATE"]}
+EPOCH0 = 1_700_000_000
+
+
+def _source_ts(rnd: random.Random, style: str, sec: int):
+    iso = dt.datetime.fromtimestamp(sec, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    return {"iso": iso, "iso_z": iso + ".000Z", "ms": sec * 1000, "ms_text": str(sec * 1000)}[style]
+
+
+def _uuid(rnd: random.Random) -> str:
+    return str(uuid.UUID(int=rnd.getrandbits(128), version=4))
+
+
+def _change(seq, key, op, row, eid, record) -> dict:
+    return {"seq": seq, "key": list(key), "op": op, "row": row, "eid": eid, "record": record}
+
+
+def datastream_feed(rnd, pools, fid, kind, initial: dict, backfill: bool) -> list[dict]:
+    """Datastream JSON events (seed 003; conformance datastream_mysql_orders)."""
+    pairs = kind in ("oracle", "mysql")
+    history = source_history(rnd, pools, fid, pairs=pairs, initial=initial)
+    pos = Positions(rnd, kind)
+    style = rnd.choice(["iso", "iso_z", "ms", "ms_text"])
+    sec = EPOCH0 + rnd.randint(0, 10 ** 7)
+    # how often a change starts a new second (MySQL: rarely, so rotations fall within one second)
+    tick_rate = rnd.choice([0.02, 0.1] if kind == "mysql" else [0.05, 0.2, 0.4])
+    cdc_method, backfill_method = READ_METHODS[kind]
+    live = dict(initial)
+    out: list[dict] = []
+
+    def event(change_type, key, row, method, meta):
+        ev = {"stream_name": "projects/p/locations/l/streams/s", "read_method": method, "object": "t",
+              "schema_key": "k", "uuid": _uuid(rnd), "read_timestamp": "2026-11-20T10:01:23.868Z",
+              "source_timestamp": _source_ts(rnd, style, sec),
+              "source_metadata": {"is_deleted": change_type in ("DELETE", "UPDATE-DELETE"), **meta,
+                                  "change_type": change_type},
+              "payload": row}
+        op = DELETE if change_type in ("DELETE", "UPDATE-DELETE") else UPSERT
+        out.append(_change(len(out), key, op, row, ev["uuid"], ev))
+
+    def backfills(n):
+        # backfill events have no position and rank lowest at their second: emit them when the
+        # second starts, before any CDC event of that second; one per key per second
+        for key in rnd.sample(sorted(live, key=repr), min(n, len(live))):
+            event("INSERT", key, live[key], backfill_method, dict(BACKFILL_META[kind]))
+
+    if backfill and live:
+        backfills(len(live))
+    for i, (op, key, row) in enumerate(history):
+        if op != "UI":
+            tick = rnd.choice([1, 1, 2, 3600]) if i and rnd.random() < tick_rate else 0
+            if tick:
+                sec += tick
+                if backfill and rnd.random() < 0.3:
+                    backfills(rnd.randint(1, 2))
+            if tick and rnd.random() < 0.2:
+                pos.fail_over()
+            elif i:
+                pos.advance()
+        if op == "UD":
+            change_type = "UPDATE-DELETE"
+        elif op == "UI":
+            change_type = "UPDATE-INSERT"  # same position as its UPDATE-DELETE, which ranks first
+        elif op == "U":
+            change_type = rnd.choice(UPDATE_TYPES[kind])
+        else:
+            change_type = {"I": "INSERT", "D": "DELETE"}[op]
+        if op in ("D", "UD"):
+            live.pop(key, None)
+        else:
+            live[key] = row
+        event(change_type, key, row, cdc_method, pos.metadata())
+    return out
+
+
+class CSN:
+    """BigQuery change sequence numbers: 1-4 '/'-separated sections, compared section by section
+    as unsigned 64-bit numbers; with an equal prefix fewer sections rank lower (seed 004)."""
+
+    def __init__(self, rnd: random.Random):
+        self.rnd = rnd
+        # the first section stays below 2**63 + a little, so it can always grow; later ones may start near 2**64
+        start = rnd.choice([0, rnd.randint(0, 2 ** 40), 2 ** 63 - rnd.randint(1, 50)])
+        self.sections = [start] + [rnd.choice([rnd.randint(0, 2 ** 64 - 1), 2 ** 64 - rnd.randint(21, 400)])
+                                   for _ in range(rnd.randint(0, 2))]
+
+    def advance(self) -> None:
+        rnd, s = self.rnd, self.sections
+        if len(s) < 4 and rnd.random() < 0.25:
+            s.append(rnd.choice([0, rnd.randint(0, 2 ** 64 - 1)]))  # same prefix, one more section
+            return
+        j = len(s) - 1 if rnd.random() < 0.7 else rnd.randrange(len(s))
+        while s[j] >= 2 ** 64 - 20:
+            j -= 1  # (never below 0: the first section is far from the maximum)
+        s[j] += min(rnd.choice([1, 9, 0x10, rnd.randint(1, 2 ** 20)]), 2 ** 64 - 1 - s[j])
+        del s[j + 1:]
+        while len(s) < 4 and rnd.random() < 0.2:
+            s.append(rnd.randint(0, 2 ** 64 - 1))
+
+    def text(self) -> str:
+        rnd = self.rnd
+        parts = []
+        for v in self.sections:
+            h = f"{v:x}"
+            h = h.zfill(rnd.randint(len(h), 16))
+            parts.append(rnd.choice([h, h.upper()]))
+        return "/".join(parts)
+
+
+def bigquery_append_feed(rnd, pools, fid, initial: dict) -> list[dict]:
+    """Rows of a Datastream append-mode table (seed 000; conformance seed000_*)."""
+    history = source_history(rnd, pools, fid, pairs=True, initial=initial)
+    as_int = rnd.random() < 0.5
+    csn_int = rnd.choice([rnd.randint(1, 10 ** 6), 2 ** 63 - rnd.randint(1, 200), 2 ** 64 - 10 ** 5])
+    csn = CSN(rnd)
+    ms = (EPOCH0 + rnd.randint(0, 10 ** 7)) * 1000
+    out = []
+    for i, (op, key, row) in enumerate(history):
+        if op != "UI" and i:
+            csn_int += rnd.choice([1, 3, rnd.randint(1, 1000)])
+            csn.advance()
+            ms += rnd.choice([0, 0, 0, 1000])
+        change_type = {"I": "INSERT", "U": "UPDATE-INSERT", "D": "DELETE", "UD": "UPDATE-DELETE",
+                       "UI": "UPDATE-INSERT"}[op]
+        eid = _uuid(rnd)
+        rec = {**row, "datastream_metadata": {
+            "uuid": eid, "source_timestamp": ms, "change_sequence_number": csn_int if as_int else csn.text(),
+            "change_type": change_type, "is_deleted": change_type.endswith("DELETE")}}
+        out.append(_change(len(out), key, DELETE if op in ("D", "UD") else UPSERT, row, eid, rec))
+    return out
+
+
+def bigquery_cdc_feed(rnd, pools, fid, initial: dict) -> list[dict]:
+    """Rows with _CHANGE_TYPE and _CHANGE_SEQUENCE_NUMBER (seed 004)."""
+    history = source_history(rnd, pools, fid, pairs=False, initial=initial)
+    csn = CSN(rnd)
+    out = []
+    for i, (op, key, row) in enumerate(history):
+        if i:
+            csn.advance()
+        if op == "D":
+            image = {**{c: None for c in PAYLOAD}, **{k: row[k] for k in KEYS}} if rnd.random() < 0.5 else row
+            rec = {**image, "_CHANGE_TYPE": "DELETE", "_CHANGE_SEQUENCE_NUMBER": csn.text()}
+            row = image
+        else:
+            rec = {**row, "_CHANGE_TYPE": "UPSERT", "_CHANGE_SEQUENCE_NUMBER": csn.text()}
+        # no event id in this format: a re-delivery is the same content
+        out.append(_change(len(out), key, DELETE if op == "D" else UPSERT, row, f"{fid}#{len(out)}", rec))
+    return out
+
+
+def _ts_text(rnd: random.Random, style: str, micros: int) -> str:
+    t = dt.datetime(2018, 1, 1) + dt.timedelta(microseconds=micros)
+    if style == "offset":
+        off = rnd.choice([-300, 0, 60, 120, 330])
+        local = t + dt.timedelta(minutes=off)
+        sign = "+" if off >= 0 else "-"
+        return local.strftime("%Y-%m-%dT%H:%M:%S") + (f".{t.microsecond // 1000:03d}" if t.microsecond else "") \
+            + f"{sign}{abs(off) // 60:02d}:{abs(off) % 60:02d}"
+    sep = "T" if style in ("iso_t", "iso_z") else " "
+    text = t.strftime(f"%Y-%m-%d{sep}%H:%M:%S")
+    if t.microsecond:
+        text += f".{t.microsecond // 1000:03d}"
+    return text + ("Z" if style == "iso_z" else "")
+
+
+def changeset_feed(rnd, pools, fid, initial: dict, sequence_by: list[str], flags: dict) -> list[dict]:
+    """Change sets with an op column and sequence columns (seed 002: FLAG, ID, VALUE, CDC_TIMESTAMP)."""
+    history = source_history(rnd, pools, fid, pairs=False, initial=initial)
+    style = rnd.choice(["space", "iso_t", "iso_z", "offset"])
+    seq_as_text = rnd.random() < 0.35  # some writers (BigQuery JSON exports) write INT64 as text
+    micros = rnd.randint(0, 10 ** 6) * 10 ** 6
+    seq = rnd.choice([rnd.randint(-20, 20), 7, 98, 999])
+    sub_second = rnd.random() < 0.5
+    out = []
+    for i, (op, key, row) in enumerate(history):
+        if sequence_by == [SEQ_COL]:
+            seq += rnd.choice([1, 2, 3, 11]) if i else 0
+            micros += rnd.choice([-10 ** 6, 0, 10 ** 6])  # not an ordering column here: anything goes
+        elif sequence_by == [TS_COL]:
+            if i:
+                micros += rnd.choice([1000, 250_000]) if sub_second else rnd.choice([1, 2, 60]) * 10 ** 6
+            seq = rnd.randint(-5, 5)  # not an ordering column here
+        else:  # [TS, SEQ]: 1-second ties, the integer orders within the second, restarts with it
+            tick = rnd.choice([0, 0, 0, 1]) if i else 0
+            if tick:
+                micros += tick * 10 ** 6
+                seq = rnd.choice([rnd.randint(-20, 20), 8, 98])
+            elif i:
+                seq += rnd.choice([1, 2, 9])
+        flag = flags["D"] if op == "D" else flags[op if op in ("I", "U") else "U"]
+        if op == "D" and rnd.random() < 0.5:
+            row = {**{c: None for c in PAYLOAD}, **{k: row[k] for k in KEYS}}
+        image = {**row, SEQ_COL: str(seq) if seq_as_text else seq, TS_COL: _ts_text(rnd, style, micros)}
+        rec = {OP_COL: flag, **image}
+        out.append(_change(len(out), key, DELETE if op == "D" else UPSERT, image, f"{fid}#{len(out)}", rec))
+    return out
+
+
+# ---- tables and deliveries ---------------------------------------------------------------
+
+TABLE_KINDS = ["ds", "ds_base", "bqa", "bqc", "cs_csv", "cs_json"]
+
+
+def plan_table(rnd: random.Random, pools: Pools, name: str, kind: str, n_feeds: int, long: bool) -> TablePlan:
+    n_batches = rnd.randint(2, 5 if long else 4)
+    base = kind == "ds_base" or (kind != "ds" and rnd.random() < 0.5)
+    fmt = {"ds": "datastream-json", "ds_base": "datastream-json", "bqa": "bigquery-append",
+           "bqc": "bigquery-cdc", "cs_csv": "changeset", "cs_json": "changeset"}[kind]
+    options, flags, sequence_by = {}, {}, []
+    if fmt == "changeset":
+        # the CSV table always orders by the integer column (alone or after the timestamp)
+        sequence_by = rnd.choice([[SEQ_COL], [TS_COL, SEQ_COL]] + ([[TS_COL]] if kind == "cs_json" else []))
+        flags = rnd.choice([{"I": "I", "U": "U", "D": "D"}, {"I": 0, "U": 1, "D": 2}])
+        options = {"op_column": OP_COL, "sequence_by": sequence_by, "inserts": [flags["I"]],
+                   "updates": [flags["U"]], "deletes": [flags["D"]]}
+    main_ext = "csv" if kind == "cs_csv" else "jsonl"
+    other_ext = "jsonl" if kind == "cs_csv" else ("csv" if kind == "cs_json" else "jsonl")
+    slots = []
+    for b in range(n_batches):
+        names = []
+        for s in range(rnd.randint(1, 3)):
+            ext = main_ext if rnd.random() < 0.75 else other_ext
+            if rnd.random() < 0.15:
+                ext += ".gz"
+            names.append(f"batch-{b + 1:02d}/part-{s:04d}.{ext}")
+        slots.append(names)
+    table = TablePlan(name, fmt, options, base, slots)
+    sources = ["oracle", "mysql", "postgres", "sqlserver"]
+    rnd.shuffle(sources)
+    for i in range(n_feeds):
+        fid = f"{name.lower()}-f{i:03d}"
+        frnd = random.Random(f"{rnd.random()}/{fid}")
+        table.feeds.append(plan_feed(frnd, pools, table, fid, kind, sequence_by, flags, sources[i % 4]))
+    return table
+
+
+def plan_feed(rnd, pools, table: TablePlan, fid: str, kind: str, sequence_by, flags, ds_source: str) -> FeedPlan:
+    initial: dict = {}
+    with_base = table.base and rnd.random() < 0.6
+    backfill = kind.startswith("ds") and rnd.random() < 0.4
+    if with_base or backfill:
+        for key in _keys(rnd, pools, fid)[:rnd.randint(1, 3)]:
+            initial[key] = _row(rnd, pools, key, False)
+    if kind.startswith("ds"):
+        source = ds_source  # the Datastream source kinds take turns, so each has its share of feeds
+        changes = datastream_feed(rnd, pools, fid, source, initial, backfill)
+    elif kind == "bqa":
+        source, changes = "bigquery-append", bigquery_append_feed(rnd, pools, fid, initial)
+    elif kind == "bqc":
+        source, changes = "bigquery-cdc", bigquery_cdc_feed(rnd, pools, fid, initial)
+    else:
+        source = f"changeset {'+'.join(sequence_by)}"
+        changes = changeset_feed(rnd, pools, fid, initial, sequence_by, flags)
+    base = []
+    if with_base:
+        for row in initial.values():
+            row = dict(row)
+            if table.format == "changeset":
+                # a base row ranks below every change, even with sequence values above them all
+                row[SEQ_COL] = rnd.choice([10 ** 9, -10 ** 9, None])
+                row[TS_COL] = rnd.choice(["2099-01-01 00:00:00", "1999-01-01 00:00:00"])
+            base.append(row)
+    return FeedPlan(fid, source + (" +base" if base else "") + (" +backfill" if backfill else ""), changes, base,
+                    plan_delivery(rnd, len(changes), table.slots))
+
+
+def plan_delivery(rnd: random.Random, n: int, slots: list[list[str]]) -> list[list[int]]:
+    """Every change at least once: in its time's batch, or delayed, or anywhere; some twice or more."""
+    n_batches = len(slots)
+    mode = rnd.choice(["flow", "flow", "chaos"])
+    out = []
+    for i in range(n):
+        if mode == "flow":
+            b = min(n_batches - 1, i * n_batches // max(n, 1))
+            if rnd.random() < 0.2:
+                b = rnd.randint(b, n_batches - 1)  # delayed
+        else:
+            b = rnd.randrange(n_batches)
+        out.append([i, b, rnd.randrange(len(slots[b]))])
+        while rnd.random() < 0.12:  # duplicate delivery: same event, same or another batch
+            d = rnd.randrange(n_batches)
+            out.append([i, d, rnd.randrange(len(slots[d]))])
+    return out
+
+
+# ---- files --------------------------------------------------------------------------------
+
+def _csv_text(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def render_file(name: str, records: list[dict], rnd: random.Random) -> bytes:
+    if ".csv" in name:
+        columns = list(dict.fromkeys(c for r in records for c in r))
+        rnd.shuffle(columns)  # each writer its own column order
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(columns)
+        for r in records:
+            w.writerow([_csv_text(r.get(c)) for c in columns])
+        data = buf.getvalue().encode("utf-8")
+    else:
+        ascii_only = rnd.random() < 0.5
+        data = "".join(json.dumps(r, ensure_ascii=ascii_only) + "\n" for r in records).encode("utf-8")
+    return gzip.compress(data, mtime=0) if name.endswith(".gz") else data
+
+
+def batch_files(table: TablePlan, b: int, rnd: random.Random) -> dict[str, bytes]:
+    per_slot: dict[int, list[dict]] = {}
+    for feed in table.feeds:
+        for i, batch, slot in feed.delivery:
+            if batch == b:
+                per_slot.setdefault(slot, []).append(feed.changes[i]["record"])
+    out = {}
+    for slot, records in per_slot.items():
+        rnd.shuffle(records)
+        out[table.slots[b][slot]] = render_file(table.slots[b][slot], records, rnd)
+    return out
+
+
+def write_base(table: TablePlan, path: str) -> None:
+    rows = [r for f in table.feeds for r in f.base]
+    columns = list(dict.fromkeys(KEYS + [c for r in rows for c in r]))
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(columns)
+    for r in rows:
+        w.writerow([_csv_text(r.get(c)) for c in columns])
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        fh.write(buf.getvalue())
+
+
+# ---- the reference and the comparison -----------------------------------------------------
+
+def reference_after(feed: FeedPlan, batch: int) -> dict[tuple, dict]:
+    ref = ReferenceTable({tuple(r[k] for k in KEYS): r for r in feed.base})
+    for i, b, _ in sorted(feed.delivery, key=lambda d: d[1]):
+        if b <= batch:
+            c = feed.changes[i]
+            ref.deliver(SourceChange(tuple(c["key"]), c["seq"], c["op"], c["row"], c["eid"]))
+    return ref.state()
+
+
+def compare_feed(feed: FeedPlan, rows: list[dict], batch: int, csv_input: bool) -> str | None:
+    """None when the feed's target rows equal the reference state; else what differs."""
+    expected = {_key_meaning(k): r for k, r in reference_after(feed, batch).items()}
+    actual: dict[tuple, dict] = {}
+    for r in rows:
+        k = _key_meaning([r.get(c) for c in KEYS])
+        if k in actual:
+            return f"key {k} appears twice in target"
+        actual[k] = r
+    missing = [k for k in expected if k not in actual]
+    extra = [k for k in actual if k not in expected]
+    if missing or extra:
+        return f"after batch {batch + 1}: missing keys {missing[:3]}, unexpected keys {extra[:3]}"
+    for k, want in expected.items():
+        got = actual[k]
+        for c in set(want) | set(got):
+            if not same_value(want.get(c), got.get(c), csv_input=csv_input):
+                return f"after batch {batch + 1}: key {k} column {c!r}: expected {want.get(c)!r}, target has {got.get(c)!r}"
+    return None
+
+
+# ---- driving the engine ---------------------------------------------------------------------
+
+def table_entry(root: str, t: TablePlan) -> dict:
+    entry = {"name": t.name, "keys": KEYS, "format": t.format}
+    if t.options:
+        entry["options"] = t.options
+    if t.base:
+        entry["base_snapshot"] = os.path.join(root, "exports", f"{t.name}.csv")
+    return entry
+
+
+def run_plans(spark, tables: list[TablePlan], rnd: random.Random, threads: int = 2) -> dict[tuple[str, str], str | None]:
+    """Land every table's batches one at a time, run the engine steps, check each feed after
+    each batch. Returns {(table, fid): first failure or None}."""
+    from pathlib import Path
+
+    results: dict[tuple[str, str], str | None] = {(t.name, f.fid): None for t in tables for f in t.feeds}
+    with tempfile.TemporaryDirectory(prefix="random_feeds_") as tmp:
+        root = Path(tmp)
+        (root / "landing").mkdir()
+        (root / "exports").mkdir()
+        for t in tables:
+            if t.base:
+                write_base(t, str(root / "exports" / f"{t.name}.csv"))
+        cfg = write_config(root, [table_entry(str(root), t) for t in tables])
+        files = {t.name: [batch_files(t, b, random.Random(f"{rnd.random()}")) for b in range(t.batches)]
+                 for t in tables}
+
+        def one_batch(t: TablePlan, b: int) -> None:
+            tc = cfg.table(t.name)
+            if b == 0 and t.base:
+                import_base(spark, cfg, tc)
+            if files[t.name][b]:
+                by_folder: dict[str, dict] = {}
+                for name, data in files[t.name][b].items():
+                    folder, fname = name.split("/")
+                    by_folder.setdefault(folder, {})[fname] = data
+                for folder, fs in by_folder.items():
+                    land(cfg, t.name, folder, fs)
+            batch = register_new_batch(cfg.landing_dir(t.name), cfg.table_dir(t.name))
+            if batch is not None:
+                ingest_batch(spark, cfg, tc, batch)
+                stage_batch(spark, cfg, tc, batch)
+            apply_pending(spark, cfg, tc)
+            if os.path.isdir(os.path.join(cfg.table_dir(t.name), "target", "_delta_log")):
+                rows = target_rows(cfg, t.name)
+            else:
+                rows = []
+            by_feed: dict = {}
+            for r in rows:
+                by_feed.setdefault(r.get("feed"), []).append(r)
+            for f in t.feeds:
+                if results[(t.name, f.fid)] is None:
+                    results[(t.name, f.fid)] = compare_feed(f, by_feed.get(f.fid, []), b, t.csv_involved)
+
+        def one_table(t: TablePlan) -> None:
+            for b in range(t.batches):
+                one_batch(t, b)
+            # landing nothing new changes nothing
+            assert register_new_batch(cfg.landing_dir(t.name), cfg.table_dir(t.name)) is None
+
+        if threads > 1:
+            with ThreadPoolExecutor(threads) as pool:
+                for fut in [pool.submit(one_table, t) for t in tables]:
+                    fut.result()
+        else:
+            for t in tables:
+                one_table(t)
+    return results
+
+
+# ---- shrinking a failing feed -------------------------------------------------------------
+
+def relabel(feed: FeedPlan, fid: str) -> FeedPlan:
+    """The same feed under another feed id (and fresh event ids), so that copies can share a table."""
+    def walk(v):
+        if isinstance(v, dict):
+            out = {}
+            for k, x in v.items():
+                if k == "feed" and x == feed.fid:
+                    out[k] = fid
+                elif k == "uuid" and isinstance(x, str) and x:
+                    out[k] = str(uuid.uuid5(uuid.NAMESPACE_URL, fid + "/" + x))
+                else:
+                    out[k] = walk(x)
+            return out
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v
+
+    changes = []
+    for c in feed.changes:
+        c2 = walk(copy.deepcopy(c))
+        c2["key"] = [fid] + list(c["key"][1:])
+        c2["eid"] = fid + "/" + c["eid"]
+        changes.append(c2)
+    return FeedPlan(fid, feed.kind, changes, [walk(r) for r in feed.base], [list(d) for d in feed.delivery])
+
+
+def _items(feed: FeedPlan) -> list[tuple]:
+    """What shrinking may drop: each delivery (an index: two deliveries may be alike) and each base row."""
+    return [("d", j) for j in range(len(feed.delivery))] + [("b", i) for i in range(len(feed.base))]
+
+
+def _with_items(feed: FeedPlan, items: list[tuple]) -> FeedPlan:
+    keep_d = [list(feed.delivery[x]) for kind, x in items if kind == "d"]
+    keep_b = [feed.base[x] for kind, x in items if kind == "b"]
+    used = sorted({d[0] for d in keep_d})
+    renumber = {old: new for new, old in enumerate(used)}
+    changes = [dict(feed.changes[i]) for i in used]  # seq (the true order) is kept as generated
+    delivery = [[renumber[i], b, s] for i, b, s in keep_d]
+    return FeedPlan(feed.fid, feed.kind, changes, keep_b, delivery)
+
+
+def _failures(spark, table: TablePlan, candidates: list[FeedPlan]) -> list[str | None]:
+    """Run candidate feeds side by side in one table (one engine pass); each one's first failure."""
+    shell = TablePlan(table.name, table.format, table.options, table.base, table.slots,
+                      [relabel(c, f"{table.name.lower()}-s{i:03d}") for i, c in enumerate(candidates)])
+    res = run_plans(spark, [shell], random.Random(0), threads=1)
+    return [res[(shell.name, f.fid)] for f in shell.feeds]
+
+
+def shrink_feed(spark, table: TablePlan, feed: FeedPlan, max_rounds: int = 40,
+                max_seconds: float = 900) -> tuple[FeedPlan, str] | None:
+    """Delta debugging over the feed's deliveries and base rows: the smallest still-failing
+    feed found and its failure; None if the feed does not fail alone."""
+    t0 = time.time()
+    why = _failures(spark, table, [feed])[0]
+    if why is None:
+        return None
+    items = _items(feed)
+    n = 2
+    for _ in range(max_rounds):
+        if len(items) <= 1 or time.time() - t0 > max_seconds:
+            break
+        n = min(n, len(items))
+        chunks = [items[i * len(items) // n:(i + 1) * len(items) // n] for i in range(n)]
+        candidates = [[x for x in items if x not in set(ch)] for ch in chunks]
+        candidates = [c for c in candidates if c][:32]
+        results = _failures(spark, table, [_with_items(feed, c) for c in candidates])
+        failing = [(c, r) for c, r in zip(candidates, results) if r is not None]
+        if failing:
+            items, why = min(failing, key=lambda cr: len(cr[0]))
+            n = max(n - 1, 2)
+        elif n >= len(items):
+            break
+        else:
+            n = min(2 * n, len(items))
+    return _with_items(feed, items), why
+
+
+def keep_failure(table: TablePlan, feed: FeedPlan, why: str) -> str:
+    entry = {"why": why, "table": table.spec(), "feed": asdict(feed)}
+    text = json.dumps(entry, ensure_ascii=False, indent=1, sort_keys=True)
+    os.makedirs(FAILURES_DIR, exist_ok=True)
+    path = os.path.join(FAILURES_DIR, f"shrunk-{hashlib.sha1(text.encode()).hexdigest()[:12]}.json")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    return path
+
+
+# ---- the tests --------------------------------------------------------------------------------
+
+_SHRUNK: dict[str, str] = {}  # failing example -> report, so hypothesis' replay does not shrink twice
+
+
+def test_random_feeds(spark, long_run, capsys):
+    examples = int(os.environ.get("RANDOM_FEEDS_EXAMPLES", 10 if long_run else 2))
+    feeds_per_table = int(os.environ.get("RANDOM_FEEDS_PER_TABLE", 40 if long_run else 18))
+    threads = int(os.environ.get("RANDOM_FEEDS_THREADS", "2"))
+    tally = {"generated": 0, "passed": 0, "examples": 0}
+
+    @settings(max_examples=examples, deadline=None, database=None, print_blob=True,
+              phases=[Phase.explicit, Phase.reuse, Phase.generate],  # feeds shrink in shrink_feed
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                     HealthCheck.large_base_example, HealthCheck.filter_too_much])
+    @given(value_pools=pools(), seed=st.integers(0, 2 ** 32 - 1))
+    def check(value_pools: Pools, seed: int):
+        rnd = random.Random(f"random-feeds/{seed}")
+        tables = [plan_table(rnd, value_pools, f"R{seed % 10000:04d}_{kind.upper()}", kind, feeds_per_table, long_run)
+                  for kind in TABLE_KINDS]
+        results = run_plans(spark, tables, rnd, threads=threads)
+        tally["examples"] += 1
+        failed = {k: v for k, v in results.items() if v is not None}
+        tally["generated"] += len(results)
+        tally["passed"] += len(results) - len(failed)
+        if not failed:
+            return
+        marker = json.dumps(sorted(failed))
+        if marker not in _SHRUNK:
+            reports = []
+            by_name = {t.name: t for t in tables}
+            for (tname, fid), why in sorted(failed.items())[:3]:
+                table = by_name[tname]
+                feed = next(f for f in table.feeds if f.fid == fid)
+                shrunk = shrink_feed(spark, table, feed)
+                if shrunk is None:
+                    path = keep_failure(table, feed, why + " (fails only together with other feeds)")
+                    reports.append(f"{tname} {fid} [{feed.kind}]: {why}\n  does not fail alone; feed: {path}")
+                else:
+                    path = keep_failure(table, shrunk[0], shrunk[1])
+                    reports.append(f"{tname} {fid} [{feed.kind}]: {why}\n  shrunk to {len(shrunk[0].changes)} "
+                                   f"changes, {len(shrunk[0].delivery)} deliveries: {shrunk[1]}\n  shrunk feed: {path}")
+            _SHRUNK[marker] = "\n".join(reports)
+        pytest.fail(f"{len(failed)} of {len(results)} random feeds differ from the reference:\n{_SHRUNK[marker]}\n"
+                    f"keep a shrunk feed as a regression: move its file to {REGRESSIONS_DIR}/")
+
+    t0 = time.time()
+    try:
+        check()
+    finally:
+        with capsys.disabled():
+            print(f"\nrandom feeds: {tally['generated']} generated, {tally['passed']} passed "
+                  f"({tally['examples']} examples of {len(TABLE_KINDS)} tables x {feeds_per_table} feeds, "
+                  f"{time.time() - t0:.0f} s)")
+    assert tally["generated"] >= examples * len(TABLE_KINDS) * feeds_per_table
+
+
+def _regression_entries() -> list[tuple[str, dict]]:
+    if not os.path.isdir(REGRESSIONS_DIR):
+        return []
+    out = []
+    for name in sorted(os.listdir(REGRESSIONS_DIR)):
+        if name.endswith(".json"):
+            with open(os.path.join(REGRESSIONS_DIR, name), encoding="utf-8") as fh:
+                out.append((name, json.load(fh)))
+    return out
+
+
+def test_random_feed_regressions(spark):
+    """Shrunk failing feeds, kept as they were shrunk; all that share a table shape run in one pass."""
+    entries = _regression_entries()
+    if not entries:
+        pytest.skip("no kept random feeds")
+    groups: dict[str, list] = {}
+    for name, e in entries:
+        groups.setdefault(json.dumps(e["table"], sort_keys=True), []).append((name, e))
+    tables, names = [], {}
+    for gi, (spec_text, members) in enumerate(sorted(groups.items())):
+        spec = json.loads(spec_text)
+        t = TablePlan(f"REG{gi:03d}", spec["format"], spec["options"], spec["base"], spec["slots"])
+        for mi, (name, e) in enumerate(members):
+            fid = f"reg{gi:03d}-{mi:03d}"
+            t.feeds.append(relabel(FeedPlan(**e["feed"]), fid))
+            names[(t.name, fid)] = name
+        tables.append(t)
+    results = run_plans(spark, tables, random.Random(0), threads=int(os.environ.get("RANDOM_FEEDS_THREADS", "2")))
+    failed = {names[k]: v for k, v in results.items() if v is not None}
+    assert not failed, failed
