@@ -1,9 +1,7 @@
 """`cdc-assets run --config PATH`: take what landed, materialize it, check it, one line per table."""
 from __future__ import annotations
 
-import sys
-
-from ..core.config import ConfigError, load_config
+from .common import config_or_none
 
 
 def register(sub) -> None:
@@ -14,10 +12,8 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as e:
-        print(f"cdc-assets: {e}", file=sys.stderr)
+    cfg = config_or_none(args.config)
+    if cfg is None:
         return 2
     outcomes = run_config(cfg, args.table)
     return 0 if all(o.ok for o in outcomes) else 1

@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import json
-import sys
 
-from ..core.config import ConfigError, load_config
+from .common import config_or_none
 
 COLUMNS = (("table", "table"), ("batches", "batches"), ("applied_through", "applied"), ("pending_files", "pending files"),
            ("rows", "rows"), ("quarantined", "quarantined"), ("last_run", "last run (UTC)"),
@@ -21,10 +20,8 @@ def register(sub) -> None:
 def main(args) -> int:
     from ..engine.status import table_status
 
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as e:
-        print(f"cdc-assets: {e}", file=sys.stderr)
+    cfg = config_or_none(args.config)
+    if cfg is None:
         return 2
     rows = [table_status(cfg, t) for t in cfg.tables]
     if args.json:

@@ -6,7 +6,7 @@ import shutil
 import signal
 import sys
 
-from ..core.config import ConfigError, load_config
+from .common import config_or_none
 
 
 def register(sub) -> None:
@@ -27,10 +27,8 @@ def command(cfg_path: str, host: str, port: int) -> tuple[list[str], dict]:
 
 
 def main(args) -> int:
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as e:
-        print(f"cdc-assets: {e}", file=sys.stderr)
+    cfg = config_or_none(args.config)
+    if cfg is None:
         return 2
     argv, env = command(cfg.path, args.host, args.port)
     print(f"Dagster UI on http://{args.host}:{args.port} (DAGSTER_HOME={env['DAGSTER_HOME']})", flush=True)

@@ -12,7 +12,7 @@ from ..core.changes import RECORD_FIELDS, REJECT_FIELDS, Change, to_record, to_r
 from ..core.config import Config, TableConfig
 from ..core.formats import parse_file, parse_snapshot
 from . import delta, faults
-from .landing import Batch
+from .landing import Batch, is_done_or_next
 from .tables import CHANGES, QUARANTINE, QUARANTINE_FIELDS, path
 
 PARSED_FIELDS = RECORD_FIELDS + (("_cdc_reason", "string"), ("_cdc_raw", "string"))
@@ -81,14 +81,8 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
     t0 = time.time()
     table_dir = cfg.table_dir(table.name)
     changes_path = path(table_dir, CHANGES)
-    done = delta.step_version(changes_path, CHANGES)
-    if done >= batch.seq:
+    if is_done_or_next(table.name, changes_path, CHANGES, batch):
         return {"already_committed": True}
-    if max(done, 0) < batch.seq - 1:
-        # FIX: batches commit in order. A later batch committed first made the earlier one count
-        # as "already committed" (its changes silently lost) when runs started out of order.
-        raise RuntimeError(f"table {table.name}: batch {batch.id} cannot be ingested before batch "
-                           f"{Batch.id_for(max(done, 0) + 1)}: materialize the batches in order")
     landing = cfg.landing_dir(table.name)
     files = [{"path": os.path.join(landing, f), "file": f, "file_index": i, "batch_seq": batch.seq,
               "batch_id": batch.id} for i, f in enumerate(batch.files)]

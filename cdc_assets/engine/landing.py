@@ -34,6 +34,21 @@ class Batch:
         return int(batch_id.lstrip("b"))
 
 
+def is_done_or_next(table: str, step_path: str, step: str, batch: Batch) -> bool:
+    """True when `step` already committed `batch`; raises unless `batch` is the step's next one.
+
+    Batches commit in order: a later batch committed first would make the earlier one look
+    "already committed" and its changes would be silently lost.
+    """
+    done = delta.step_version(step_path, step)
+    if done >= batch.seq:
+        return True
+    if max(done, 0) < batch.seq - 1:
+        raise RuntimeError(f"table {table}: {step}: batch {batch.id} cannot go before batch "
+                           f"{Batch.id_for(max(done, 0) + 1)}: materialize the batches in order")
+    return False
+
+
 def batches_path(table_dir: str) -> str:
     return os.path.join(table_dir, "batches")
 

@@ -10,7 +10,7 @@ import time
 from ..core.changes import RECORD_FIELDS
 from ..core.config import Config, TableConfig
 from . import delta
-from .landing import Batch
+from .landing import Batch, is_done_or_next
 from .tables import CHANGES, STAGING, path
 
 
@@ -28,14 +28,8 @@ def stage_batch(spark, cfg: Config, table: TableConfig, batch: Batch) -> dict:
     t0 = time.time()
     table_dir = cfg.table_dir(table.name)
     staging_path = path(table_dir, STAGING)
-    done = delta.step_version(staging_path, STAGING)
-    if done >= batch.seq:
+    if is_done_or_next(table.name, staging_path, STAGING, batch):
         return {"already_committed": True}
-    if max(done, 0) < batch.seq - 1:
-        # FIX: in order, as ingest: staging a later batch first made the earlier one count as
-        # "already committed" and never staged.
-        raise RuntimeError(f"table {table.name}: batch {batch.id} cannot be staged before batch "
-                           f"{Batch.id_for(max(done, 0) + 1)}: materialize the batches in order")
     if delta.step_version(path(table_dir, CHANGES), CHANGES) < batch.seq:
         raise RuntimeError(f"table {table.name}: batch {batch.id} has no committed changes yet: materialize changes first")
     batch_changes = delta.spark_frame(spark, path(table_dir, CHANGES), RECORD_FIELDS) \
