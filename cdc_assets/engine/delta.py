@@ -54,6 +54,17 @@ def append(path: str, data: pa.Table, step: str, batch_seq: int, metadata: dict 
     return DeltaTable(path).version()
 
 
+def compact_if_fragmented(path: str, max_files: int = 16) -> bool:
+    """Compaction of the append-only history tables: one small file per batch would make every
+    later batch open more files; past `max_files` they are rewritten into few (same rows, one commit)."""
+    dt = open_table(path)
+    if dt is None or len(dt.file_uris()) <= max_files:
+        return False
+    faults.point("compaction.before_commit")
+    dt.optimize.compact(commit_properties=CommitProperties(custom_metadata={"cdc.step": "compaction"}))
+    return True
+
+
 def read_arrow(path: str, columns=None, filters=None) -> pa.Table | None:
     dt = open_table(path)
     if dt is None:

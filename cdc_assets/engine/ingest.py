@@ -108,6 +108,7 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
             "duplicates_skipped": n_good - new.num_rows, "quarantined": n_rejected,
         }
         version = delta.append(changes_path, new, CHANGES, batch.seq, metrics)
+        metrics["compacted"] = delta.compact_if_fragmented(changes_path)
     finally:
         parsed.unpersist()
     metrics.update({"delta_version": version, "seconds": round(time.time() - t0, 2)})

@@ -38,5 +38,6 @@ def stage_batch(spark, cfg: Config, table: TableConfig, batch: Batch) -> dict:
     n_changes = batch_changes.count()
     metrics = {"changes": n_changes, "staged": staged.num_rows, "superseded_in_batch": n_changes - staged.num_rows}
     version = delta.append(staging_path, staged, STAGING, batch.seq, metrics)
+    metrics["compacted"] = delta.compact_if_fragmented(staging_path)
     metrics.update({"delta_version": version, "seconds": round(time.time() - t0, 2)})
     return metrics
