@@ -140,8 +140,6 @@ def _table(t, i: int, where: str, base_dir: str) -> TableConfig:
         raise ConfigError(f"{here}: field 'options' must be a mapping")
     options = _options(fmt, options, here)
     partition_by = _names(t.get("partition_by"), f"{here}: field 'partition_by'", required=False)
-    if set(partition_by) & set(keys) and len(partition_by) > 0:
-        pass  # partitioning by a key column is allowed: a key then never moves
     base = t.get("base_snapshot")
     reconcile = t.get("reconcile_with")
     return TableConfig(

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..core import reconcile
@@ -77,5 +76,3 @@ def reconciliation(cfg: Config, table: TableConfig) -> dict:
     report["sample_unreadable_source_rows"] = [f"line {r.line}: {r.reason}" for r in unreadable[:5]]
     return report
 
-
-__all__ = ["key_uniqueness", "batch_accounting", "reconciliation", "pa"]

@@ -1,7 +1,6 @@
 """Delta tables through delta-rs, and their snapshots as Spark DataFrames."""
 from __future__ import annotations
 
-import os
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
@@ -100,6 +99,3 @@ def step_commits(path: str, step: str) -> dict[int, dict]:
             out[int(h["cdc.batch_seq"])] = {k[4:]: v for k, v in h.items() if k.startswith("cdc.")}
     return out
 
-
-def exists(path: str) -> bool:
-    return os.path.isdir(os.path.join(path, "_delta_log")) if "://" not in path else open_table(path) is not None
