@@ -75,6 +75,9 @@ def parse_config(raw, path: str) -> Config:
             raise ConfigError(f"{where}: field '{req}' is required")
     warehouse = _path(raw["warehouse"], base_dir, f"{where}: field 'warehouse'")
     landing = _path(raw["landing"], base_dir, f"{where}: field 'landing'")
+    if _nested(warehouse, landing):
+        # run would take the warehouse's own Delta files as change files, or write into the landing area
+        raise ConfigError(f"{where}: 'warehouse' ({warehouse}) and 'landing' ({landing}) must not contain each other")
     spark = raw.get("spark") or {}
     if not isinstance(spark, dict):
         raise ConfigError(f"{where}: field 'spark' must map Spark settings to values")
@@ -102,6 +105,13 @@ def _path(value, base_dir: str, where: str) -> str:
     if "://" in value:
         return value  # object stores (gs://) are validated by their clients
     return os.path.normpath(os.path.join(base_dir, os.path.expanduser(value)))
+
+
+def _nested(a: str, b: str) -> bool:
+    if "://" in a or "://" in b:
+        return a.rstrip("/") == b.rstrip("/")
+    a, b = os.path.realpath(a), os.path.realpath(b)
+    return a == b or a.startswith(b + os.sep) or b.startswith(a + os.sep)
 
 
 def _names(value, where: str, *, required: bool) -> tuple[str, ...]:

@@ -23,7 +23,9 @@ FORMATS = ("datastream-json", "datastream-avro", "bigquery-append", "bigquery-cd
 
 DATASTREAM_TYPES = {"INSERT": UPSERT, "UPDATE": UPSERT, "UPDATE-INSERT": UPSERT, "DELETE": DELETE, "UPDATE-DELETE": DELETE}
 CDC_TYPES = {"UPSERT": UPSERT, "DELETE": DELETE}
-MAX_LINE = 64 * 1024 * 1024
+# One record is at most this big: a bigger one is almost always a broken writer (a file
+# without newlines), and holding it would cost the worker its memory.
+MAX_LINE = 16 * 1024 * 1024
 
 
 class RecordError(ValueError):
@@ -52,7 +54,7 @@ def _records(name: str, data: bytes, fmt: str):
         # FIX (SPEC 4.7): a gzip header over corrupt deflate data raises zlib.error, which
         # escaped parse_file and failed the whole table instead of quarantining the file.
         except (OSError, EOFError, zlib.error) as e:
-            yield 0, RecordError(f"not a readable gzip file: {e}"), data[:200].decode("utf-8", "replace")
+            yield 0, RecordError(f"not a readable gzip file: {e}"), preview(data)
             return
         lower = lower[:-3]
     if not data.strip():
@@ -78,10 +80,11 @@ def _json_lines(data: bytes):
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            yield n, RecordError(f"not valid UTF-8 at byte {e.start}"), raw[:RAW_PREVIEW].decode("utf-8", "replace")
+            yield n, RecordError(f"not valid UTF-8 at byte {e.start}"), raw.decode("utf-8", "backslashreplace")
             continue
         if len(raw) > MAX_LINE:
-            yield n, RecordError(f"line of {len(raw)} bytes is longer than the limit of {MAX_LINE}"), text[:RAW_PREVIEW]
+            yield n, RecordError(f"line of {len(raw)} bytes is longer than the limit of {MAX_LINE} "
+                                    f"(its first {RAW_PREVIEW} bytes are kept)"), text[:RAW_PREVIEW]
             continue
         try:
             record = json.loads(text)
@@ -97,6 +100,27 @@ def _json_lines(data: bytes):
 RAW_PREVIEW = 4096
 
 
+def preview(data: bytes) -> str:
+    """The start of an unreadable file as text, undecodable bytes as \\x escapes."""
+    return data[:RAW_PREVIEW].decode("utf-8", "backslashreplace")
+
+
+def raw_line(name: str, data: bytes, line: int) -> str | None:
+    """The text of line `line` of a text change file (None for Parquet and Avro files)."""
+    lower = name.lower()
+    if lower.endswith(".gz"):
+        data, lower = gzip.decompress(data), lower[:-3]
+    if lower.endswith((".parquet", ".avro")) or line < 1:
+        return None
+    lines = data.removeprefix(b"\xef\xbb\xbf").split(b"\n")
+    return lines[line - 1].rstrip(b"\r").decode("utf-8", "backslashreplace") if line <= len(lines) else None
+
+
+def _text(raw: str) -> str:
+    """CSV text kept bad bytes as surrogates; quarantine stores them as \\x escapes."""
+    return raw.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 _SURROGATE = re.compile("[\udc80-\udcff]")
 
 
@@ -108,6 +132,11 @@ def _csv_records(data: bytes):
     # a quarantine entry. Bytes that are not UTF-8 are now kept as surrogates and
     # only the rows holding them are rejected; the rows around them still parse.
     text = data.decode("utf-8", "surrogateescape")
+    lines = text.split("\n")
+
+    def raw_of(first: int, last: int) -> str:  # the record's own lines, as written
+        return "\n".join(ln.rstrip("\r") for ln in lines[first - 1:max(first, last)])
+
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         header = next(reader)
@@ -130,16 +159,16 @@ def _csv_records(data: bytes):
         except StopIteration:
             return
         except csv.Error as e:
-            yield reader.line_num, RecordError(f"CSV: {e}"), ""
+            yield reader.line_num, RecordError(f"CSV: {e}"), _text(raw_of(start, reader.line_num))
             start = reader.line_num + 1  # FIX: the next row's line used to be off by the failed one
             continue
         line = start
         start = reader.line_num + 1
         if not row:
             continue
-        raw = ",".join(row)
+        raw = raw_of(line, reader.line_num)
         if _SURROGATE.search(raw):
-            yield line, RecordError("not valid UTF-8"), raw.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            yield line, RecordError("not valid UTF-8"), _text(raw)
             continue
         if bad_header:
             yield line, RecordError(bad_header), raw
@@ -156,7 +185,7 @@ def _parquet_records(data: bytes):
     try:
         table = pq.read_table(io.BytesIO(data))
     except Exception as e:  # noqa: BLE001 - any reader failure quarantines the file
-        yield 0, RecordError(f"not a readable Parquet file: {e}"), ""
+        yield 0, RecordError(f"not a readable Parquet file: {e}"), preview(data)
         return
     for n, record in enumerate(table.to_pylist(), start=1):
         yield n, record, json.dumps(record, default=str)[:RAW_PREVIEW]
@@ -170,7 +199,7 @@ def _avro_records(data: bytes):
         for n, record in enumerate(reader, start=1):
             yield n, record, json.dumps(record, default=str)[:RAW_PREVIEW]
     except Exception as e:  # noqa: BLE001 - a corrupt block quarantines the rest of the file
-        yield 0, RecordError(f"not a readable Avro file: {e}"), ""
+        yield 0, RecordError(f"not a readable Avro file: {e}"), preview(data)
 
 
 # ---- records to changes -----------------------------------------------------

@@ -1,6 +1,7 @@
 """A source export -> `base`: the rows a table starts from, ranked below every change."""
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -8,8 +9,9 @@ from pyspark.sql import functions as F
 
 from ..core.changes import RECORD_FIELDS
 from ..core.config import Config, TableConfig
+from ..core.schema import admit
 from . import delta
-from .ingest import parse_files, quarantine
+from .ingest import parse_files, quarantine, rejected_rows
 from .tables import BASE, path
 
 BASE_BATCH = 0  # base rows count as batch 0; landed batches start at 1
@@ -26,11 +28,16 @@ def import_base(spark, cfg: Config, table: TableConfig, log=None) -> dict:
     parsed = parse_files(spark, table, files, snapshot=True)
     try:
         n_read = parsed.count()
-        n_rejected = quarantine(table, table_dir, parsed.where(F.col("_cdc_reason").isNotNull()), BASE_BATCH, log)
+        n_rejected = quarantine(table, table_dir, rejected_rows(parsed), BASE_BATCH, log)
         good = parsed.where(F.col("_cdc_reason").isNull()).select(*[c for c, _ in RECORD_FIELDS]).toArrow()
     finally:
         parsed.unpersist()
+    # An export is CSV: its values are inferred, so they widen the column types and never misfit.
+    types: dict = {}
+    for row in good.column("_cdc_row").to_pylist():
+        admit(types, json.loads(row), text_source=True)
     metrics = {"rows_read": n_read, "rows": good.num_rows, "quarantined": n_rejected}
-    version = delta.append(base_path, good.cast(delta.arrow_schema(RECORD_FIELDS)), BASE, BASE_BATCH, metrics)
+    version = delta.append(base_path, good.cast(delta.arrow_schema(RECORD_FIELDS)), BASE, BASE_BATCH,
+                           {**metrics, "column_types": json.dumps(types, sort_keys=True)})
     metrics.update({"delta_version": version, "seconds": round(time.time() - t0, 2)})
     return metrics

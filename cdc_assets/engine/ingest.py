@@ -2,23 +2,40 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import time
 
 import pyarrow as pa
 
 from ..core import ordering
-from ..core.changes import RECORD_FIELDS, REJECT_FIELDS, Change, to_record, to_reject
+from ..core.changes import RECORD_FIELDS, REJECT_FIELDS, UPSERT, Change, Rejection, to_record, to_reject
 from ..core.config import Config, TableConfig
-from ..core.formats import parse_file, parse_snapshot
+from ..core.formats import parse_file, parse_snapshot, raw_line
+from ..core.schema import admit, is_text_source, joined
 from . import delta, faults
-from .landing import Batch, is_done_or_next
+from .landing import Batch, inside, is_done_or_next
 from .tables import CHANGES, QUARANTINE, QUARANTINE_FIELDS, path
 
+LOGGED_REJECTIONS = 100  # per batch: the log names them, the quarantine table holds them all
 PARSED_FIELDS = RECORD_FIELDS + (("_cdc_reason", "string"), ("_cdc_raw", "string"))
 
 
-def _parse_partition(table: TableConfig, snapshot: bool):
+class UnreadableFile(Exception):
+    """A landed file that cannot be read at all; it is quarantined as line 0."""
+
+
+def read_landed(file_path: str, root: str | None) -> bytes:
+    if root and not inside(file_path, root):
+        raise UnreadableFile(f"the file links outside the landing area ({os.path.realpath(file_path)}); it was not read")
+    try:
+        with open(file_path, "rb") as fh:
+            return fh.read()
+    except OSError as e:
+        raise UnreadableFile(f"cannot read the file: {e.strerror or e}") from None
+
+
+def _parse_partition(table: TableConfig, snapshot: bool, root: str | None):
     """The function Spark runs on each slice of the file list: files -> records or rejections."""
     schema = delta.arrow_schema(PARSED_FIELDS)
     keys, partition_by = list(table.keys), list(table.partition_by)
@@ -30,10 +47,12 @@ def _parse_partition(table: TableConfig, snapshot: bool):
     def run(batches):
         for files in batches:
             for f in files.to_pylist():
-                with open(f["path"], "rb") as fh:
-                    data = fh.read()
+                try:
+                    found = items(f["file"], read_landed(f["path"], root))
+                except UnreadableFile as e:
+                    found = [Rejection(0, str(e), "")]
                 out = []
-                for item in items(f["file"], data):
+                for item in found:
                     if isinstance(item, Change):
                         rec = to_record(item, batch_seq=f["batch_seq"], batch_id=f["batch_id"], file_name=f["file"],
                                         file_index=f["file_index"], partition_by=partition_by, tier=tier)
@@ -50,27 +69,70 @@ def _parse_partition(table: TableConfig, snapshot: bool):
     return run
 
 
-def parse_files(spark, table: TableConfig, files: list[dict], snapshot: bool = False):
-    """A cached DataFrame of parsed records; rows with `_cdc_reason` set are rejections."""
+def parse_files(spark, table: TableConfig, files: list[dict], snapshot: bool = False, root: str | None = None):
+    """A cached DataFrame of parsed records; rows with `_cdc_reason` set are rejections.
+    `root`: the landing folder the files must stay inside (links out of it are not read)."""
     listing = spark.createDataFrame(files, "path string, file string, file_index int, batch_seq long, batch_id string")
     return listing.repartition(max(1, min(len(files), 8))).mapInArrow(
-        _parse_partition(table, snapshot), delta.spark_schema(PARSED_FIELDS)).cache()
+        _parse_partition(table, snapshot, root), delta.spark_schema(PARSED_FIELDS)).cache()
 
 
-def quarantine(table: TableConfig, table_dir: str, rejected, batch_seq: int, log=None) -> int:
+def rejected_rows(parsed) -> pa.Table:
+    return parsed.where("_cdc_reason IS NOT NULL").select(*[c for c, _ in REJECT_FIELDS]).toArrow()
+
+
+def quarantine(table: TableConfig, table_dir: str, rejected: pa.Table, batch_seq: int, log=None) -> int:
     """Commit a step's rejected records to `quarantine` unless an earlier attempt did."""
-    from pyspark.sql import functions as F
-
-    n = rejected.count()
+    n = rejected.num_rows
     if n and delta.step_version(path(table_dir, QUARANTINE), QUARANTINE) < batch_seq:
         now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-        q = rejected.select(F.lit(table.name).alias("table"), *[c for c, _ in REJECT_FIELDS],
-                            F.lit(now).alias("quarantined_at")).toArrow()
+        q = rejected.select([c for c, _ in REJECT_FIELDS])
+        q = q.add_column(0, "table", pa.array([table.name] * n, pa.string()))
+        q = q.append_column("quarantined_at", pa.array([now] * n, pa.string()))
         delta.append(path(table_dir, QUARANTINE), q.cast(delta.arrow_schema(QUARANTINE_FIELDS)), QUARANTINE, batch_seq)
         if log:
-            for r in q.slice(0, 20).to_pylist():
+            for r in q.slice(0, LOGGED_REJECTIONS).to_pylist():
                 log(f"table {table.name}: file {r['_cdc_file']} line {r['_cdc_line']}: {r['_cdc_reason']}")
+            if n > LOGGED_REJECTIONS:
+                log(f"table {table.name}: {n - LOGGED_REJECTIONS} more records quarantined in batch {batch_seq} "
+                    "(all are in the quarantine table)")
     return n
+
+
+def column_types(table_dir: str) -> dict[str, str]:
+    """The column types of the history so far: recorded with each `changes` and `base` commit."""
+    from .tables import BASE
+    found = []
+    for name, step in ((CHANGES, CHANGES), (BASE, BASE)):
+        dt_ = delta.open_table(path(table_dir, name))
+        for h in (dt_.history(8) if dt_ is not None else []):
+            if h.get("cdc.step") == step and "cdc.column_types" in h:
+                found.append(json.loads(h["cdc.column_types"]))
+                break
+    return joined(*found)
+
+
+def admit_types(new: pa.Table, types: dict, batch: Batch, landing: str) -> tuple[pa.Table, pa.Table]:
+    """Split the batch's new changes into those whose values fit the column types (which they
+    widen, in arrival order) and rejections for those that cannot widen them."""
+    rows = new.select(["_cdc_op", "_cdc_row", "_cdc_file", "_cdc_line"]).to_pylist()
+    index = {f: i for i, f in enumerate(batch.files)}
+    keep, rejects, texts = [True] * len(rows), [], {}
+    for i in sorted(range(len(rows)), key=lambda i: (index.get(rows[i]["_cdc_file"], 0), rows[i]["_cdc_line"])):
+        r = rows[i]
+        if r["_cdc_op"] != UPSERT:
+            continue  # a delete's image never reaches the target
+        reason = admit(types, json.loads(r["_cdc_row"]), is_text_source(r["_cdc_file"]))
+        if reason:
+            keep[i] = False
+            f = r["_cdc_file"]
+            if f not in texts:
+                with open(os.path.join(landing, f), "rb") as fh:
+                    texts[f] = fh.read()
+            raw = raw_line(f, texts[f], r["_cdc_line"]) or r["_cdc_row"]
+            rejects.append(to_reject(Rejection(r["_cdc_line"], reason, raw), batch_seq=batch.seq,
+                                     batch_id=batch.id, file_name=f))
+    return new.filter(pa.array(keep, pa.bool_())), pa.Table.from_pylist(rejects, schema=delta.arrow_schema(REJECT_FIELDS))
 
 
 def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None) -> dict:
@@ -86,12 +148,11 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
     landing = cfg.landing_dir(table.name)
     files = [{"path": os.path.join(landing, f), "file": f, "file_index": i, "batch_seq": batch.seq,
               "batch_id": batch.id} for i, f in enumerate(batch.files)]
-    parsed = parse_files(spark, table, files)
+    parsed = parse_files(spark, table, files, root=landing)
     try:
         good = parsed.where(F.col("_cdc_reason").isNull())
         records_read = parsed.count()
         faults.point("changes.parsed")
-        n_rejected = quarantine(table, table_dir, parsed.where(F.col("_cdc_reason").isNotNull()), batch.seq, log)
         # At-least-once delivery: an event id seen in this batch or any earlier one counts once.
         first = Window.partitionBy("_cdc_event_id").orderBy(F.col("_cdc_order"))
         with_id = good.where(F.col("_cdc_event_id").isNotNull()).withColumn("_n", F.row_number().over(first)) \
@@ -101,13 +162,18 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
         distinct = with_id.join(earlier, "_cdc_event_id", "left_anti") \
             .unionByName(good.where(F.col("_cdc_event_id").isNull())) \
             .select(*[n for n, _ in RECORD_FIELDS])
-        new = distinct.toArrow().cast(delta.arrow_schema(RECORD_FIELDS))
-        n_good = records_read - n_rejected
+        distinct_rows = distinct.toArrow().cast(delta.arrow_schema(RECORD_FIELDS))
+        types = column_types(table_dir)
+        new, misfits = admit_types(distinct_rows, types, batch, landing)
+        unreadable = rejected_rows(parsed).cast(misfits.schema)
+        n_rejected = quarantine(table, table_dir, pa.concat_tables([unreadable, misfits]), batch.seq, log)
         metrics = {
             "files": len(files), "records_read": records_read, "changes_new": new.num_rows,
-            "duplicates_skipped": n_good - new.num_rows, "quarantined": n_rejected,
+            "duplicates_skipped": records_read - unreadable.num_rows - distinct_rows.num_rows,
+            "quarantined": n_rejected,
         }
-        version = delta.append(changes_path, new, CHANGES, batch.seq, metrics)
+        version = delta.append(changes_path, new, CHANGES, batch.seq,
+                               {**metrics, "column_types": json.dumps(types, sort_keys=True)})
         metrics["compacted"] = delta.compact_if_fragmented(changes_path)
     finally:
         parsed.unpersist()

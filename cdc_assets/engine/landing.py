@@ -64,10 +64,19 @@ def complete_files(landing_dir: str) -> dict[str, int]:
             if f.startswith((".", "_")):
                 continue
             full = os.path.join(root, f)
-            if os.path.islink(full) and not os.path.realpath(full).startswith(os.path.realpath(landing_dir) + os.sep):
-                continue  # a link out of the landing area is not ours to read
-            out[os.path.relpath(full, landing_dir)] = os.path.getsize(full)
+            # A link out of the landing area (or a broken one) is still taken as a file, so that
+            # ingest quarantines it with its reason instead of it being skipped without a word.
+            try:
+                size = os.path.getsize(full)
+            except OSError:
+                size = 0
+            out[os.path.relpath(full, landing_dir)] = size
     return out
+
+
+def inside(path: str, root: str) -> bool:
+    """Whether `path`, links resolved, is within `root`."""
+    return os.path.realpath(path).startswith(os.path.realpath(root) + os.sep)
 
 
 def registered(table_dir: str) -> list[Batch]:

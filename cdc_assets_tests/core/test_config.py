@@ -235,3 +235,19 @@ def test_yaml_error_in_a_table_is_reported_from_the_file(tmp_path):
 
 def test_config_error_is_a_value_error():
     assert issubclass(ConfigError, ValueError)
+
+
+@pytest.mark.parametrize("warehouse, landing", [
+    ("./data", "./data"), ("./data", "./data/landing"), ("./data/warehouse", "./data"), ("./x/../data", "./data/in"),
+])
+def test_warehouse_and_landing_must_not_contain_each_other(warehouse, landing):
+    raw = raw_config()
+    raw.update(warehouse=warehouse, landing=landing)
+    msg = error(raw)
+    assert "'warehouse'" in msg and "'landing'" in msg and "contain" in msg
+
+
+def test_side_by_side_warehouse_and_landing_are_fine():
+    raw = raw_config()
+    raw.update(warehouse="./data/warehouse", landing="./data/landing")
+    parse_config(raw, CONFIG_PATH)
