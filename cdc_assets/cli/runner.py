@@ -18,7 +18,9 @@ from ..defs.table_assets import TableNames, sync_target_partitions
 from ..engine import delta, faults
 from ..engine.landing import register_new_batch, registered
 from ..engine.lock import table_lock
+from ..engine.retry import on_conflict
 from ..engine.tables import BASE, STAGING, TARGET, path
+from .pools import ensure_settings, release_abandoned, run_tags
 
 
 # Dagster's console logger at WARNING: the summary line says what a user needs.
@@ -40,11 +42,7 @@ def instance() -> dg.DagsterInstance:
     """The instance of $DAGSTER_HOME (so the UI shows these runs), else a throw-away one."""
     home = os.environ.get("DAGSTER_HOME")
     if home:
-        os.makedirs(home, exist_ok=True)
-        settings = os.path.join(home, "dagster.yaml")
-        if not os.path.exists(settings):
-            with open(settings, "w") as fh:
-                fh.write("telemetry:\n  enabled: false\n")
+        ensure_settings(home)
         return dg.DagsterInstance.get()
     return dg.DagsterInstance.ephemeral()
 
@@ -70,9 +68,12 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
     names = TableNames(table.name)
     table_dir = cfg.table_dir(table.name)
     outcome = TableOutcome(table.name)
+    tags = run_tags()
     try:
+        release_abandoned(inst, names.pool)
         with table_lock(table_dir):
-            batch = register_new_batch(cfg.landing_dir(table.name), table_dir)
+            batch = on_conflict(lambda: register_new_batch(cfg.landing_dir(table.name), table_dir),
+                                f"{table.name}/batches")
         outcome.new_batch = batch.id if batch else None
         batches = registered(table_dir)
         known = set(inst.get_dynamic_partitions(names.batches))
@@ -80,20 +81,21 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
         if missing:
             inst.add_dynamic_partitions(names.batches, missing)
         if table.base_snapshot and delta.step_version(path(table_dir, BASE), BASE) < 0:
-            _record(outcome, defs.resolve_job_def(names.base_job).execute_in_process(instance=inst, raise_on_error=False, run_config=QUIET))
+            _record(outcome, defs.resolve_job_def(names.base_job).execute_in_process(
+                instance=inst, tags=tags, raise_on_error=False, run_config=QUIET))
         staged = delta.step_version(path(table_dir, STAGING), STAGING)
         for b in batches:
             if b.seq > staged and outcome.ok:
                 _record(outcome, defs.resolve_job_def(names.ingest_job).execute_in_process(
-                    instance=inst, partition_key=b.id, raise_on_error=False, run_config=QUIET))
+                    instance=inst, partition_key=b.id, tags=tags, raise_on_error=False, run_config=QUIET))
         staged = delta.step_version(path(table_dir, STAGING), STAGING)
         reached = max(staged, 0 if table.base_snapshot else -1)
         if outcome.ok and reached > delta.step_version(path(table_dir, TARGET), TARGET):
             sync_target_partitions(inst, cfg, table)  # staged by an earlier run, maybe on another instance
-            tags = apply_request_tags(inst, table)
-            if tags is not None:
+            apply_tags = apply_request_tags(inst, table)
+            if apply_tags is not None:
                 _record(outcome, defs.resolve_job_def(names.apply_job).execute_in_process(
-                    instance=inst, tags=tags, raise_on_error=False, run_config=QUIET))
+                    instance=inst, tags={**apply_tags, **tags}, raise_on_error=False, run_config=QUIET))
     except Exception as e:  # noqa: BLE001 - one failing table never stops the others
         outcome.ok = False
         outcome.error = f"{type(e).__name__}: {e}"

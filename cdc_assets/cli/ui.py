@@ -7,6 +7,7 @@ import signal
 import sys
 
 from .common import config_or_none
+from .pools import ensure_settings
 
 
 def register(sub) -> None:
@@ -21,7 +22,7 @@ def command(cfg_path: str, host: str, port: int) -> tuple[list[str], dict]:
     env = dict(os.environ)
     env["CDC_ASSETS_CONFIG"] = cfg_path
     env.setdefault("DAGSTER_HOME", os.path.join(os.path.dirname(cfg_path), "dagster_home"))
-    os.makedirs(env["DAGSTER_HOME"], exist_ok=True)
+    ensure_settings(env["DAGSTER_HOME"])  # the pool limit: one writer step per table at a time
     dagster = shutil.which("dagster", path=os.path.dirname(sys.executable)) or "dagster"
     return [dagster, "dev", "-m", "cdc_assets.definitions", "-h", host, "-p", str(port)], env
 

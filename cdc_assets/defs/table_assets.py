@@ -6,6 +6,10 @@ has one partition per target partition value when the table sets
 otherwise. A run tagged `cdc/apply=incremental` applies the pending batches,
 rewriting only the partitions they touch; any other run of `target` rebuilds
 the partitions it names from staging.
+
+A table's writer assets share one concurrency pool (`cdc_<TABLE>`): with a pool
+limit of 1 on the instance, runs of one table take turns while other tables run
+side by side. Each step is re-run when its Delta commit loses to another writer's.
 """
 
 from dataclasses import dataclass
@@ -18,6 +22,7 @@ from ..engine import apply, base, ingest, stage
 from ..engine.landing import Batch, registered
 from ..engine.lock import table_lock
 from ..engine.partitions import staged_partition_keys
+from ..engine.retry import on_conflict
 from .metadata import as_metadata
 from .resources import spark_session
 
@@ -36,6 +41,10 @@ class TableNames:
     @property
     def target_partitions(self) -> str:
         return f"{self.table}__target_partitions"
+
+    @property
+    def pool(self) -> str:
+        return f"cdc_{self.table}"
 
     @property
     def ingest_job(self) -> str:
@@ -93,22 +102,27 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
     tags = {"format": table.format}
 
     @dg.asset(key=names.key("changes"), partitions_def=batches, group_name=table.name, kinds={"spark", "delta"},
-              tags=tags, description=f"Every distinct change record of {table.name}, one partition per landed batch; "
-                                     "rejected records go to quarantine.")
+              tags=tags, pool=names.pool,
+              description=f"Every distinct change record of {table.name}, one partition per landed batch; "
+                          "rejected records go to quarantine.")
     def changes(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource) -> dg.MaterializeResult:
         batch = _batch(cfg, table, context.partition_key)
+        spark = spark_session(pyspark)
         with table_lock(table_dir):
-            figures = ingest.ingest_batch(spark_session(pyspark), cfg, table, batch, log=context.log.warning)
+            figures = on_conflict(lambda: ingest.ingest_batch(spark, cfg, table, batch, log=context.log.warning),
+                                  f"{table.name}/changes {batch.id}", log=context.log.warning)
         return dg.MaterializeResult(metadata=as_metadata(figures))
 
     @dg.asset(key=names.key("staging"), partitions_def=batches, group_name=table.name, kinds={"spark", "delta"},
-              deps=[changes], tags=tags,
+              deps=[changes], tags=tags, pool=names.pool,
               description=f"The consolidated change history of {table.name}: per key, each batch's latest change "
                           "(deletes included, as tombstones); rebuilds and backfills read it.")
     def staging(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource) -> dg.MaterializeResult:
         batch = _batch(cfg, table, context.partition_key)
+        spark = spark_session(pyspark)
         with table_lock(table_dir):
-            figures = stage.stage_batch(spark_session(pyspark), cfg, table, batch)
+            figures = on_conflict(lambda: stage.stage_batch(spark, cfg, table, batch),
+                                  f"{table.name}/staging {batch.id}", log=context.log.warning)
         _register_target_partitions(context, cfg, table)
         return dg.MaterializeResult(metadata=as_metadata(figures))
 
@@ -117,10 +131,13 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
 
     if table.base_snapshot:
         @dg.asset(key=names.key("base"), group_name=table.name, kinds={"spark", "delta"}, tags=tags,
+                  pool=names.pool,
                   description=f"The source export {table.name} starts from; its rows rank below every change.")
         def base_snapshot(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource) -> dg.MaterializeResult:
+            spark = spark_session(pyspark)
             with table_lock(table_dir):
-                figures = base.import_base(spark_session(pyspark), cfg, table, log=context.log.warning)
+                figures = on_conflict(lambda: base.import_base(spark, cfg, table, log=context.log.warning),
+                                      f"{table.name}/base", log=context.log.warning)
             _register_target_partitions(context, cfg, table)
             return dg.MaterializeResult(metadata=as_metadata(figures))
 
@@ -128,18 +145,20 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
         target_deps.append(dg.AssetDep(base_snapshot))
 
     @dg.asset(key=names.key("target"), partitions_def=target_partitions(table), group_name=table.name,
-              kinds={"spark", "delta"}, deps=target_deps, tags=tags,
+              kinds={"spark", "delta"}, deps=target_deps, tags=tags, pool=names.pool,
               backfill_policy=dg.BackfillPolicy.single_run(),
               description=f"The current state of {table.name}: one row per live key"
                           + (f", partitioned by {', '.join(table.partition_by)}." if table.partition_by else "."))
     def target(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource) -> dg.MaterializeResult:
         spark = spark_session(pyspark)
         incremental = context.run.tags.get(APPLY_TAG) == INCREMENTAL or not table.partition_by
+        if incremental:
+            step = lambda: apply.apply_pending(spark, cfg, table)  # noqa: E731
+        else:
+            keys = list(context.partition_keys)
+            step = lambda: apply.rebuild(spark, cfg, table, keys)  # noqa: E731
         with table_lock(table_dir):
-            if incremental:
-                figures = apply.apply_pending(spark, cfg, table)
-            else:
-                figures = apply.rebuild(spark, cfg, table, list(context.partition_keys))
+            figures = on_conflict(step, f"{table.name}/target", log=context.log.warning)
         return dg.MaterializeResult(metadata=as_metadata(figures))
 
     out.append(target)

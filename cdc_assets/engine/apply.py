@@ -54,7 +54,7 @@ def _target_rows(winners: list[dict], columns: dict[str, str], with_apply: bool)
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def _widen(target_path: str, dt: DeltaTable, columns: dict[str, str], partition_by) -> DeltaTable:
+def _widen(dt: DeltaTable, columns: dict[str, str], partition_by) -> DeltaTable:
     """A column whose type widened (long -> double -> string): rewrite the table once, same rows."""
     existing = _existing_columns(dt)
     if all(existing.get(c, t) == t for c, t in columns.items()):
@@ -67,10 +67,12 @@ def _widen(target_path: str, dt: DeltaTable, columns: dict[str, str], partition_
             # widened to double, failing the table on every later run; convert them as new
             # rows are (float(), nearest double), the only lossy step of the type lattice.
             data = data.set_column(i, c, data.column(c).cast(_TO_ARROW[t], safe=False))
-    write_deltalake(target_path, data, mode="overwrite", schema_mode="overwrite",
+    # Through `dt` with predicate "true": the rewrite then counts as reading the whole snapshot,
+    # so delta-rs refuses it if another writer committed since (a bare overwrite would not).
+    write_deltalake(dt, data, mode="overwrite", predicate="true", schema_mode="overwrite",
                     partition_by=list(partition_by) or None,
                     commit_properties=delta.CommitProperties(custom_metadata={"cdc.step": "widen"}))
-    return DeltaTable(target_path)
+    return dt
 
 
 def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
@@ -79,7 +81,11 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
     t0 = time.time()
     table_dir = cfg.table_dir(table.name)
     target_path = path(table_dir, TARGET)
-    applied = delta.step_version(target_path, TARGET)
+    # The one snapshot of target this apply reads and commits through: a concurrent commit to
+    # target (another run of this table) then fails ours with a conflict instead of being
+    # overwritten with winners computed from an older watermark.
+    dt = delta.open_table(target_path)
+    applied = delta.txn_version(dt, TARGET)
     staged = delta.step_version(path(table_dir, STAGING), STAGING)
     has_base = table.base_snapshot is not None
     if has_base and delta.step_version(path(table_dir, BASE), BASE) < 0:
@@ -104,7 +110,6 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
         touched.unpersist()
 
     faults.point("target.computed")  # Spark has decided; nothing is committed yet
-    dt = delta.open_table(target_path)
     columns = shape.target_columns(_existing_columns(dt), [json.loads(w["_cdc_row"]) for w in winners],
                                    table.keys, table.partition_by)
     props = delta.commit_props(TARGET, reached, {"from_batch": applied + 1})
@@ -112,8 +117,7 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
                         | {w["_old_partition"] for w in winners if w["_old_op"] == "U"}) if table.partition_by else []
     if dt is None:
         rows = _target_rows([w for w in winners if w["_cdc_op"] == "U"], columns, with_apply=False)
-        write_deltalake(target_path, rows, mode="error", partition_by=list(table.partition_by) or None,
-                        commit_properties=props)
+        delta.create(target_path, rows, partition_by=list(table.partition_by) or None, commit_properties=props)
         result = {"num_target_rows_inserted": rows.num_rows, "num_target_rows_updated": 0,
                   "num_target_rows_deleted": 0, "num_target_files_added": len(DeltaTable(target_path).file_uris()),
                   "num_target_files_removed": 0}
@@ -122,7 +126,7 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
         # new version. The watermark stays; the next run re-checks these batches, cheaply.
         result = {}
     else:
-        dt = _widen(target_path, dt, columns, table.partition_by)
+        dt = _widen(dt, columns, table.partition_by)
         source = _target_rows(winners, columns, with_apply=True)
         result = dt.merge(source, "t._cdc_key = s._cdc_key", source_alias="s", target_alias="t",
                           merge_schema=True, commit_properties=props) \
@@ -171,7 +175,8 @@ def rebuild(spark, cfg: Config, table: TableConfig, partition_keys: list[str] | 
     t0 = time.time()
     table_dir = cfg.table_dir(table.name)
     target_path = path(table_dir, TARGET)
-    reached = delta.step_version(target_path, TARGET)
+    dt = delta.open_table(target_path)  # read and committed through, as in apply_pending
+    reached = delta.txn_version(dt, TARGET)
     if reached < 0:
         return {"nothing_applied_yet": True}
     history = _history(spark, table_dir, table.base_snapshot is not None) \
@@ -181,14 +186,14 @@ def rebuild(spark, cfg: Config, table: TableConfig, partition_keys: list[str] | 
         wanted = [shape.partition_text(shape.partition_values(k)) for k in partition_keys]
         live = live.where(F.col("_cdc_partition").isin(wanted))
     winners = live.toArrow().to_pylist()
-    dt = DeltaTable(target_path)
     columns = shape.target_columns(_existing_columns(dt), [json.loads(w["_cdc_row"]) for w in winners],
                                    table.keys, table.partition_by)
-    dt = _widen(target_path, dt, columns, table.partition_by)
-    rows = _target_rows(winners, columns, with_apply=False)
-    predicate = partition_predicate(table.partition_by, columns, partition_keys) if partition_keys else None
+    dt = _widen(dt, columns, table.partition_by)
     before = dt.version()
-    write_deltalake(target_path, rows, mode="overwrite", predicate=predicate, schema_mode="merge",
+    rows = _target_rows(winners, columns, with_apply=False)
+    # "true" for all: a predicate makes delta-rs check the rows it replaces against concurrent commits.
+    predicate = partition_predicate(table.partition_by, columns, partition_keys) if partition_keys else "true"
+    write_deltalake(dt, rows, mode="overwrite", predicate=predicate, schema_mode="merge",
                     partition_by=list(table.partition_by) or None,
                     commit_properties=delta.CommitProperties(custom_metadata={
                         "cdc.step": "rebuild", "cdc.reached": str(reached)}))

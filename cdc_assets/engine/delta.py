@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from . import faults
 
@@ -21,6 +21,10 @@ def spark_schema(fields) -> str:
     return ", ".join(f"`{name}` {t}" for name, t in fields)
 
 
+class CommitConflict(Exception):
+    """Another writer committed to the table first: the step must re-run from its idempotence check."""
+
+
 def open_table(path: str) -> DeltaTable | None:
     try:
         return DeltaTable(path)
@@ -28,13 +32,14 @@ def open_table(path: str) -> DeltaTable | None:
         return None
 
 
-def step_version(path: str, step: str) -> int:
-    """The last batch a step committed to this table, recorded atomically with its data."""
-    dt = open_table(path)
-    if dt is None:
-        return -1
-    v = dt.transaction_version(f"{APP}.{step}")
+def txn_version(dt: DeltaTable | None, step: str) -> int:
+    """The last batch `step` committed as of this snapshot, recorded atomically with its data."""
+    v = dt.transaction_version(f"{APP}.{step}") if dt is not None else None
     return -1 if v is None else int(v)
+
+
+def step_version(path: str, step: str) -> int:
+    return txn_version(open_table(path), step)
 
 
 def commit_props(step: str, batch_seq: int, metadata: dict | None = None) -> CommitProperties:
@@ -44,13 +49,33 @@ def commit_props(step: str, batch_seq: int, metadata: dict | None = None) -> Com
     return CommitProperties(app_transactions=[Transaction(f"{APP}.{step}", batch_seq)], custom_metadata=meta)
 
 
+def create(path: str, data: pa.Table, **kw) -> None:
+    """Write a table's first version; the table appearing meanwhile is a commit conflict."""
+    try:
+        write_deltalake(path, data, mode="error", **kw)
+    except DeltaError as e:
+        if "already exists" not in str(e):
+            raise
+        raise CommitConflict(f"{path}: another writer created the table first") from e
+
+
 def append(path: str, data: pa.Table, step: str, batch_seq: int, metadata: dict | None = None) -> int:
-    """Append rows (possibly none) and mark `step` done for `batch_seq`, in one commit."""
+    """Append rows (possibly none) and mark `step` done for `batch_seq`, in one commit.
+
+    The commit goes through the snapshot the watermark was checked on: a writer that commits
+    the same batch meanwhile makes delta-rs refuse ours (same app id), so it is never doubled."""
+    dt = open_table(path)
+    if txn_version(dt, step) >= batch_seq:
+        raise CommitConflict(f"{path}: another writer committed {step} batch {batch_seq} first")
     faults.point(f"{step}.before_commit")
-    write_deltalake(path, data, mode="append", schema_mode="merge",
-                    commit_properties=commit_props(step, batch_seq, metadata))
+    props = commit_props(step, batch_seq, metadata)
+    if dt is None:
+        create(path, data, schema_mode="merge", commit_properties=props)
+        dt = DeltaTable(path)
+    else:
+        write_deltalake(dt, data, mode="append", schema_mode="merge", commit_properties=props)
     faults.point(f"{step}.committed")
-    return DeltaTable(path).version()
+    return dt.version()
 
 
 def compact_if_fragmented(path: str, max_files: int = 16) -> bool:

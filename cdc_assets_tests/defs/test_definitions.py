@@ -174,3 +174,17 @@ def test_dagster_cli_validates_the_code_location(tmp_path):
     proc = subprocess.run([exe, "definitions", "validate", "-m", "cdc_assets.definitions"], env=env,
                           cwd=tmp_path, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_each_table_writes_through_its_own_concurrency_pool(defs):
+    """One pool per table over all its writer assets: with the instance's pool limit of 1 the
+    sensor's, the UI's and the CLI's runs of a table take turns; two tables never share a pool."""
+    pools = {}
+    for t in TABLES:
+        name = t["name"]
+        writers = ["changes", "staging", "target"] + (["base"] if "base_snapshot" in t else [])
+        found = {defs.resolve_assets_def(key(name, a)).op.pool for a in writers}
+        assert found == {f"cdc_{name}"}
+        pools[name] = found.pop()
+    assert pools["ORDERS"] != pools["CUSTOMERS"]
+    assert len(set(pools.values())) == len(TABLES)
