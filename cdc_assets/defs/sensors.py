@@ -12,9 +12,10 @@ import os
 import dagster as dg
 
 from ..core.config import Config, TableConfig
-from ..engine import delta
+from ..engine import delta, faults
 from ..engine.landing import batches_path, register_new_batch, registered
 from ..engine.lock import table_lock
+from ..engine.retry import on_conflict
 from ..engine.tables import BASE, STAGING, TARGET, path
 from .table_assets import APPLY_TAG, INCREMENTAL, TableNames, batch_partitions, target_partitions
 
@@ -53,7 +54,11 @@ def landing_sensor(cfg: Config, table: TableConfig, jobs: list) -> dg.SensorDefi
                description=f"Watches {cfg.landing_dir(table.name)} for complete change files of {table.name}.")
     def sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         with table_lock(table_dir):
-            new = register_new_batch(cfg.landing_dir(table.name), table_dir)
+            # a registration that loses a commit race (an object store, no lock) is re-run, not failed
+            new = on_conflict(lambda: register_new_batch(cfg.landing_dir(table.name), table_dir),
+                              f"{table.name}/batches", context.log.warning)
+        if new is not None:
+            faults.point("sensor.batch_registered")  # in the ledger; no partition, no run request yet
         batches = registered(table_dir)
         known = set(context.instance.get_dynamic_partitions(names.batches))
         missing = [b.id for b in batches if b.id not in known]
@@ -82,6 +87,7 @@ def landing_sensor(cfg: Config, table: TableConfig, jobs: list) -> dg.SensorDefi
                 scope = run_key_scope(table_dir, "batches" if batches else BASE)
                 requests.append(dg.RunRequest(run_key=f"{table.name}:{scope}:apply:{reached}",
                                               job_name=names.apply_job, tags=tags))
+        faults.point("sensor.before_result")  # requests decided, not yet handed to the daemon
         return dg.SensorResult(
             run_requests=requests,
             dynamic_partitions_requests=[batch_partitions(table).build_add_request(missing)] if missing else [],
