@@ -38,6 +38,9 @@ def _land(root: str, table: str, b: int) -> None:
         os.replace(src, os.path.join(dst, f"batch-{b:04d}"))
 
 
+STEPS = ("changes", "staging", "target")
+
+
 def soak(root: str, batches: int, changes_per_batch: int, seed: int = 11, echo=print) -> dict:
     """Land and run `batches` batches into one table; returns per-batch seconds and the reconciliation."""
     from cdc_assets.cli.runner import run_table
@@ -57,7 +60,8 @@ def soak(root: str, batches: int, changes_per_batch: int, seed: int = 11, echo=p
         seconds = time.time() - t0
         failures += 0 if outcome.ok else 1
         rows = outcome.figures.get("target", {}).get("rows")
-        times.append((b, round(seconds, 3), rows))
+        steps = [outcome.figures.get(step, {}).get("seconds") for step in STEPS]  # where the time goes
+        times.append((b, round(seconds, 3), rows, *steps))
         echo(f"batch {b}: {seconds:.2f}s, target {rows} rows{'' if outcome.ok else ' FAILED: ' + str(outcome.error)}")
     report = reconciliation(cfg, cfg.table("SOAK"))
     return {"times": times, "failures": failures, "reconciliation": report}
@@ -93,10 +97,13 @@ def write_figures(times, out_dir: str) -> tuple[str, str]:
     csv_path, png_path = os.path.join(out_dir, "soak_batches.csv"), os.path.join(out_dir, "soak_batches.png")
     with open(csv_path, "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["batch", "seconds", "target_rows"])
+        w.writerow(["batch", "seconds", "target_rows", *[f"{step}_seconds" for step in STEPS]])
         w.writerows(times)
     fig, ax = plt.subplots(figsize=(8, 3.5))
-    ax.plot([t[0] for t in times], [t[1] for t in times], marker=".", linewidth=0.8)
+    ax.plot([t[0] for t in times], [t[1] for t in times], marker=".", linewidth=0.8, label="whole run")
+    for i, step in enumerate(STEPS):
+        ax.plot([t[0] for t in times], [t[3 + i] or 0 for t in times], linewidth=0.8, label=f"{step} step")
+    ax.legend(loc="upper right", fontsize=8)
     ax.set_xlabel("batch (1,000 changes each)")
     ax.set_ylabel("seconds per batch")
     ax.set_ylim(bottom=0)
