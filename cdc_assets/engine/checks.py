@@ -33,8 +33,8 @@ def batch_accounting(cfg: Config, table: TableConfig, batch_seq: int) -> dict:
     """Every record of a batch is a distinct change, a duplicate or quarantined; every
     distinct change is staged or superseded within the batch; the counts must add up."""
     table_dir = cfg.table_dir(table.name)
-    ingest = delta.step_commits(path(table_dir, CHANGES), CHANGES).get(batch_seq)
-    staged = delta.step_commits(path(table_dir, STAGING), STAGING).get(batch_seq)
+    ingest = delta.step_commit(path(table_dir, CHANGES), CHANGES, batch_seq)
+    staged = delta.step_commit(path(table_dir, STAGING), STAGING, batch_seq)
     if ingest is None or staged is None:
         return {"complete": False}
     n = {k: int(v) for k, v in ingest.items() if v.isdigit()}

@@ -49,10 +49,15 @@ def commit_props(step: str, batch_seq: int, metadata: dict | None = None) -> Com
     return CommitProperties(app_transactions=[Transaction(f"{APP}.{step}", batch_seq)], custom_metadata=meta)
 
 
+# A checkpoint every 10 commits (delta-rs' default is 100): opening a table replays the JSON
+# commits since the last checkpoint, and a run opens its tables a few dozen times.
+TABLE_CONFIGURATION = {"delta.checkpointInterval": "10"}
+
+
 def create(path: str, data: pa.Table, **kw) -> None:
     """Write a table's first version; the table appearing meanwhile is a commit conflict."""
     try:
-        write_deltalake(path, data, mode="error", **kw)
+        write_deltalake(path, data, mode="error", configuration=TABLE_CONFIGURATION, **kw)
     except DeltaError as e:
         if "already exists" not in str(e):
             raise
@@ -113,14 +118,16 @@ def last_commit(path: str) -> dict:
     return hist[0] if hist else {}
 
 
-def step_commits(path: str, step: str) -> dict[int, dict]:
-    """batch_seq -> the custom metadata of the commit in which `step` took that batch."""
+def step_commit(path: str, step: str, batch_seq: int) -> dict | None:
+    """The custom metadata of the commit in which `step` took that batch (None if it did not).
+
+    The newest commits are read first: a check asks about a recent batch, and reading the
+    whole history would cost more with every batch."""
     dt = open_table(path)
     if dt is None:
-        return {}
-    out = {}
-    for h in dt.history():
-        if h.get("cdc.step") == step and "cdc.batch_seq" in h:
-            out[int(h["cdc.batch_seq"])] = {k[4:]: v for k, v in h.items() if k.startswith("cdc.")}
-    return out
-
+        return None
+    for limit in (16, None):
+        for h in dt.history(limit):
+            if h.get("cdc.step") == step and h.get("cdc.batch_seq") == str(batch_seq):
+                return {k[4:]: v for k, v in h.items() if k.startswith("cdc.")}
+    return None

@@ -112,4 +112,5 @@ def register_new_batch(landing_dir: str, table_dir: str) -> Batch | None:
         "registered_at": [now] * len(files),
     }, schema=delta.arrow_schema(BATCH_FIELDS))
     delta.append(batches_path(table_dir), rows, "register", seq, {"files": len(files)})
+    delta.compact_if_fragmented(batches_path(table_dir))  # one small file per batch, read by every run
     return Batch(seq, Batch.id_for(seq), tuple(files))
