@@ -95,6 +95,12 @@ def _register_target_partitions(context, cfg: Config, table: TableConfig) -> Non
     sync_target_partitions(context.instance, cfg, table)
 
 
+def _write(context, table_dir: str, what: str, step) -> dict:
+    """A writer step under the table lock, re-run when its Delta commit loses to another writer's."""
+    with table_lock(table_dir):
+        return on_conflict(step, what, log=context.log.warning)
+
+
 def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
     names = TableNames(table.name)
     table_dir = cfg.table_dir(table.name)
@@ -108,9 +114,8 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
     def changes(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource) -> dg.MaterializeResult:
         batch = _batch(cfg, table, context.partition_key)
         spark = spark_session(pyspark)
-        with table_lock(table_dir):
-            figures = on_conflict(lambda: ingest.ingest_batch(spark, cfg, table, batch, log=context.log.warning),
-                                  f"{table.name}/changes {batch.id}", log=context.log.warning)
+        figures = _write(context, table_dir, f"{table.name}/changes {batch.id}",
+                         lambda: ingest.ingest_batch(spark, cfg, table, batch, log=context.log.warning))
         return dg.MaterializeResult(metadata=as_metadata(figures))
 
     @dg.asset(key=names.key("staging"), partitions_def=batches, group_name=table.name, kinds={"spark", "delta"},
@@ -120,9 +125,8 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
     def staging(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource) -> dg.MaterializeResult:
         batch = _batch(cfg, table, context.partition_key)
         spark = spark_session(pyspark)
-        with table_lock(table_dir):
-            figures = on_conflict(lambda: stage.stage_batch(spark, cfg, table, batch),
-                                  f"{table.name}/staging {batch.id}", log=context.log.warning)
+        figures = _write(context, table_dir, f"{table.name}/staging {batch.id}",
+                         lambda: stage.stage_batch(spark, cfg, table, batch))
         _register_target_partitions(context, cfg, table)
         return dg.MaterializeResult(metadata=as_metadata(figures))
 
@@ -135,9 +139,8 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
                   description=f"The source export {table.name} starts from; its rows rank below every change.")
         def base_snapshot(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource) -> dg.MaterializeResult:
             spark = spark_session(pyspark)
-            with table_lock(table_dir):
-                figures = on_conflict(lambda: base.import_base(spark, cfg, table, log=context.log.warning),
-                                      f"{table.name}/base", log=context.log.warning)
+            figures = _write(context, table_dir, f"{table.name}/base",
+                             lambda: base.import_base(spark, cfg, table, log=context.log.warning))
             _register_target_partitions(context, cfg, table)
             return dg.MaterializeResult(metadata=as_metadata(figures))
 
@@ -157,8 +160,7 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
         else:
             keys = list(context.partition_keys)
             step = lambda: apply.rebuild(spark, cfg, table, keys)  # noqa: E731
-        with table_lock(table_dir):
-            figures = on_conflict(step, f"{table.name}/target", log=context.log.warning)
+        figures = _write(context, table_dir, f"{table.name}/target", step)
         return dg.MaterializeResult(metadata=as_metadata(figures))
 
     out.append(target)

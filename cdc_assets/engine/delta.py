@@ -1,7 +1,6 @@
 """Delta tables through delta-rs, and their snapshots as Spark DataFrames."""
 from __future__ import annotations
 
-
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
@@ -118,16 +117,17 @@ def last_commit(path: str) -> dict:
     return hist[0] if hist else {}
 
 
-def step_commit(path: str, step: str, batch_seq: int) -> dict | None:
-    """The custom metadata of the commit in which `step` took that batch (None if it did not).
+def step_commit(path: str, step: str, batch_seq: int | None = None) -> dict | None:
+    """The custom metadata of the commit in which `step` took that batch, or of its newest
+    commit when `batch_seq` is None (None when there is none).
 
-    The newest commits are read first: a check asks about a recent batch, and reading the
+    The newest commits are read first: callers ask about a recent batch, and reading the
     whole history would cost more with every batch."""
     dt = open_table(path)
     if dt is None:
         return None
     for limit in (16, None):
         for h in dt.history(limit):
-            if h.get("cdc.step") == step and h.get("cdc.batch_seq") == str(batch_seq):
+            if h.get("cdc.step") == step and (batch_seq is None or h.get("cdc.batch_seq") == str(batch_seq)):
                 return {k[4:]: v for k, v in h.items() if k.startswith("cdc.")}
     return None

@@ -15,7 +15,7 @@ from ..core.formats import parse_file, parse_snapshot, raw_line
 from ..core.schema import admit, is_text_source, joined
 from . import delta, faults
 from .landing import Batch, inside, is_done_or_next
-from .tables import CHANGES, QUARANTINE, QUARANTINE_FIELDS, path
+from .tables import BASE, CHANGES, QUARANTINE, QUARANTINE_FIELDS, path
 
 LOGGED_REJECTIONS = 100  # per batch: the log names them, the quarantine table holds them all
 PARSED_FIELDS = RECORD_FIELDS + (("_cdc_reason", "string"), ("_cdc_raw", "string"))
@@ -101,15 +101,8 @@ def quarantine(table: TableConfig, table_dir: str, rejected: pa.Table, batch_seq
 
 def column_types(table_dir: str) -> dict[str, str]:
     """The column types of the history so far: recorded with each `changes` and `base` commit."""
-    from .tables import BASE
-    found = []
-    for name, step in ((CHANGES, CHANGES), (BASE, BASE)):
-        dt_ = delta.open_table(path(table_dir, name))
-        for h in (dt_.history(8) if dt_ is not None else []):
-            if h.get("cdc.step") == step and "cdc.column_types" in h:
-                found.append(json.loads(h["cdc.column_types"]))
-                break
-    return joined(*found)
+    newest = (delta.step_commit(path(table_dir, name), name) for name in (CHANGES, BASE))
+    return joined(*(json.loads(c["column_types"]) for c in newest if c and "column_types" in c))
 
 
 def admit_types(new: pa.Table, types: dict, batch: Batch, landing: str) -> tuple[pa.Table, pa.Table]:
