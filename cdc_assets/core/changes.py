@@ -6,12 +6,13 @@ import json
 from dataclasses import dataclass, field
 
 from . import ordering
-from .values import key_text
+from .values import encode_row, key_text
 
 UPSERT, DELETE = "U", "D"
 
 # The flat record shared by `changes`, `staging` and `base`; `_cdc_row` keeps the
-# row image as JSON so that a new source column never needs a schema change there.
+# row image as JSON (values JSON has no type for are tagged, see values.encode_row)
+# so that a new source column never needs a schema change there.
 RECORD_FIELDS = (
     ("_cdc_key", "string"),
     ("_cdc_op", "string"),
@@ -46,6 +47,7 @@ class Change:
     event_id: str | None
     change_type: str
     _id_from_content: bool = field(default=False, repr=False)
+    types: dict | None = field(default=None, repr=False, kw_only=True)  # the file's or declared column types
 
 
 @dataclass
@@ -57,7 +59,7 @@ class Rejection:
 
 def content_id(key: tuple, op: str, order: str, row: dict) -> str:
     """An event id for formats without one: identical re-deliveries collapse."""
-    text = json.dumps([key_text(key), op, order, row], sort_keys=True, default=str, ensure_ascii=False)
+    text = json.dumps([key_text(key), op, order, encode_row(row, sort_keys=True)], ensure_ascii=False)
     return "sha1:" + hashlib.sha1(text.encode("utf-8")).hexdigest()
 
 
@@ -68,13 +70,14 @@ def to_record(change: Change, *, batch_seq: int, batch_id: str, file_name: str, 
         "_cdc_op": change.op,
         "_cdc_order": tier + change.order + "|" + ordering.arrival(batch_seq, file_index, change.line),
         "_cdc_event_id": change.event_id,
-        "_cdc_row": json.dumps(change.row, ensure_ascii=False, sort_keys=False),
+        "_cdc_row": encode_row(change.row),
         "_cdc_partition": key_text([change.row.get(c) for c in partition_by]) if partition_by else None,
         "_cdc_change_type": change.change_type,
         "_cdc_batch_seq": batch_seq,
         "_cdc_batch": batch_id,
         "_cdc_file": file_name,
         "_cdc_line": change.line,
+        "_cdc_types": json.dumps(change.types, sort_keys=True) if change.types else None,
     }
 
 

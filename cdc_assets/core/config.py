@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 import yaml
 
 from .formats import FORMATS
+from .values import parse_type
 
 TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
 TOP_KEYS = {"warehouse", "landing", "tables", "spark"}
-TABLE_KEYS = {"name", "keys", "format", "options", "partition_by", "base_snapshot", "reconcile_with"}
+TABLE_KEYS = {"name", "keys", "format", "options", "partition_by", "base_snapshot", "reconcile_with", "columns"}
 CHANGESET_OPTIONS = {"op_column", "sequence_by", "inserts", "updates", "deletes"}
 MAX_KEYS = 16
 
@@ -29,6 +30,7 @@ class TableConfig:
     partition_by: tuple[str, ...] = ()
     base_snapshot: str | None = None
     reconcile_with: str | None = None
+    columns: dict = field(default_factory=dict, hash=False, compare=False)  # declared column types
 
 
 @dataclass(frozen=True)
@@ -154,9 +156,27 @@ def _table(t, i: int, where: str, base_dir: str) -> TableConfig:
     reconcile = t.get("reconcile_with")
     return TableConfig(
         name=name, keys=keys, format=fmt, options=options, partition_by=partition_by,
+        columns=_columns(t.get("columns"), here),
         base_snapshot=_path(base, base_dir, f"{here}: field 'base_snapshot'") if base is not None else None,
         reconcile_with=_path(reconcile, base_dir, f"{here}: field 'reconcile_with'") if reconcile is not None else None,
     )
+
+
+def _columns(value, here: str) -> dict:
+    """`columns:` maps column names to types (SPEC 3), for files that carry none (JSON, CSV)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{here}: field 'columns' must map column names to types, e.g. amount: decimal(12,2)")
+    out = {}
+    for col, type_ in value.items():
+        if not isinstance(col, str) or not col:
+            raise ConfigError(f"{here}: field 'columns': {col!r} is not a column name")
+        try:
+            out[col] = parse_type(type_)
+        except ValueError as e:
+            raise ConfigError(f"{here}: field 'columns.{col}': {e}") from None
+    return out
 
 
 def _options(fmt: str, options: dict, here: str) -> dict:

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from . import ordering
 from .changes import DELETE, UPSERT, Change, Rejection, content_id
 from .ordering import OrderingError
-from .values import infer_text, source_value
+from .values import (BINARY, BOOLEAN, DATE, DOUBLE, INT, LONG, MAX_PRECISION, STRING, TIMESTAMP, TIMESTAMP_NTZ,
+                     Misfit, NumberText, convert, decimal_type, infer_text, source_value)
 
 FORMATS = ("datastream-json", "datastream-avro", "bigquery-append", "bigquery-cdc", "changeset")
 
@@ -32,21 +33,52 @@ class RecordError(ValueError):
     """One record cannot become a change; the message is the quarantine reason."""
 
 
-def parse_file(fmt: str, options: dict, keys: list[str], name: str, data: bytes) -> Iterator[Change | Rejection]:
+class Typing:
+    """The column types one file's values have: its own schema's (Avro, Parquet), else the
+    table's `columns:` map, whose values are converted here so a misfit names its line."""
+
+    def __init__(self, declared: dict | None):
+        self.declared = dict(declared or {})
+        self.file_types: dict[str, str] = {}  # filled by the reader before the first record
+        self._types: dict | None = None
+
+    @property
+    def types(self) -> dict:
+        if self._types is None:
+            self._types = {**self.declared, **self.file_types}
+        return self._types
+
+    def apply(self, row: dict) -> dict:
+        for col, type_ in self.declared.items():
+            if row.get(col) is not None and col not in self.file_types:
+                try:
+                    row[col] = convert(row[col], type_)
+                except Misfit:
+                    raise RecordError(f"column {col!r} is declared {type_}; this change's value does not fit it") \
+                        from None
+        return row
+
+
+def parse_file(fmt: str, options: dict, keys: list[str], name: str, data: bytes,
+               columns: dict | None = None) -> Iterator[Change | Rejection]:
     parse_record = _RECORD_PARSERS[fmt]
-    for line, record, raw in _records(name, data, fmt):
+    typing = Typing(columns)
+    for line, record, raw in _records(name, data, fmt, typing.file_types):
         if isinstance(record, RecordError):
             yield Rejection(line, str(record), raw)
             continue
         try:
-            yield parse_record(record, keys, options, line)
+            change = parse_record(record, keys, options, line, typing)
         except (RecordError, OrderingError) as e:
             yield Rejection(line, str(e), raw)
+            continue
+        change.types = typing.types
+        yield change
 
 
 # ---- files to records -------------------------------------------------------
 
-def _records(name: str, data: bytes, fmt: str):
+def _records(name: str, data: bytes, fmt: str, file_types: dict | None = None):
     lower = name.lower()
     if lower.endswith(".gz"):
         try:
@@ -61,9 +93,9 @@ def _records(name: str, data: bytes, fmt: str):
         yield 0, RecordError("empty file: no change records"), ""
         return
     if lower.endswith(".parquet"):
-        yield from _parquet_records(data)
+        yield from _parquet_records(data, file_types if file_types is not None else {})
     elif lower.endswith(".avro") or fmt == "datastream-avro":
-        yield from _avro_records(data)
+        yield from _avro_records(data, file_types if file_types is not None else {})
     elif lower.endswith(".csv"):
         yield from _csv_records(data)
     else:
@@ -87,7 +119,7 @@ def _json_lines(data: bytes):
                                     f"(its first {RAW_PREVIEW} bytes are kept)"), text[:RAW_PREVIEW]
             continue
         try:
-            record = json.loads(text)
+            record = json.loads(text, parse_float=NumberText)  # exact: a decimal column takes it as written
         except json.JSONDecodeError as e:
             yield n, RecordError(f"not valid JSON: {e.msg} at column {e.colno}"), text
             continue
@@ -179,7 +211,31 @@ def _csv_records(data: bytes):
         yield line, {h: infer_text(v) for h, v in zip(header, row)}, raw
 
 
-def _parquet_records(data: bytes):
+def _decimal_or_text(precision: int, scale: int) -> str:
+    return decimal_type(precision, scale) if precision <= MAX_PRECISION else STRING
+
+
+def arrow_column_type(t) -> str | None:
+    """The column type of a Parquet (Arrow) column; nested values are JSON text."""
+    import pyarrow.types as pt
+
+    if pt.is_dictionary(t):
+        return arrow_column_type(t.value_type)
+    checks = [(pt.is_null, None), (pt.is_boolean, BOOLEAN), (pt.is_int64, LONG), (pt.is_uint32, LONG),
+              (pt.is_uint64, "decimal(20,0)"), (pt.is_integer, INT), (pt.is_floating, DOUBLE),
+              (pt.is_date, DATE), (pt.is_binary, BINARY), (pt.is_large_binary, BINARY),
+              (pt.is_fixed_size_binary, BINARY)]
+    for check, type_ in checks:
+        if check(t):
+            return type_
+    if pt.is_decimal(t):
+        return _decimal_or_text(t.precision, t.scale)
+    if pt.is_timestamp(t):
+        return TIMESTAMP if t.tz else TIMESTAMP_NTZ
+    return STRING
+
+
+def _parquet_records(data: bytes, file_types: dict):
     import pyarrow.parquet as pq
 
     try:
@@ -187,15 +243,59 @@ def _parquet_records(data: bytes):
     except Exception as e:  # noqa: BLE001 - any reader failure quarantines the file
         yield 0, RecordError(f"not a readable Parquet file: {e}"), preview(data)
         return
+    for f in table.schema:
+        type_ = arrow_column_type(f.type)
+        if type_:
+            file_types[f.name] = type_
     for n, record in enumerate(table.to_pylist(), start=1):
         yield n, record, json.dumps(record, default=str)[:RAW_PREVIEW]
 
 
-def _avro_records(data: bytes):
+_AVRO_PRIMITIVES = {"boolean": BOOLEAN, "int": INT, "long": LONG, "float": DOUBLE, "double": DOUBLE,
+                    "string": STRING, "bytes": BINARY}
+_AVRO_LOGICAL = {"date": DATE, "timestamp-millis": TIMESTAMP, "timestamp-micros": TIMESTAMP,
+                 "timestamp-nanos": TIMESTAMP, "local-timestamp-millis": TIMESTAMP_NTZ,
+                 "local-timestamp-micros": TIMESTAMP_NTZ, "local-timestamp-nanos": TIMESTAMP_NTZ}
+
+
+def avro_column_type(t) -> str | None:
+    """The column type of an Avro field's schema (logical types included); a union with null
+    is its other branch; records, maps, arrays and other unions are JSON text."""
+    if isinstance(t, list):
+        branches = [b for b in t if b != "null"]
+        return avro_column_type(branches[0]) if len(branches) == 1 else (None if not branches else STRING)
+    if isinstance(t, str):
+        return None if t == "null" else _AVRO_PRIMITIVES.get(t, STRING)
+    if not isinstance(t, dict):
+        return STRING
+    logical = t.get("logicalType")
+    if logical == "decimal":
+        return _decimal_or_text(int(t.get("precision", MAX_PRECISION + 1)), int(t.get("scale", 0)))
+    if logical in _AVRO_LOGICAL:
+        return _AVRO_LOGICAL[logical]
+    if logical is not None or t.get("type") in ("record", "map", "array", "enum"):
+        return STRING
+    return BINARY if t.get("type") == "fixed" else avro_column_type(t.get("type"))
+
+
+def _avro_fields(schema) -> dict:
+    """Column types of an Avro file's rows: a Datastream event's payload fields, else the top-level fields."""
+    fields = schema.get("fields", []) if isinstance(schema, dict) else []
+    for f in fields:
+        branches = f.get("type") if isinstance(f.get("type"), list) else [f.get("type")]
+        record = [b for b in branches if isinstance(b, dict) and b.get("type") == "record"]
+        if f.get("name") == "payload" and record:
+            return _avro_fields(record[0])
+    types = {f["name"]: avro_column_type(f.get("type")) for f in fields}
+    return {name: t for name, t in types.items() if t}
+
+
+def _avro_records(data: bytes, file_types: dict):
     import fastavro
 
     try:
         reader = fastavro.reader(io.BytesIO(data))
+        file_types.update(_avro_fields(reader.writer_schema))
         for n, record in enumerate(reader, start=1):
             yield n, record, json.dumps(record, default=str)[:RAW_PREVIEW]
     except Exception as e:  # noqa: BLE001 - a corrupt block quarantines the rest of the file
@@ -215,11 +315,12 @@ def _key(row: dict, keys: list[str]) -> tuple:
     return tuple(values)
 
 
-def _row(values: dict) -> dict:
-    return {str(k): source_value(v) for k, v in values.items()}
+def _row(values: dict, typing: Typing | None = None) -> dict:
+    row = {str(k): source_value(v) for k, v in values.items()}
+    return typing.apply(row) if typing else row
 
 
-def _datastream(record: dict, keys, options, line) -> Change:
+def _datastream(record: dict, keys, options, line, typing: Typing | None = None) -> Change:
     payload = record.get("payload")
     meta = record.get("source_metadata")
     if not isinstance(payload, dict):
@@ -235,7 +336,7 @@ def _datastream(record: dict, keys, options, line) -> Change:
     position = "0" if "backfill" in read_method else "1" + _source_position(meta, read_method)
     rank = "0" if change_type == "UPDATE-DELETE" else "1"
     order = ordering.timestamp(record["source_timestamp"]) + position + rank
-    row = _row(payload)
+    row = _row(payload, typing)
     key = _key(row, keys)
     op = DATASTREAM_TYPES[change_type]
     return _change(line, key, op, row, order, record.get("uuid"), change_type)
@@ -288,7 +389,7 @@ def _source_position(meta: dict, read_method: str) -> str:
     raise RecordError(f"no source position for read_method {read_method!r} (expected scn, log_file/log_position or lsn)")
 
 
-def _bigquery_append(record: dict, keys, options, line) -> Change:
+def _bigquery_append(record: dict, keys, options, line, typing: Typing | None = None) -> Change:
     meta = record.get("datastream_metadata")
     if not isinstance(meta, dict):
         raise RecordError("row has no 'datastream_metadata' record")
@@ -299,23 +400,23 @@ def _bigquery_append(record: dict, keys, options, line) -> Change:
         raise RecordError("datastream_metadata has no change_sequence_number")
     rank = "0" if change_type == "UPDATE-DELETE" else "1"
     order = ordering.change_sequence_number(meta["change_sequence_number"]) + rank
-    row = _row({k: v for k, v in record.items() if k != "datastream_metadata"})
+    row = _row({k: v for k, v in record.items() if k != "datastream_metadata"}, typing)
     return _change(line, _key(row, keys), DATASTREAM_TYPES[change_type], row, order, meta.get("uuid"), change_type)
 
 
-def _bigquery_cdc(record: dict, keys, options, line) -> Change:
+def _bigquery_cdc(record: dict, keys, options, line, typing: Typing | None = None) -> Change:
     change_type = str(record.get("_CHANGE_TYPE", "")).upper()
     if change_type not in CDC_TYPES:
         raise RecordError(f"unknown change type {record.get('_CHANGE_TYPE')!r} (expected UPSERT or DELETE)")
     csn = record.get("_CHANGE_SEQUENCE_NUMBER")
     # Without a sequence number only arrival orders the rows (it is appended later).
     order = "0" if csn is None else "1" + ordering.change_sequence_number(str(csn) if isinstance(csn, int) else csn)
-    row = _row({k: v for k, v in record.items() if k not in ("_CHANGE_TYPE", "_CHANGE_SEQUENCE_NUMBER")})
+    row = _row({k: v for k, v in record.items() if k not in ("_CHANGE_TYPE", "_CHANGE_SEQUENCE_NUMBER")}, typing)
     return _change(line, _key(row, keys), CDC_TYPES[change_type], row, order, None, change_type,
                    content_ids=csn is not None)
 
 
-def _changeset(record: dict, keys, options, line) -> Change:
+def _changeset(record: dict, keys, options, line, typing: Typing | None = None) -> Change:
     op_column = options["op_column"]
     if op_column not in record:
         raise RecordError(f"op column {op_column!r} is missing")
@@ -332,7 +433,7 @@ def _changeset(record: dict, keys, options, line) -> Change:
         if col not in record:
             raise RecordError(f"sequence column {col!r} is missing")
         parts.append(ordering.typed_value(record[col]))
-    row = _row({k: v for k, v in record.items() if k != op_column})
+    row = _row({k: v for k, v in record.items() if k != op_column}, typing)
     return _change(line, _key(row, keys), op, row, "".join(parts), None, flag_text,
                    content_ids=bool(options.get("sequence_by")))
 
@@ -354,14 +455,15 @@ _RECORD_PARSERS = {
 }
 
 
-def parse_snapshot(keys: list[str], name: str, data: bytes) -> Iterator[Change | Rejection]:
+def parse_snapshot(keys: list[str], name: str, data: bytes, columns: dict | None = None) -> Iterator[Change | Rejection]:
     """A source export (base snapshot) as upserts ordered by line; the tier puts them below every change."""
-    for line, record, raw in _records(name, data, "snapshot"):
+    typing = Typing(columns)
+    for line, record, raw in _records(name, data, "snapshot", typing.file_types):
         if isinstance(record, RecordError):
             yield Rejection(line, str(record), raw)
             continue
         try:
-            row = _row(record)
-            yield Change(line, _key(row, keys), UPSERT, row, ordering.u64(line), None, "SNAPSHOT")
+            row = _row(record, typing)
+            yield Change(line, _key(row, keys), UPSERT, row, ordering.u64(line), None, "SNAPSHOT", types=typing.types)
         except (RecordError, OrderingError) as e:
             yield Rejection(line, str(e), raw)

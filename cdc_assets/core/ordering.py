@@ -78,6 +78,10 @@ def parse_timestamp(value) -> int:
         # FIX (SPEC 4.7): JSON's NaN/Infinity raised ValueError/OverflowError here, which
         # escaped parse_file and failed the table instead of quarantining the record.
         raise OrderingError(f"timestamp {value!r} is not a time")
+    if isinstance(value, Decimal):  # a JSON number with a fraction, kept exact
+        if not value.is_finite():
+            raise OrderingError(f"timestamp {value!r} is not a time")
+        return int((value * 1000).to_integral_value())
     if isinstance(value, (int, float)):
         return int(round(value * 1000))  # Datastream/BigQuery write epoch milliseconds
     if isinstance(value, dt.date):  # Avro timestamp-millis arrive as datetimes (Parquet dates as dates)

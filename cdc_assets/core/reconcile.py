@@ -1,7 +1,10 @@
 """Reconciliation against a source export (seed 000's validation): counts and row by row."""
 from __future__ import annotations
 
-from .values import canonical_text, key_text
+import datetime as dt
+from decimal import Decimal
+
+from .values import Misfit, canonical_text, convert, key_text, value_type
 
 SAMPLE = 10
 
@@ -14,7 +17,7 @@ def compare(target_rows: list[dict], source_rows: list[dict], keys) -> dict:
     missing = sorted(set(source) - set(target))
     extra = sorted(set(target) - set(source))
     differing = sorted(k for k in set(source) & set(target)
-                       if any(canonical_text(source[k].get(c)) != canonical_text(target[k].get(c)) for c in columns))
+                       if any(not same_value(source[k].get(c), target[k].get(c)) for c in columns))
     return {
         "source_rows": len(source_rows), "target_rows": len(target_rows),
         "missing_rows": len(missing), "extra_rows": len(extra), "differing_rows": len(differing),
@@ -22,6 +25,19 @@ def compare(target_rows: list[dict], source_rows: list[dict], keys) -> dict:
         "sample_differing_keys": differing[:SAMPLE],
         "duplicate_source_keys": len(source_rows) - len(source),
     }
+
+
+def same_value(source, target) -> bool:
+    """Equal by meaning: an export's text equals a typed target value it converts to exactly
+    ('2024-01-01 10:00:00' and that instant, '12.50' and Decimal('12.5'))."""
+    if canonical_text(source) == canonical_text(target):
+        return True
+    if source is None or not isinstance(target, (dt.date, Decimal, bytes)):
+        return False
+    try:
+        return convert(source, value_type(target)) == target
+    except Misfit:
+        return False
 
 
 def discrepancies(report: dict) -> int:

@@ -1,20 +1,23 @@
 """Column types of a table's history, and the changes whose values cannot fit them.
 
-A column's type is set by the first value it receives and only widens the way a
-reader can follow (SPEC 4.6): null to anything, integer to decimal, a number
-spelled as text widens it to text (as before), anything fits a text column. A typed source (JSON, Avro, Parquet) that sends
-text into a numeric or boolean column, or a boolean into a numeric one (or the
-reverse), changed its type in a way that cannot widen: turning the column into
-text would change it for every reader, so that change goes to quarantine
-instead. CSV values are typed by inference, a guess, so CSV text still widens a
-column to text, and CSV exports and typed files may share a table: a column
-seen only in CSV is not held against a typed value.
+Each column's type is recorded in a ledger with how it was set:
+- `!t` strict: declared in `columns:` or given by a file's schema (Avro, Parquet). It only
+  widens safely (int to long, a decimal to a wider decimal); any other value must convert
+  to it exactly (a JSON number into a decimal column, ISO text into a timestamp column).
+- `t` inferred from typed values (JSON): joins in the lattice of `values.join_types`, but a
+  typed source that sends text into a numeric or boolean column, or a boolean into a
+  numeric one (or the reverse), changed its type in a way that cannot widen: turning the
+  column into text would change it for every reader, so that change goes to quarantine.
+- `~t` soft: seen only in CSV, whose types are a guess; CSV text still widens it to text,
+  and the first typed value sets it.
 """
 from __future__ import annotations
 
-from .values import DOUBLE, LONG, NULL, STRING, infer_text, join_types, value_type
+from .values import (BOOLEAN, DOUBLE, INT, LONG, NULL, STRING, decimal_parts, exact_type, fits as value_fits,
+                     infer_text, join_types, value_type, widen)
 
-NUMBERS = {LONG, DOUBLE}
+NUMBERS = {INT, LONG, DOUBLE}
+SOFT, STRICT = "~", "!"
 
 
 def is_text_source(file_name: str) -> bool:
@@ -23,51 +26,128 @@ def is_text_source(file_name: str) -> bool:
     return name.endswith(".csv") or name.endswith(".csv.gz")
 
 
+def split(ledger_type: str) -> tuple[str, str]:
+    """('!', 'decimal(12,2)') from '!decimal(12,2)'; the mark is '' for inferred types."""
+    if ledger_type[:1] in (SOFT, STRICT):
+        return ledger_type[0], ledger_type[1:]
+    return "", ledger_type
+
+
+def plain(ledger: dict[str, str]) -> dict[str, str]:
+    """Column types without their marks."""
+    return {c: split(t)[1] for c, t in ledger.items()}
+
+
+def _numeric(t: str) -> bool:
+    return t in NUMBERS or decimal_parts(t) is not None
+
+
 def fits(column_type: str, value, text_source: bool) -> bool:
+    """The inferred rule: may this value join an inferred column of this type?"""
     t = value_type(value)
     if NULL in (column_type, t) or column_type == t or column_type == STRING:
         return True
-    if {column_type, t} <= NUMBERS:
+    if _numeric(column_type) and _numeric(t):
         return True
-    if t == STRING and column_type in NUMBERS and isinstance(infer_text(value.strip()), (int, float)):
+    if t == STRING and _numeric(column_type) and _is_number_text(value.strip()):
         return True  # a number spelled as text ("13", as exports and JSON writers quote them)
     return text_source and t == STRING
 
 
-SOFT = "~"  # marks a type only inferred from text so far: a typed value may still set it
+def _is_number_text(text: str) -> bool:
+    return not isinstance(infer_text(text), str)
 
 
-def admit(types: dict[str, str], row: dict, text_source: bool) -> str | None:
+def _strict_over_strict(have: str, typed: str, value) -> str | None:
+    w = widen(have, typed)
+    if w is not None:
+        return w
+    return have if value_fits(value, have) else None
+
+
+def _strict_column(have: str, value, typed: str | None) -> str | None:
+    """The strict column's type after this value, or None when it cannot hold it."""
+    if typed:
+        return _strict_over_strict(have, typed, value)
+    if value_fits(value, have):
+        return have
+    # An integer or decimal literal too wide for the column widens it (int to long, more digits).
+    t = value_type(value)
+    if t == LONG or decimal_parts(t):
+        w = widen(have, t)
+        if w is not None and value_fits(value, w):
+            return w
+    exact = exact_type(value)
+    if t == DOUBLE and exact and decimal_parts(have):  # a JSON literal with more digits than the column
+        w = widen(have, exact)
+        if w is not None and value_fits(value, w):
+            return w
+    return None
+
+
+def _inferred_to_strict(have: str, typed: str, value) -> str | None:
+    """An inferred column meeting a value whose type a file or declaration gives."""
+    if have in (NULL, typed):
+        return STRICT + typed
+    if have in (INT, LONG) and (typed in (INT, LONG) or decimal_parts(typed)):
+        w = widen(typed, have)
+        return STRICT + w if w else None
+    if have == STRING:
+        return have  # anything fits a text column, as its text
+    if have == DOUBLE and typed in NUMBERS:
+        return have
+    return None  # e.g. a decimal never silently becomes a double
+
+
+def admit(types: dict[str, str], row: dict, text_source: bool, row_types: dict | None = None) -> str | None:
     """Widen `types` with the row's values and return None, or return why the row cannot fit
-    (and leave `types` as it was).
-
-    A column seen only in CSV has a soft type (a guess): the first typed value joins it and
-    makes it firm. A firm column takes typed values only when they fit."""
+    (and leave `types` as it was). `row_types`: the types the file or `columns:` gives."""
     seen = {}
+    row_types = row_types or {}
     for col, value in row.items():
-        t = value_type(value)
-        if t == NULL:
+        typed = row_types.get(col)
+        t = typed or value_type(value)
+        if value is None:
             continue
-        have = types.get(col, SOFT + NULL)
-        soft, base = have.startswith(SOFT), have.lstrip(SOFT)
-        if not soft and not fits(base, value, text_source):
-            return (f"column {col!r} holds {_name(base)} values; this change has {_name(t)} there, "
-                    f"which cannot widen to it")
-        seen[col] = (SOFT if soft and text_source else "") + join_types(base, t)
+        mark, have = split(types.get(col, SOFT + NULL))
+        if mark == STRICT:
+            new = _strict_column(have, value, typed)
+            if new is None:
+                return _misfit(col, have, t)
+            seen[col] = STRICT + new
+        elif typed:
+            new = typed if mark == SOFT else _inferred_to_strict(have, typed, value)
+            if new is None:
+                return _misfit(col, have, t)
+            seen[col] = new if new[:1] == STRICT or new == have else STRICT + new
+        elif mark == SOFT:
+            seen[col] = (SOFT if text_source else "") + join_types(have, t)
+        else:
+            if not fits(have, value, text_source):
+                return _misfit(col, have, t)
+            seen[col] = join_types(have, t)
     types.update(seen)
     return None
 
 
+def _misfit(col: str, have: str, got: str) -> str:
+    return f"column {col!r} holds {_name(have)} values; this change has {_name(got)} there, which cannot widen to it"
+
+
 def joined(*ledgers: dict[str, str]) -> dict[str, str]:
-    """Several ledgers as one: firm wherever any of them is firm."""
+    """Several ledgers as one: strict wherever any of them is strict, soft only where all are."""
     out: dict[str, str] = {}
     for ledger in ledgers:
         for col, t in ledger.items():
-            have = out.get(col, SOFT + NULL)
-            soft = have.startswith(SOFT) and t.startswith(SOFT)
-            out[col] = (SOFT if soft else "") + join_types(have.lstrip(SOFT), t.lstrip(SOFT))
+            m1, a = split(out.get(col, SOFT + NULL))
+            m2, b = split(t)
+            if STRICT in (m1, m2):
+                joined_type = widen(a, b) or (a if m1 == STRICT else b)
+                out[col] = STRICT + joined_type
+            else:
+                out[col] = (SOFT if m1 == m2 == SOFT else "") + join_types(a, b)
     return out
 
 
 def _name(t: str) -> str:
-    return {LONG: "integer", DOUBLE: "decimal", STRING: "text", "boolean": "boolean"}.get(t, t)
+    return {LONG: "integer", INT: "integer", DOUBLE: "decimal", STRING: "text", BOOLEAN: "boolean"}.get(t, t)

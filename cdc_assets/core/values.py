@@ -1,8 +1,15 @@
-"""Source values: CSV inference, canonical key text, and column types for the target.
+"""Source values: CSV inference, canonical key text, column types and their conversions.
 
-Column types form a small lattice: null < boolean | long < double < string.
-A column takes the join of every value it has seen, so an integer column that
-receives a decimal widens to double, and anything mixed with text is text.
+Column types (SPEC 3): boolean, int, long, double, decimal(p,s), string, date,
+timestamp (an instant, UTC), timestamp_ntz (wall-clock time), binary; nested
+values are JSON text. A column's type comes from the file (Avro or Parquet
+schema), else from the table's `columns:` map, else from inference over its
+values. Inferred types form a small lattice, null < boolean | int < long <
+double < string, in which a column takes the join of every value it has seen.
+
+Numbers written as text (JSON and CSV literals) are kept exact as `NumberText`:
+they are typed double by inference, yet a decimal column takes them digit for
+digit, never through a float.
 """
 from __future__ import annotations
 
@@ -12,14 +19,50 @@ import json
 import math
 import re
 import uuid
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation, localcontext
 
 # FIX (SPEC 3, 4; found by test_random_feeds): without re.ASCII, \d matched any Unicode
 # digit, so CSV text "1٣" became the integer 13 (and the key 13) and "٣.5" became 3.5.
 _INT = re.compile(r"[+-]?(0|[1-9]\d*)", re.ASCII)
 _FLOAT = re.compile(r"[+-]?(\d+\.\d+)", re.ASCII)
 
-NULL, BOOLEAN, LONG, DOUBLE, STRING = "null", "boolean", "long", "double", "string"
+NULL, BOOLEAN, INT, LONG, DOUBLE, STRING = "null", "boolean", "int", "long", "double", "string"
+DATE, TIMESTAMP, TIMESTAMP_NTZ, BINARY = "date", "timestamp", "timestamp_ntz", "binary"
+SIMPLE_TYPES = (BOOLEAN, INT, LONG, DOUBLE, STRING, DATE, TIMESTAMP, TIMESTAMP_NTZ, BINARY)
+MAX_PRECISION = 38
+_DECIMAL_TYPE = re.compile(r"decimal\(\s*(\d{1,2})\s*,\s*(\d{1,2})\s*\)", re.ASCII)
+_INT_RANGE = {INT: 1 << 31, LONG: 1 << 63}
+
+
+class NumberText(Decimal):
+    """A number as written in JSON or CSV text: inferred as double, exact for a decimal column."""
+
+    __slots__ = ()
+
+
+class Misfit(ValueError):
+    """A value that does not fit a column type; the message names types, never the value."""
+
+
+def decimal_type(precision: int, scale: int) -> str:
+    return f"decimal({precision},{scale})"
+
+
+def decimal_parts(type_: str) -> tuple[int, int] | None:
+    m = _DECIMAL_TYPE.fullmatch(type_ or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def parse_type(text) -> str:
+    """A type named in `columns:`, in canonical spelling; ValueError names what is allowed."""
+    t = str(text).strip().lower()
+    if t in SIMPLE_TYPES:
+        return t
+    parts = decimal_parts(t)
+    if parts and 1 <= parts[0] <= MAX_PRECISION and parts[1] <= parts[0]:
+        return decimal_type(*parts)
+    raise ValueError(f"unknown column type {text!r} (known: {', '.join(SIMPLE_TYPES)}, decimal(p,s) "
+                     f"with 1 <= p <= {MAX_PRECISION} and s <= p)")
 
 
 def infer_text(text: str):
@@ -33,46 +76,63 @@ def infer_text(text: str):
         n = int(text)
         return n if -(1 << 63) <= n < (1 << 63) else text
     if _FLOAT.fullmatch(text) and not re.match(r"[+-]?0\d", text):
-        return float(text)
+        return NumberText(text)
     return text
 
 
 def _plain(value):
-    """FIX (SPEC 3, 4.7): Parquet and Avro readers give datetime, date, time, Decimal,
-    bytes and UUID objects (Avro logical types, Parquet timestamp/decimal columns).
-    They used to reach the row image as is, and `to_record`'s json.dumps then raised
-    TypeError, failing the table. They become the JSON value their JSON twin has:
-    ISO text for times, a number for decimals, base64 text for bytes."""
-    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+    """Reader objects without a column type of their own (time of day, UUID) as text."""
+    if isinstance(value, dt.time):
         return value.isoformat()
-    if isinstance(value, Decimal):
-        if not value.is_finite():
-            return str(value)
-        if value == value.to_integral_value() and -(1 << 63) <= value < (1 << 63):
-            return int(value)
-        return float(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return base64.b64encode(bytes(value)).decode("ascii")
     if isinstance(value, uuid.UUID):
         return str(value)
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, dt.datetime) and type(value) is not dt.datetime and hasattr(value, "to_pydatetime"):
+        return value.to_pydatetime()  # pandas' Timestamp (nanosecond Parquet columns): microseconds, as Delta keeps
     return value
 
 
-def _json_default(value):
-    plain = _plain(value)
-    if plain is value:
-        return str(value)
-    return plain
+def _jsonable(value):
+    """A nested value's parts as JSON values; a decimal stays a JSON number when a float
+    reproduces it exactly, and becomes its text otherwise."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    value = _plain(value)
+    if isinstance(value, Decimal):
+        text = canonical_text(value)
+        return (int(text) if _INT.fullmatch(text) else float(text)) if value.is_finite() and \
+            Decimal(text) == value and "e" not in text else str(value)
+    if isinstance(value, (dt.datetime, dt.date)):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    return value
 
 
 def source_value(value):
-    """A JSON value as stored in a row image: nested structures become JSON text."""
+    """A reader's value as held in a row image: nested structures become JSON text; a
+    non-finite number becomes text (no column type holds it)."""
     if isinstance(value, (dict, list, tuple)):
-        return json.dumps(value, sort_keys=True, ensure_ascii=False, default=_json_default)
+        return json.dumps(_jsonable(value), sort_keys=True, ensure_ascii=False, default=str)
     value = _plain(value)
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
+    if isinstance(value, Decimal) and not value.is_finite():
+        return str(value)
     return value
+
+
+def _number_text(d: Decimal) -> str:
+    """A decimal's canonical text, the same as a float's of equal value (1.5 and 1.50 alike)."""
+    if d == d.to_integral_value() and abs(d) < Decimal(10) ** 18:
+        return str(int(d))
+    f = float(d)
+    if math.isfinite(f) and Decimal(repr(f)) == d:
+        return repr(f)
+    return str(d.normalize())
 
 
 def canonical_text(value) -> str | None:
@@ -85,11 +145,17 @@ def canonical_text(value) -> str | None:
         return str(value)
     if isinstance(value, float):
         return str(int(value)) if value.is_integer() and abs(value) < 1e18 else repr(value)
+    if isinstance(value, Decimal):
+        return _number_text(value) if value.is_finite() else str(value)
     if isinstance(value, str):
         inferred = infer_text(value.strip()) if value.strip() == value else value
-        if isinstance(inferred, (int, float)):
+        if isinstance(inferred, (int, Decimal)):
             return canonical_text(inferred)
         return value
+    if isinstance(value, (dt.datetime, dt.date)):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
     return str(value)
 
 
@@ -97,38 +163,237 @@ def key_text(values) -> str:
     return json.dumps([canonical_text(v) for v in values], ensure_ascii=False, separators=(",", ":"))
 
 
+def _decimal_of(d: Decimal) -> str:
+    _, digits, exp = d.as_tuple()
+    scale = max(0, -exp)
+    precision = max(len(digits) + max(0, exp), scale, 1)
+    return decimal_type(min(precision, MAX_PRECISION), min(scale, MAX_PRECISION))
+
+
 def value_type(value) -> str:
+    """The type a value has on its own (inference): what a column holding only it would be."""
     if value is None:
         return NULL
     if isinstance(value, bool):
         return BOOLEAN
     if isinstance(value, int):
         return LONG
-    if isinstance(value, float):
+    if isinstance(value, (float, NumberText)):
         return DOUBLE
+    if isinstance(value, Decimal):
+        return _decimal_of(value)
+    if isinstance(value, dt.datetime):
+        return TIMESTAMP if value.tzinfo is not None else TIMESTAMP_NTZ
+    if isinstance(value, dt.date):
+        return DATE
+    if isinstance(value, bytes):
+        return BINARY
     return STRING
 
 
+def exact_type(value) -> str | None:
+    """The narrowest decimal type holding a number written as text (or a decimal) exactly."""
+    if isinstance(value, Decimal) and value.is_finite():
+        return _decimal_of(value)
+    return None
+
+
+def _wider_decimal(a: tuple[int, int], b: tuple[int, int]) -> str | None:
+    scale = max(a[1], b[1])
+    precision = max(a[0] - a[1], b[0] - b[1]) + scale
+    return decimal_type(precision, scale) if precision <= MAX_PRECISION else None
+
+
+def widen(column_type: str, other: str) -> str | None:
+    """The safe widening of a declared or file-typed column to hold `other` as well (int to
+    long, a decimal to a wider decimal, an integer into a decimal wide enough), or None."""
+    if other in (NULL, column_type):
+        return column_type
+    if column_type == NULL:
+        return other
+    if {column_type, other} == {INT, LONG}:
+        return LONG
+    a, b = decimal_parts(column_type), decimal_parts(other)
+    if a and b:
+        return _wider_decimal(a, b)
+    if a and other in (INT, LONG):
+        return _wider_decimal(a, (10 if other == INT else 19, 0))
+    return None
+
+
 def join_types(a: str, b: str) -> str:
+    """The inferred lattice: numbers join to the wider number, anything else mixed is text."""
     if a == b or b == NULL:
         return a
     if a == NULL:
         return b
-    if {a, b} == {LONG, DOUBLE}:
+    w = widen(a, b)
+    if w is not None:
+        return w
+    numbers = {INT, LONG, DOUBLE}
+    if {a, b} <= numbers:
         return DOUBLE
     return STRING
 
 
-def coerce(value, type_: str):
-    """A value as the column's (joined) type; only widening conversions happen here."""
-    if value is None:
+def _integer(value) -> int | None:
+    if isinstance(value, bool):
         return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
+        return int(value)
+    if isinstance(value, str) and _INT.fullmatch(value.strip()):
+        return int(value.strip())
+    return None
+
+
+def _exact_decimal(value) -> Decimal | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, Decimal):
+        return Decimal(value) if value.is_finite() else None
+    if isinstance(value, int):
+        return Decimal(value)
+    if isinstance(value, float):
+        return Decimal(repr(value)) if math.isfinite(value) else None
+    if isinstance(value, str):
+        try:
+            d = Decimal(value.strip())
+        except InvalidOperation:
+            return None
+        return d if d.is_finite() else None
+    return None
+
+
+def _timestamp(value, with_zone: bool):
+    if isinstance(value, str):
+        text = value.strip().replace(" UTC", "+00:00")
+        if text.endswith(("Z", "z")):
+            text = text[:-1] + "+00:00"
+        frac = re.search(r"\.(\d{7,})", text)
+        if frac:  # Python keeps microseconds; finer digits are cut, as Spark and Delta do
+            text = text.replace(frac.group(0), "." + frac.group(1)[:6])
+        try:
+            value = dt.datetime.fromisoformat(text)
+        except ValueError:
+            return None
+    elif isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        value = dt.datetime(value.year, value.month, value.day)
+    if not isinstance(value, dt.datetime):
+        return None
+    if with_zone:
+        return value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value.astimezone(dt.timezone.utc)
+    return value if value.tzinfo is None else None
+
+
+def convert(value, type_: str):
+    """`value` as a value of column type `type_`, exactly, or Misfit. Text is read as the type's
+    text form (ISO times, base64 binary); numbers never pass through a float on their way into
+    a decimal, and a decimal or timestamp never silently becomes something narrower."""
+    if value is None or type_ == NULL:
+        return value
     if type_ == STRING:
         if isinstance(value, str):
             return value
+        if isinstance(value, NumberText):
+            return str(value)
+        if isinstance(value, float):
+            return repr(value)
+        return canonical_text(value)
+    if type_ == BOOLEAN:
         if isinstance(value, bool):
-            return "true" if value else "false"
-        return canonical_text(value) if isinstance(value, int) else repr(value) if isinstance(value, float) else str(value)
-    if type_ == DOUBLE and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+    elif type_ in _INT_RANGE:
+        n = _integer(value) if not isinstance(value, float) else None
+        if n is not None and -_INT_RANGE[type_] <= n < _INT_RANGE[type_]:
+            return n
+    elif type_ == DOUBLE:
+        if isinstance(value, (int, float, NumberText)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str) and _exact_decimal(value) is not None:
+            return float(value)
+    elif type_ == DATE:
+        if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+            return value
+        if isinstance(value, str):
+            try:
+                return dt.date.fromisoformat(value.strip())
+            except ValueError:
+                pass
+    elif type_ in (TIMESTAMP, TIMESTAMP_NTZ):
+        t = _timestamp(value, type_ == TIMESTAMP)
+        if t is not None:
+            return t
+    elif type_ == BINARY:
+        if isinstance(value, bytes):
+            return value
+        if isinstance(value, str):
+            try:
+                return base64.b64decode(value, validate=True)
+            except ValueError:
+                pass
+    else:
+        parts = decimal_parts(type_)
+        d = _exact_decimal(value) if parts and not isinstance(value, float) else None
+        if d is not None:
+            precision, scale = parts
+            with localcontext(prec=2 * MAX_PRECISION + 2):  # the default 28 digits would round a decimal(38,s)
+                q = d.quantize(Decimal(1).scaleb(-scale))
+                if q == d and len(q.as_tuple().digits) <= precision:
+                    return q
+    raise Misfit(f"a {value_type(value) if not isinstance(value, str) else 'text'} value does not fit {type_}")
+
+
+def fits(value, type_: str) -> bool:
+    try:
+        convert(value, type_)
+    except Misfit:
+        return False
+    return True
+
+
+# ---- row images ---------------------------------------------------------------
+# A row image travels between the steps as JSON; values JSON has no type for are tagged.
+_TAGS = {"$decimal": Decimal, "$number": NumberText}
+
+
+def _encode_value(value):
+    if isinstance(value, NumberText):
+        return {"$number": str(value)}
+    if isinstance(value, Decimal):
+        return {"$decimal": str(value)}
+    if isinstance(value, dt.datetime):
+        return {"$" + (TIMESTAMP if value.tzinfo is not None else TIMESTAMP_NTZ): value.isoformat()}
+    if isinstance(value, dt.date):
+        return {"$date": value.isoformat()}
+    if isinstance(value, bytes):
+        return {"$binary": base64.b64encode(value).decode("ascii")}
     return value
+
+
+def _decode_value(value):
+    if not isinstance(value, dict) or len(value) != 1:
+        return value
+    (tag, text), = value.items()
+    if tag in _TAGS:
+        return _TAGS[tag](text)
+    if tag in ("$timestamp", "$timestamp_ntz"):
+        return dt.datetime.fromisoformat(text)
+    if tag == "$date":
+        return dt.date.fromisoformat(text)
+    if tag == "$binary":
+        return base64.b64decode(text)
+    return value
+
+
+def encode_row(row: dict, sort_keys: bool = False) -> str:
+    return json.dumps({k: _encode_value(v) for k, v in row.items()}, ensure_ascii=False, sort_keys=sort_keys)
+
+
+def decode_row(text: str) -> dict:
+    return {k: _decode_value(v) for k, v in json.loads(text).items()}

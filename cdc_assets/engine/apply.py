@@ -16,14 +16,11 @@ from deltalake import DeltaTable, write_deltalake
 from ..core import target as shape
 from ..core.changes import RECORD_FIELDS
 from ..core.config import Config, TableConfig
-from ..core.values import BOOLEAN, DOUBLE, LONG, STRING
+from ..core.values import BOOLEAN, STRING, decimal_parts, decode_row
 from . import delta, faults
+from .ingest import column_types
 from .stage import latest_per_key
 from .tables import BASE, STAGING, TARGET, path
-
-_FROM_ARROW = {pa.string(): STRING, pa.large_string(): STRING, pa.string_view(): STRING, pa.int64(): LONG,
-               pa.int32(): LONG, pa.float64(): DOUBLE, pa.bool_(): BOOLEAN}
-_TO_ARROW = {STRING: pa.string(), LONG: pa.int64(), DOUBLE: pa.float64(), BOOLEAN: pa.bool_()}
 
 
 def _history(spark, table_dir: str, has_base: bool):
@@ -37,14 +34,18 @@ def _existing_columns(dt: DeltaTable | None) -> dict[str, str]:
     if dt is None:
         return {}
     schema = pa.schema(dt.schema())
-    return {f.name: _FROM_ARROW.get(f.type, STRING) for f in schema}
+    return {f.name: shape.column_type(f.type) for f in schema}
 
 
-def _target_rows(winners: list[dict], columns: dict[str, str], with_apply: bool) -> pa.Table:
-    images = [json.loads(w["_cdc_row"]) for w in winners]
+def _columns(dt: DeltaTable | None, images: list[dict], table_dir: str, table: TableConfig) -> dict[str, str]:
+    return shape.target_columns(_existing_columns(dt), images, table.keys, table.partition_by,
+                                history_types=column_types(table_dir, marked=False))
+
+
+def _target_rows(winners: list[dict], columns: dict[str, str], with_apply: bool, images: list[dict]) -> pa.Table:
     data = shape.typed_columns(images, columns)
-    fields = [pa.field(c, _TO_ARROW[t]) for c, t in columns.items()]
-    arrays = [pa.array(data[c], type=_TO_ARROW[t]) for c, t in columns.items()]
+    fields = [pa.field(c, shape.arrow_type(t)) for c, t in columns.items()]
+    arrays = [pa.array(data[c], type=shape.arrow_type(t)) for c, t in columns.items()]
     for m in shape.META_COLUMNS:
         fields.append(pa.field(m, pa.string()))
         arrays.append(pa.array([w[m] for w in winners], pa.string()))
@@ -66,7 +67,7 @@ def _widen(dt: DeltaTable, columns: dict[str, str], partition_by) -> DeltaTable:
             # FIX (SPEC 4.6/4.7): a safe cast refused integers beyond 2**53 when a long column
             # widened to double, failing the table on every later run; convert them as new
             # rows are (float(), nearest double), the only lossy step of the type lattice.
-            data = data.set_column(i, c, data.column(c).cast(_TO_ARROW[t], safe=False))
+            data = data.set_column(i, c, data.column(c).cast(shape.arrow_type(t), safe=False))
     # Through `dt` with predicate "true": the rewrite then counts as reading the whole snapshot,
     # so delta-rs refuses it if another writer committed since (a bare overwrite would not).
     write_deltalake(dt, data, mode="overwrite", predicate="true", schema_mode="overwrite",
@@ -110,13 +111,14 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
         touched.unpersist()
 
     faults.point("target.computed")  # Spark has decided; nothing is committed yet
-    columns = shape.target_columns(_existing_columns(dt), [json.loads(w["_cdc_row"]) for w in winners],
-                                   table.keys, table.partition_by)
+    images = [decode_row(w["_cdc_row"]) for w in winners]
+    columns = _columns(dt, images, table_dir, table)
     props = delta.commit_props(TARGET, reached, {"from_batch": applied + 1})
     partitions = sorted({w["_cdc_partition"] for w in winners if w["_cdc_op"] == "U"}
                         | {w["_old_partition"] for w in winners if w["_old_op"] == "U"}) if table.partition_by else []
     if dt is None:
-        rows = _target_rows([w for w in winners if w["_cdc_op"] == "U"], columns, with_apply=False)
+        live = [i for i, w in enumerate(winners) if w["_cdc_op"] == "U"]
+        rows = _target_rows([winners[i] for i in live], columns, False, [images[i] for i in live])
         delta.create(target_path, rows, partition_by=list(table.partition_by) or None, commit_properties=props)
         result = {"num_target_rows_inserted": rows.num_rows, "num_target_rows_updated": 0,
                   "num_target_rows_deleted": 0, "num_target_files_added": len(DeltaTable(target_path).file_uris()),
@@ -127,7 +129,7 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
         result = {}
     else:
         dt = _widen(dt, columns, table.partition_by)
-        source = _target_rows(winners, columns, with_apply=True)
+        source = _target_rows(winners, columns, True, images)
         result = dt.merge(source, "t._cdc_key = s._cdc_key", source_alias="s", target_alias="t",
                           merge_schema=True, commit_properties=props) \
             .when_matched_delete("s._cdc_apply = 'D'") \
@@ -151,7 +153,7 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
 def _literal(value, type_: str) -> str:
     if value is None:
         return "NULL"
-    if type_ in (LONG, DOUBLE):
+    if type_ in ("int", "long", "double") or decimal_parts(type_):
         return str(value)
     if type_ == BOOLEAN:
         return "true" if str(value).lower() in ("true", "1") else "false"
@@ -186,11 +188,11 @@ def rebuild(spark, cfg: Config, table: TableConfig, partition_keys: list[str] | 
         wanted = [shape.partition_text(shape.partition_values(k)) for k in partition_keys]
         live = live.where(F.col("_cdc_partition").isin(wanted))
     winners = live.toArrow().to_pylist()
-    columns = shape.target_columns(_existing_columns(dt), [json.loads(w["_cdc_row"]) for w in winners],
-                                   table.keys, table.partition_by)
+    images = [decode_row(w["_cdc_row"]) for w in winners]
+    columns = _columns(dt, images, table_dir, table)
     dt = _widen(dt, columns, table.partition_by)
     before = dt.version()
-    rows = _target_rows(winners, columns, with_apply=False)
+    rows = _target_rows(winners, columns, False, images)
     # "true" for all: a predicate makes delta-rs check the rows it replaces against concurrent commits.
     predicate = partition_predicate(table.partition_by, columns, partition_keys) if partition_keys else "true"
     write_deltalake(dt, rows, mode="overwrite", predicate=predicate, schema_mode="merge",

@@ -9,9 +9,8 @@ from pyspark.sql import functions as F
 
 from ..core.changes import RECORD_FIELDS
 from ..core.config import Config, TableConfig
-from ..core.schema import admit
 from . import delta
-from .ingest import parse_files, quarantine, rejected_rows
+from .ingest import TYPED_FIELDS, admit_rows, parse_files, quarantine, rejected_rows
 from .tables import BASE, path
 
 BASE_BATCH = 0  # base rows count as batch 0; landed batches start at 1
@@ -29,15 +28,15 @@ def import_base(spark, cfg: Config, table: TableConfig, log=None) -> dict:
     try:
         n_read = parsed.count()
         n_rejected = quarantine(table, table_dir, rejected_rows(parsed), BASE_BATCH, log)
-        good = parsed.where(F.col("_cdc_reason").isNull()).select(*[c for c, _ in RECORD_FIELDS]).toArrow()
+        good = parsed.where(F.col("_cdc_reason").isNull()).select(*[c for c, _ in TYPED_FIELDS]).toArrow()
     finally:
         parsed.unpersist()
-    # An export is CSV: its values are inferred, so they widen the column types and never misfit.
+    # An export's values widen the column types; a CSV export's are inferred and never misfit.
     types: dict = {}
-    for row in good.column("_cdc_row").to_pylist():
-        admit(types, json.loads(row), text_source=True)
+    admit_rows(types, good, lambda _file: True)
+    good = good.select([c for c, _ in RECORD_FIELDS])
     metrics = {"rows_read": n_read, "rows": good.num_rows, "quarantined": n_rejected}
     version = delta.append(base_path, good.cast(delta.arrow_schema(RECORD_FIELDS)), BASE, BASE_BATCH,
-                           {**metrics, "column_types": json.dumps(types, sort_keys=True)})
+                           {**metrics, "column_types": json.dumps(types)})
     metrics.update({"delta_version": version, "seconds": round(time.time() - t0, 2)})
     return metrics

@@ -12,13 +12,16 @@ from ..core import ordering
 from ..core.changes import RECORD_FIELDS, REJECT_FIELDS, UPSERT, Change, Rejection, to_record, to_reject
 from ..core.config import Config, TableConfig
 from ..core.formats import parse_file, parse_snapshot, raw_line
-from ..core.schema import admit, is_text_source, joined
+from ..core.schema import admit, is_text_source, joined, plain
+from ..core.values import decode_row
 from . import delta, faults
 from .landing import Batch, inside, is_done_or_next
 from .tables import BASE, CHANGES, QUARANTINE, QUARANTINE_FIELDS, path
 
 LOGGED_REJECTIONS = 100  # per batch: the log names them, the quarantine table holds them all
-PARSED_FIELDS = RECORD_FIELDS + (("_cdc_reason", "string"), ("_cdc_raw", "string"))
+# `_cdc_types` (the file's or declared column types) lives only until the types are admitted.
+TYPED_FIELDS = RECORD_FIELDS + (("_cdc_types", "string"),)
+PARSED_FIELDS = TYPED_FIELDS + (("_cdc_reason", "string"), ("_cdc_raw", "string"))
 
 
 class UnreadableFile(Exception):
@@ -42,7 +45,9 @@ def _parse_partition(table: TableConfig, snapshot: bool, root: str | None):
     tier = ordering.BASE_TIER if snapshot else ordering.CHANGE_TIER
 
     def items(name, data):
-        return parse_snapshot(keys, name, data) if snapshot else parse_file(table.format, table.options, keys, name, data)
+        if snapshot:
+            return parse_snapshot(keys, name, data, table.columns)
+        return parse_file(table.format, table.options, keys, name, data, table.columns)
 
     def run(batches):
         for files in batches:
@@ -58,7 +63,7 @@ def _parse_partition(table: TableConfig, snapshot: bool, root: str | None):
                                         file_index=f["file_index"], partition_by=partition_by, tier=tier)
                         rec["_cdc_reason"] = rec["_cdc_raw"] = None
                     else:
-                        rec = dict.fromkeys(n for n, _ in RECORD_FIELDS)
+                        rec = dict.fromkeys(n for n, _ in TYPED_FIELDS)
                         rec.update(to_reject(item, batch_seq=f["batch_seq"], batch_id=f["batch_id"], file_name=f["file"]))
                     out.append(rec)
                     if len(out) >= 5000:
@@ -99,23 +104,37 @@ def quarantine(table: TableConfig, table_dir: str, rejected: pa.Table, batch_seq
     return n
 
 
-def column_types(table_dir: str) -> dict[str, str]:
-    """The column types of the history so far: recorded with each `changes` and `base` commit."""
-    newest = (delta.step_commit(path(table_dir, name), name) for name in (CHANGES, BASE))
-    return joined(*(json.loads(c["column_types"]) for c in newest if c and "column_types" in c))
+def column_types(table_dir: str, marked: bool = True) -> dict[str, str]:
+    """The column types of the history so far: recorded with each `changes` and `base` commit.
+    `marked`: with how each was set (strict, inferred, soft: core/schema.py)."""
+    newest = (delta.step_commit(path(table_dir, name), name) for name in (BASE, CHANGES))  # base's columns first
+    ledger = joined(*(json.loads(c["column_types"]) for c in newest if c and "column_types" in c))
+    return ledger if marked else plain(ledger)
+
+
+def admit_rows(types: dict, rows: pa.Table, text_source_of) -> list[str | None]:
+    """Admit each row (in the given order) to the column types; the reason for each misfit."""
+    reasons = []
+    for r in rows.select(["_cdc_op", "_cdc_row", "_cdc_file", "_cdc_types"]).to_pylist():
+        if r["_cdc_op"] != UPSERT:
+            reasons.append(None)  # a delete's image never reaches the target
+            continue
+        row_types = json.loads(r["_cdc_types"]) if r["_cdc_types"] else None
+        reasons.append(admit(types, decode_row(r["_cdc_row"]), text_source_of(r["_cdc_file"]), row_types))
+    return reasons
 
 
 def admit_types(new: pa.Table, types: dict, batch: Batch, landing: str) -> tuple[pa.Table, pa.Table]:
     """Split the batch's new changes into those whose values fit the column types (which they
     widen, in arrival order) and rejections for those that cannot widen them."""
-    rows = new.select(["_cdc_op", "_cdc_row", "_cdc_file", "_cdc_line"]).to_pylist()
     index = {f: i for i, f in enumerate(batch.files)}
+    arrival = sorted(range(new.num_rows), key=lambda i: (index.get(new["_cdc_file"][i].as_py(), 0),
+                                                          new["_cdc_line"][i].as_py()))
+    in_order = new.take(pa.array(arrival, pa.int64()))
+    rows = in_order.select(["_cdc_row", "_cdc_file", "_cdc_line"]).to_pylist()
     keep, rejects, texts = [True] * len(rows), [], {}
-    for i in sorted(range(len(rows)), key=lambda i: (index.get(rows[i]["_cdc_file"], 0), rows[i]["_cdc_line"])):
+    for i, reason in enumerate(admit_rows(types, in_order, is_text_source)):
         r = rows[i]
-        if r["_cdc_op"] != UPSERT:
-            continue  # a delete's image never reaches the target
-        reason = admit(types, json.loads(r["_cdc_row"]), is_text_source(r["_cdc_file"]))
         if reason:
             keep[i] = False
             f = r["_cdc_file"]
@@ -125,7 +144,8 @@ def admit_types(new: pa.Table, types: dict, batch: Batch, landing: str) -> tuple
             raw = raw_line(f, texts[f], r["_cdc_line"]) or r["_cdc_row"]
             rejects.append(to_reject(Rejection(r["_cdc_line"], reason, raw), batch_seq=batch.seq,
                                      batch_id=batch.id, file_name=f))
-    return new.filter(pa.array(keep, pa.bool_())), pa.Table.from_pylist(rejects, schema=delta.arrow_schema(REJECT_FIELDS))
+    kept = in_order.filter(pa.array(keep, pa.bool_())).select([n for n, _ in RECORD_FIELDS])
+    return kept, pa.Table.from_pylist(rejects, schema=delta.arrow_schema(REJECT_FIELDS))
 
 
 def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None) -> dict:
@@ -154,8 +174,8 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
             .where(F.col("_cdc_event_id").isNotNull())
         distinct = with_id.join(earlier, "_cdc_event_id", "left_anti") \
             .unionByName(good.where(F.col("_cdc_event_id").isNull())) \
-            .select(*[n for n, _ in RECORD_FIELDS])
-        distinct_rows = distinct.toArrow().cast(delta.arrow_schema(RECORD_FIELDS))
+            .select(*[n for n, _ in TYPED_FIELDS])
+        distinct_rows = distinct.toArrow().cast(delta.arrow_schema(TYPED_FIELDS))
         types = column_types(table_dir)
         new, misfits = admit_types(distinct_rows, types, batch, landing)
         unreadable = rejected_rows(parsed).cast(misfits.schema)
@@ -166,7 +186,7 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
             "quarantined": n_rejected,
         }
         version = delta.append(changes_path, new, CHANGES, batch.seq,
-                               {**metrics, "column_types": json.dumps(types, sort_keys=True)})
+                               {**metrics, "column_types": json.dumps(types)})
         metrics["compacted"] = delta.compact_if_fragmented(changes_path)
     finally:
         parsed.unpersist()

@@ -251,3 +251,22 @@ def test_side_by_side_warehouse_and_landing_are_fine():
     raw = raw_config()
     raw.update(warehouse="./data/warehouse", landing="./data/landing")
     parse_config(raw, CONFIG_PATH)
+
+
+# ---- columns: (SPEC 1, 3) ---------------------------------------------------------
+
+def test_declared_column_types_are_read_in_canonical_spelling():
+    cfg = parse_config(raw_config(columns={"amount": "Decimal(12, 2)", "at": "timestamp", "d": "date"}), CONFIG_PATH)
+    assert cfg.tables[0].columns == {"amount": "decimal(12,2)", "at": "timestamp", "d": "date"}
+    assert parse_config(raw_config(), CONFIG_PATH).tables[0].columns == {}
+
+
+@pytest.mark.parametrize("columns, words", [
+    ({"amount": "money"}, ["'ORDERS'", "columns.amount", "money", "decimal(p,s)"]),
+    ({"amount": "decimal(40,2)"}, ["columns.amount", "decimal(40,2)"]),
+    (["amount"], ["'ORDERS'", "'columns'"]),
+])
+def test_bad_column_types_name_table_column_and_type(columns, words):
+    message = error(raw_config(columns=columns))
+    for w in words:
+        assert w in message, message

@@ -26,9 +26,9 @@ FAST = settings(max_examples=150, deadline=None)
         ("-12", -12),
         ("+12", 12),
         ("0", 0),
-        ("1.5", 1.5),
-        ("-0.25", -0.25),
-        ("0.5", 0.5),
+        ("1.5", values.NumberText("1.5")),  # exact: a decimal column takes it digit for digit
+        ("-0.25", values.NumberText("-0.25")),
+        ("0.5", values.NumberText("0.5")),
         ("9223372036854775807", 9223372036854775807),
         ("-9223372036854775808", -9223372036854775808),
     ],
@@ -123,20 +123,62 @@ def test_source_value_nested_structures_become_json_text():
     assert values.source_value(float("nan")) == "nan"
 
 
-def test_source_value_makes_reader_objects_json_values():
-    # Parquet and Avro readers hand out these; the row image is JSON.
-    assert values.source_value(dt.datetime(2024, 1, 1, 10, 0, tzinfo=dt.timezone.utc)) == "2024-01-01T10:00:00+00:00"
-    assert values.source_value(dt.date(2024, 1, 1)) == "2024-01-01"
-    assert values.source_value(dt.time(10, 30)) == "10:30:00"
-    assert values.source_value(Decimal("12.50")) == 12.5
-    assert values.source_value(Decimal("12")) == 12 and isinstance(values.source_value(Decimal("12")), int)
-    assert values.source_value(b"\x00\x01") == "AAE="
+def test_source_value_keeps_reader_objects_typed():
+    # Parquet and Avro readers hand out these; their columns keep the type (SPEC 3).
+    when = dt.datetime(2024, 1, 1, 10, 0, tzinfo=dt.timezone.utc)
+    assert values.source_value(when) is when
+    assert values.source_value(Decimal("12.50")) == Decimal("12.50")
+    assert values.source_value(b"\x00\x01") == b"\x00\x01"
+    assert values.source_value(dt.time(10, 30)) == "10:30:00"  # no time-of-day type: text
     u = uuid.UUID("12345678-1234-5678-1234-567812345678")
     assert values.source_value(u) == str(u)
-    nested = values.source_value({"when": dt.date(2024, 1, 1), "amount": Decimal("1.5")})
+    nested = values.source_value({"when": dt.date(2024, 1, 1), "amount": Decimal("1.50")})
     assert json.loads(nested) == {"when": "2024-01-01", "amount": 1.5}
-    for v in [dt.datetime(2024, 1, 1), Decimal("1.5"), b"x", {"d": Decimal("2")}]:
-        json.dumps(values.source_value(v))
+
+
+@pytest.mark.parametrize("value", [
+    Decimal("12.50"), values.NumberText("0.1"), dt.datetime(2024, 1, 1, 10, 0, 0, 123456, tzinfo=dt.timezone.utc),
+    dt.datetime(2024, 1, 1, 10, 0), dt.date(2024, 2, 29), b"\x00\xff", "text", 5, 1.5, True, None])
+def test_row_images_keep_value_and_type(value):
+    back = values.decode_row(values.encode_row({"c": value}))["c"]
+    assert back == value and type(back) is type(value)
+
+
+def test_decimal_columns_take_number_text_exactly():
+    assert values.convert(values.NumberText("0.10"), "decimal(12,2)") == Decimal("0.10")
+    assert values.convert("123.45", "decimal(5,2)") == Decimal("123.45")
+    assert values.convert(7, "decimal(5,2)") == Decimal("7.00")
+    for value, type_ in [(values.NumberText("0.105"), "decimal(12,2)"), (1234, "decimal(5,2)"),
+                         (0.1, "decimal(12,2)"), ("n/a", "decimal(12,2)"), (True, "decimal(12,2)")]:
+        assert not values.fits(value, type_), (value, type_)
+
+
+def test_times_from_text():
+    assert values.convert("2024-01-01T10:00:00+02:00", "timestamp") == \
+        dt.datetime(2024, 1, 1, 8, 0, tzinfo=dt.timezone.utc)
+    assert values.convert("2024-01-01 10:00:00", "timestamp") == dt.datetime(2024, 1, 1, 10, tzinfo=dt.timezone.utc)
+    assert values.convert("2024-01-01 10:00:00.1234567Z", "timestamp").microsecond == 123456
+    assert values.convert("2024-01-01T10:00:00", "timestamp_ntz") == dt.datetime(2024, 1, 1, 10)
+    assert not values.fits("2024-01-01T10:00:00Z", "timestamp_ntz")  # a zone is not a wall clock
+    assert values.convert("2024-01-01", "date") == dt.date(2024, 1, 1)
+    assert not values.fits("yesterday", "date") and not values.fits(5, "timestamp")
+
+
+def test_parse_type_names():
+    assert values.parse_type("Decimal(12, 2)") == "decimal(12,2)"
+    assert values.parse_type("timestamp_ntz") == "timestamp_ntz"
+    for bad in ("decimal(39,2)", "decimal(2,3)", "money", "varchar"):
+        with pytest.raises(ValueError):
+            values.parse_type(bad)
+
+
+def test_widening_is_safe_only():
+    assert values.widen("int", "long") == "long"
+    assert values.widen("decimal(12,2)", "decimal(10,4)") == "decimal(14,4)"
+    assert values.widen("decimal(12,2)", "long") == "decimal(21,2)"
+    assert values.widen("decimal(12,2)", "double") is None  # a decimal never silently becomes a double
+    assert values.widen("long", "int") == "long"
+    assert values.widen("timestamp", "timestamp_ntz") is None
 
 
 def test_key_from_decimal_equals_key_from_number():
@@ -189,15 +231,15 @@ def test_a_column_can_hold_every_value_it_has_seen(column):
     for v in column:
         type_ = values.join_types(type_, values.value_type(v))
     for v in column:
-        c = values.coerce(v, type_)
+        c = values.convert(v, type_)
         assert values.value_type(c) in (type_, NULL)
         if v is None:
             assert c is None
 
 
-def test_coerce_widens_only():
-    assert values.coerce(3, DOUBLE) == 3.0 and isinstance(values.coerce(3, DOUBLE), float)
-    assert values.coerce(3, STRING) == "3"
-    assert values.coerce(1.5, STRING) == "1.5"
-    assert values.coerce(True, STRING) == "true"
-    assert values.coerce(None, LONG) is None
+def test_convert_widens_only():
+    assert values.convert(3, DOUBLE) == 3.0 and isinstance(values.convert(3, DOUBLE), float)
+    assert values.convert(3, STRING) == "3"
+    assert values.convert(1.5, STRING) == "1.5"
+    assert values.convert(True, STRING) == "true"
+    assert values.convert(None, LONG) is None
