@@ -458,7 +458,28 @@ _RECORD_PARSERS = {
 def parse_snapshot(keys: list[str], name: str, data: bytes, columns: dict | None = None) -> Iterator[Change | Rejection]:
     """A source export (base snapshot) as upserts ordered by line; the tier puts them below every change."""
     typing = Typing(columns)
-    for line, record, raw in _records(name, data, "snapshot", typing.file_types):
+    return snapshot_changes(keys, _records(name, data, "snapshot", typing.file_types), typing)
+
+
+def parquet_row_group(keys: list[str], source, row_group: int, columns: dict | None = None) -> Iterator[Change | Rejection]:
+    """One row group of a Parquet export, so that a large export is read by many tasks; lines
+    count from the file's first row, as when the whole file is read."""
+    import pyarrow.parquet as pq
+
+    typing = Typing(columns)
+    pf = pq.ParquetFile(source)
+    for f in pf.schema_arrow:
+        type_ = arrow_column_type(f.type)
+        if type_:
+            typing.file_types[f.name] = type_
+    first = sum(pf.metadata.row_group(g).num_rows for g in range(row_group))
+    records = ((first + n, r, json.dumps(r, default=str)[:RAW_PREVIEW])
+               for n, r in enumerate(pf.read_row_group(row_group).to_pylist(), start=1))
+    return snapshot_changes(keys, records, typing)
+
+
+def snapshot_changes(keys: list[str], records, typing: Typing) -> Iterator[Change | Rejection]:
+    for line, record, raw in records:
         if isinstance(record, RecordError):
             yield Rejection(line, str(record), raw)
             continue

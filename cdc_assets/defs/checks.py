@@ -7,6 +7,7 @@ from ..core.reconcile import discrepancies
 from ..engine import checks
 from ..engine.landing import Batch
 from .metadata import as_metadata
+from .resources import LazyPySparkResource, spark_session
 from .table_assets import TableNames, batch_partitions
 
 
@@ -14,9 +15,10 @@ def table_checks(cfg: Config, table: TableConfig) -> list[dg.AssetChecksDefiniti
     names = TableNames(table.name)
 
     @dg.asset_check(asset=names.key("target"), name="keys_unique", blocking=True,
-                    description="Each key is in the target once (blocking: downstream waits on it).")
-    def keys_unique() -> dg.AssetCheckResult:
-        figures = checks.key_uniqueness(cfg, table)
+                    description="Each key the last apply touched is in the target once (every key after a whole "
+                                "build); blocking: downstream waits on it.")
+    def keys_unique(pyspark: LazyPySparkResource) -> dg.AssetCheckResult:
+        figures = checks.key_uniqueness(cfg, table, spark=lambda: spark_session(pyspark))
         return dg.AssetCheckResult(passed=figures["duplicate_keys"] == 0, metadata=as_metadata(figures))
 
     @dg.asset_check(asset=names.key("staging"), name="batch_accounted", partitions_def=batch_partitions(table),

@@ -1,26 +1,41 @@
 """`staging` (+ `base`) -> `target`: apply the pending batches, or rebuild partitions.
 
-Spark picks, per key, the change with the greatest ordering key over everything
-staged (rules 1-3: deletes are remembered in staging, base rows rank lowest);
-delta-rs commits the result as one MERGE, so readers see the old or the new
-target and nothing between, and the commit records the batch it reached.
+An incremental apply costs what its batches cost, not what the table holds. It reads
+the pending batches' staged changes (batch-sized), keeps each key's latest, and commits
+one delta-rs MERGE that compares every winner with the key's current row by ordering
+key: target keeps each row's `_cdc_order`, base rows included (their tier ranks below
+every change, rule 3), and `tombstones` keeps the ordering key of each deleted key (rule
+2). Neither the history nor the base is read again, and the MERGE's predicate lets
+delta-rs skip target files whose key range holds no touched key.
+
+The first apply, a rebuild and a type widening compute the state from all of staging
+and base; Spark executors compute and write it, delta-rs commits the files (spark_files).
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
+import math
+import os
 import time
 
 import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
+import pyarrow.compute as pc
+from deltalake import DeltaTable
 
 from ..core import target as shape
-from ..core.changes import RECORD_FIELDS
+from ..core.changes import DELETE, RECORD_FIELDS, UPSERT
 from ..core.config import Config, TableConfig
-from ..core.values import BOOLEAN, STRING, decimal_parts, decode_row
-from . import delta, faults
+from ..core.values import DATE, DOUBLE, INT, LONG, STRING, decimal_parts, decode_row
+from . import delta, faults, spark_files
 from .ingest import column_types
-from .stage import latest_per_key
-from .tables import BASE, STAGING, TARGET, path
+from .stage import latest_of_batch, latest_per_key
+from .tables import BASE, STAGING, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
+
+_SPARK_TYPES = {"boolean": "boolean", INT: "int", LONG: "bigint", DOUBLE: "double", STRING: "string", DATE: "date",
+                "timestamp": "timestamp", "timestamp_ntz": "timestamp_ntz", "binary": "binary"}
+_PRUNABLE = (INT, LONG, DOUBLE, STRING, DATE)
+ROWS_PER_FILE = 1_000_000
 
 
 def _history(spark, table_dir: str, has_base: bool):
@@ -30,63 +45,127 @@ def _history(spark, table_dir: str, has_base: bool):
     return staged
 
 
-def _existing_columns(dt: DeltaTable | None) -> dict[str, str]:
-    if dt is None:
+def _existing_columns(dt_: DeltaTable | None) -> dict[str, str]:
+    if dt_ is None:
         return {}
-    schema = pa.schema(dt.schema())
-    return {f.name: shape.column_type(f.type) for f in schema}
+    return {f.name: shape.column_type(f.type) for f in pa.schema(dt_.schema())}
 
 
-def _columns(dt: DeltaTable | None, images: list[dict], table_dir: str, table: TableConfig) -> dict[str, str]:
-    return shape.target_columns(_existing_columns(dt), images, table.keys, table.partition_by,
+def _columns(dt_: DeltaTable | None, images: list[dict], table_dir: str, table: TableConfig) -> dict[str, str]:
+    return shape.target_columns(_existing_columns(dt_), images, table.keys, table.partition_by,
                                 history_types=column_types(table_dir, marked=False))
 
 
-def _target_rows(winners: list[dict], columns: dict[str, str], with_apply: bool, images: list[dict]) -> pa.Table:
+def _target_rows(winners: list[dict], columns: dict[str, str], images: list[dict], extra=()) -> pa.Table:
     data = shape.typed_columns(images, columns)
     fields = [pa.field(c, shape.arrow_type(t)) for c, t in columns.items()]
     arrays = [pa.array(data[c], type=shape.arrow_type(t)) for c, t in columns.items()]
-    for m in shape.META_COLUMNS:
+    for m in shape.META_COLUMNS + tuple(extra):
         fields.append(pa.field(m, pa.string()))
         arrays.append(pa.array([w[m] for w in winners], pa.string()))
-    if with_apply:
-        fields.append(pa.field("_cdc_apply", pa.string()))
-        arrays.append(pa.array([w["_cdc_op"] for w in winners], pa.string()))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def _widen(dt: DeltaTable, columns: dict[str, str], partition_by) -> DeltaTable:
-    """A column whose type widened (long -> double -> string): rewrite the table once, same rows."""
-    existing = _existing_columns(dt)
-    if all(existing.get(c, t) == t for c, t in columns.items()):
-        return dt
-    data = dt.to_pyarrow_table()
-    for c, t in columns.items():
-        if c in existing and existing[c] != t:
-            i = data.schema.get_field_index(c)
-            # FIX (SPEC 4.6/4.7): a safe cast refused integers beyond 2**53 when a long column
-            # widened to double, failing the table on every later run; convert them as new
-            # rows are (float(), nearest double), the only lossy step of the type lattice.
-            data = data.set_column(i, c, data.column(c).cast(shape.arrow_type(t), safe=False))
-    # Through `dt` with predicate "true": the rewrite then counts as reading the whole snapshot,
-    # so delta-rs refuses it if another writer committed since (a bare overwrite would not).
-    write_deltalake(dt, data, mode="overwrite", predicate="true", schema_mode="overwrite",
-                    partition_by=list(partition_by) or None,
-                    commit_properties=delta.CommitProperties(custom_metadata={"cdc.step": "widen"}))
-    return dt
+def _spark_type(type_: str) -> str:
+    parts = decimal_parts(type_)
+    return f"decimal({parts[0]},{parts[1]})" if parts else _SPARK_TYPES[type_]
+
+
+def _typed_batches(columns: dict[str, str]):
+    """What Spark runs on each slice of winners: row images -> typed target columns."""
+    def run(batches):
+        for batch in batches:
+            winners = batch.to_pylist()
+            images = [decode_row(w["_cdc_row"]) for w in winners]
+            yield from _target_rows(winners, columns, images).to_batches()
+    return run
+
+
+# ---- the incremental apply ---------------------------------------------------------
+
+def _tombstone_orders(table_dir: str, keys: list[str]) -> dict[str, str]:
+    if not keys:
+        return {}
+    data = delta.select(path(table_dir, TOMBSTONES), TOMBSTONE_FIELDS,
+                        f"_cdc_key IN ({', '.join(delta.sql_text(k) for k in keys)})")
+    return dict(zip(data["_cdc_key"].to_pylist(), data["_cdc_order"].to_pylist())) if data is not None else {}
+
+
+def _literal(value, type_: str) -> str | None:
+    if value is None:
+        return "NULL"
+    if type_ in (INT, LONG, DOUBLE) or decimal_parts(type_):
+        return str(value)
+    if type_ == "boolean":
+        return "true" if value else "false"
+    if type_ == DATE and isinstance(value, dt.date):
+        return f"'{value.isoformat()}'"
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return None
+
+
+def key_range(source: pa.Table, table: TableConfig, columns: dict[str, str], alias: str = "") -> str | None:
+    """The batch's range of the first key column as SQL, which delta-rs checks against each target
+    file's statistics before reading it; None when that column's type is not compared that way."""
+    first = table.keys[0]
+    type_ = columns.get(first)
+    if type_ not in _PRUNABLE or source.num_rows == 0:
+        return None
+    bounds = pc.min_max(source[first]).as_py()
+    lo, hi = _literal(bounds["min"], type_), _literal(bounds["max"], type_)
+    if bounds["min"] is None or lo is None or hi is None:
+        return None
+    return f'{alias}"{first}" >= {lo} AND {alias}"{first}" <= {hi}'
+
+
+def _commit_files(table_path: str, version: int) -> tuple[list[dict], list[dict]]:
+    """The add and remove actions a commit holds, from its log entry."""
+    adds, removes = [], []
+    with open(os.path.join(table_path, "_delta_log", f"{version:020d}.json"), encoding="utf-8") as fh:
+        for line in fh:
+            action = json.loads(line)
+            if "add" in action:
+                adds.append(action["add"])
+            elif "remove" in action:
+                removes.append(action["remove"])
+    return adds, removes
+
+
+def _partitions_of(actions: list[dict], partition_by) -> list[str]:
+    keys = {shape.partition_key(partition_by, [(a.get("partitionValues") or {}).get(c) for c in partition_by])
+            for a in actions}
+    return sorted(keys)
+
+
+def _merge_tombstones(table_dir: str, winners: pa.Table, reached: int) -> None:
+    """Remember each deleted key's greatest ordering key; forget it once a newer upsert wins."""
+    tomb_path = path(table_dir, TOMBSTONES)
+    tomb = delta.open_table(tomb_path)
+    if delta.txn_version(tomb, TOMBSTONES) >= reached:
+        return  # an earlier attempt of this apply committed it
+    source = winners.select(["_cdc_key", "_cdc_order", "_cdc_op"])
+    props = delta.commit_props(TOMBSTONES, reached)
+    if tomb is None:
+        deletes = source.filter(pc.equal(source["_cdc_op"], DELETE)).select(["_cdc_key", "_cdc_order"])
+        delta.create(tomb_path, deletes.cast(delta.arrow_schema(TOMBSTONE_FIELDS)), commit_properties=props)
+        return
+    tomb.merge(source, "t._cdc_key = s._cdc_key", source_alias="s", target_alias="t", commit_properties=props) \
+        .when_matched_update({"_cdc_order": "s._cdc_order"}, f"s._cdc_op = '{DELETE}' AND s._cdc_order > t._cdc_order") \
+        .when_matched_delete(f"s._cdc_op = '{UPSERT}' AND s._cdc_order > t._cdc_order") \
+        .when_not_matched_insert({"_cdc_key": "s._cdc_key", "_cdc_order": "s._cdc_order"}, f"s._cdc_op = '{DELETE}'") \
+        .execute()
 
 
 def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
-    from pyspark.sql import functions as F
-
     t0 = time.time()
     table_dir = cfg.table_dir(table.name)
     target_path = path(table_dir, TARGET)
     # The one snapshot of target this apply reads and commits through: a concurrent commit to
     # target (another run of this table) then fails ours with a conflict instead of being
     # overwritten with winners computed from an older watermark.
-    dt = delta.open_table(target_path)
-    applied = delta.txn_version(dt, TARGET)
+    dt_ = delta.open_table(target_path)
+    applied = delta.txn_version(dt_, TARGET)
     staged = delta.step_version(path(table_dir, STAGING), STAGING)
     has_base = table.base_snapshot is not None
     if has_base and delta.step_version(path(table_dir, BASE), BASE) < 0:
@@ -94,112 +173,162 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
     reached = max(staged, 0 if has_base else -1)
     if reached <= applied:
         return {"nothing_new": True, "applied_batch": applied}
+    if dt_ is None or delta.open_table(path(table_dir, TOMBSTONES)) is None:
+        # The first apply (or a target from before `tombstones` existed): the whole state at once.
+        figures = _build(spark, cfg, table, dt_, reached, None, first=True)
+        figures["seconds"] = round(time.time() - t0, 2)
+        return figures
 
-    history = _history(spark, table_dir, has_base)
-    pending = history.where(F.col("_cdc_batch_seq") > applied)
-    touched = history.join(pending.select("_cdc_key").distinct(), "_cdc_key", "left_semi").cache()
-    try:
-        old = latest_per_key(touched.where(F.col("_cdc_batch_seq") <= applied)) \
-            .select("_cdc_key", F.col("_cdc_order").alias("_old_order"), F.col("_cdc_op").alias("_old_op"),
-                    F.col("_cdc_partition").alias("_old_partition"))
-        new = latest_per_key(touched)
-        changed = new.where(F.col("_cdc_batch_seq") > applied).join(old, "_cdc_key", "left")
-        winners = changed.toArrow().to_pylist()
-        n_pending = pending.count()
-        stale = pending.join(old, "_cdc_key").where(F.col("_cdc_order") < F.col("_old_order")).count()
-    finally:
-        touched.unpersist()
-
-    faults.point("target.computed")  # Spark has decided; nothing is committed yet
-    images = [decode_row(w["_cdc_row"]) for w in winners]
-    columns = _columns(dt, images, table_dir, table)
-    props = delta.commit_props(TARGET, reached, {"from_batch": applied + 1})
-    partitions = sorted({w["_cdc_partition"] for w in winners if w["_cdc_op"] == "U"}
-                        | {w["_old_partition"] for w in winners if w["_old_op"] == "U"}) if table.partition_by else []
-    if dt is None:
-        live = [i for i, w in enumerate(winners) if w["_cdc_op"] == "U"]
-        rows = _target_rows([winners[i] for i in live], columns, False, [images[i] for i in live])
-        delta.create(target_path, rows, partition_by=list(table.partition_by) or None, commit_properties=props)
-        result = {"num_target_rows_inserted": rows.num_rows, "num_target_rows_updated": 0,
-                  "num_target_rows_deleted": 0, "num_target_files_added": len(DeltaTable(target_path).file_uris()),
-                  "num_target_files_removed": 0}
-    elif not winners:
-        # Every pending change was stale or a re-delivery: nothing to commit, so readers see no
-        # new version. The watermark stays; the next run re-checks these batches, cheaply.
-        result = {}
-    else:
-        dt = _widen(dt, columns, table.partition_by)
-        source = _target_rows(winners, columns, True, images)
-        result = dt.merge(source, "t._cdc_key = s._cdc_key", source_alias="s", target_alias="t",
-                          merge_schema=True, commit_properties=props) \
-            .when_matched_delete("s._cdc_apply = 'D'") \
-            .when_matched_update_all("s._cdc_apply = 'U'", except_cols=["_cdc_apply"]) \
-            .when_not_matched_insert_all("s._cdc_apply = 'U'", except_cols=["_cdc_apply"]) \
-            .execute()
+    pending = delta.select(path(table_dir, STAGING), RECORD_FIELDS,
+                           f"_cdc_batch_seq > {applied} AND _cdc_batch_seq <= {reached}")
+    winners = latest_of_batch(pending)
+    tombs = _tombstone_orders(table_dir, [k for k, op in zip(winners["_cdc_key"].to_pylist(),
+                                                              winners["_cdc_op"].to_pylist()) if op == UPSERT])
+    # An upsert older than its key's tombstone is stale (rule 2): it never reaches the MERGE.
+    alive = [not (op == UPSERT and k in tombs and tombs[k] > o) for k, op, o in
+             zip(winners["_cdc_key"].to_pylist(), winners["_cdc_op"].to_pylist(), winners["_cdc_order"].to_pylist())]
+    source_rows = winners.filter(pa.array(alive, pa.bool_())).to_pylist()
+    images = [decode_row(w["_cdc_row"]) for w in source_rows]
+    faults.point("target.computed")  # decided; nothing is committed yet
+    columns = _columns(dt_, images, table_dir, table)
+    if any(_existing_columns(dt_).get(c, t) != t for c, t in columns.items()):
+        # A column widened: the target is rewritten once with the wider type, as of the batch
+        # it reached; this apply then goes on from there.
+        _build(spark, cfg, table, dt_, applied, None, first=False, columns=columns)
+        dt_ = DeltaTable(target_path)
+    _merge_tombstones(table_dir, winners, reached)
+    files_before, version_before = len(dt_.file_uris()), dt_.version()
+    for w in source_rows:
+        w["_cdc_apply"] = w["_cdc_op"]
+    source = _target_rows(source_rows, columns, images, extra=("_cdc_apply",))
+    in_range = key_range(source, table, columns, alias="t.")
+    predicate = "t._cdc_key = s._cdc_key" + (f" AND {in_range}" if in_range else "")
+    props = delta.commit_props(TARGET, reached, {"from_batch": applied + 1,
+                                                 "key_range": key_range(source, table, columns) or ""})
+    result = dt_.merge(source, predicate, source_alias="s", target_alias="t", merge_schema=True,
+                       commit_properties=props) \
+        .when_matched_delete(f"s._cdc_apply = '{DELETE}' AND s._cdc_order > t._cdc_order") \
+        .when_matched_update_all(f"s._cdc_apply = '{UPSERT}' AND s._cdc_order > t._cdc_order",
+                                 except_cols=["_cdc_apply"]) \
+        .when_not_matched_insert_all(f"s._cdc_apply = '{UPSERT}'", except_cols=["_cdc_apply"]) \
+        .execute()
     faults.point("target.committed")
     final = DeltaTable(target_path)
+    changed = result.get("num_target_rows_inserted", 0) + result.get("num_target_rows_updated", 0) \
+        + result.get("num_target_rows_deleted", 0)
+    adds, removes = _commit_files(target_path, final.version()) if final.version() > version_before else ([], [])
     return {
-        "batches_applied": f"{applied + 1 if applied >= 0 or has_base else 1}..{reached}", "applied_batch": reached,
-        "changes_pending": n_pending, "keys_changed": len(winners),
+        "batches_applied": f"{applied + 1}..{reached}", "applied_batch": reached,
+        "changes_pending": pending.num_rows, "keys_changed": changed,
         "inserts": result.get("num_target_rows_inserted", 0), "updates": result.get("num_target_rows_updated", 0),
-        "deletes": result.get("num_target_rows_deleted", 0), "stale_skipped": stale,
-        "superseded": n_pending - stale - len(winners),
-        "files_added": result.get("num_target_files_added", 0), "files_removed": result.get("num_target_files_removed", 0),
-        "partitions_rewritten": [shape.partition_key(table.partition_by, json.loads(p)) for p in partitions if p],
+        "deletes": result.get("num_target_rows_deleted", 0), "stale_skipped": winners.num_rows - changed,
+        "superseded": pending.num_rows - winners.num_rows,
+        "files_added": len(adds), "files_removed": len(removes), "files_before": files_before,
+        "merge_predicate": predicate,
+        "partitions_rewritten": _partitions_of(adds + removes, table.partition_by) if table.partition_by else [],
         "rows": final.count(), "delta_version": final.version(), "seconds": round(time.time() - t0, 2),
     }
 
 
-def _literal(value, type_: str) -> str:
-    if value is None:
-        return "NULL"
-    if type_ in ("int", "long", "double") or decimal_parts(type_):
-        return str(value)
-    if type_ == BOOLEAN:
-        return "true" if str(value).lower() in ("true", "1") else "false"
-    return "'" + str(value).replace("'", "''") + "'"
+# ---- whole-state builds on Spark executors -------------------------------------------
+
+def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reached: int,
+           partition_keys: list[str] | None, first: bool, columns: dict[str, str] | None = None) -> dict:
+    """Target (or some of its partitions) as of batch `reached`, from staging and base: Spark
+    picks each key's latest change, turns row images into typed columns and writes the files;
+    delta-rs commits them in one version replacing the files they supersede."""
+    from pyspark.sql import functions as F
+
+    table_dir = cfg.table_dir(table.name)
+    target_path = path(table_dir, TARGET)
+    history = _history(spark, table_dir, table.base_snapshot is not None).where(F.col("_cdc_batch_seq") <= reached)
+    latest = latest_per_key(history).cache()
+    try:
+        if columns is None:
+            ledger = column_types(table_dir, marked=False)
+            columns = shape.target_columns(_existing_columns(dt_), [], table.keys, table.partition_by,
+                                           history_types=ledger)
+        if partition_keys is not None and _existing_columns(dt_) != columns | {m: STRING for m in shape.META_COLUMNS}:
+            partition_keys = None  # a column is new or wider since: every file is rewritten with the new schema
+        live = latest.where(F.col("_cdc_op") == UPSERT)
+        if partition_keys is not None:
+            wanted = [shape.partition_text(shape.partition_values(k)) for k in partition_keys]
+            live = live.where(F.col("_cdc_partition").isin(wanted))
+        schema = ", ".join(f"`{c}` {_spark_type(t)}" for c, t in columns.items()) + ", " + \
+            ", ".join(f"`{m}` string" for m in shape.META_COLUMNS)
+        typed = live.mapInArrow(_typed_batches(columns), schema)
+        # Files of about ROWS_PER_FILE rows, each holding one range of keys (within a partition),
+        # so that a MERGE's key range rules most of them out by their statistics.
+        n_files = max(1, math.ceil(live.count() / ROWS_PER_FILE))
+        order = [F.col(c) for c in list(table.partition_by) + list(table.keys)]
+        typed = typed.repartitionByRange(n_files, *order)
+        adds = spark_files.write_files(typed, target_path, table.partition_by, sort_by=list(table.keys))
+        arrow_schema = pa.schema([pa.field(c, shape.arrow_type(t)) for c, t in columns.items()]
+                                 + [pa.field(m, pa.string()) for m in shape.META_COLUMNS])
+        if partition_keys is None:
+            removes = None  # every file, and the schema, replaced
+        else:
+            wanted_keys = set(partition_keys)
+            removes = spark_files.removes_for(dt_, keep=lambda pv: shape.partition_key(
+                table.partition_by, [pv.get(c) for c in table.partition_by]) not in wanted_keys)
+        if first:
+            props = delta.commit_props(TARGET, reached, {"from_batch": max(delta.txn_version(dt_, TARGET), -1) + 1,
+                                                         "build": "full"})
+        else:
+            props = delta.CommitProperties(custom_metadata={"cdc.step": "rebuild", "cdc.reached": str(reached)})
+        faults.point("target.computed")
+        try:
+            final = spark_files.commit(target_path, dt_, arrow_schema, adds, removes, table.partition_by, props)
+        except Exception:
+            spark_files.discard(target_path, adds)
+            raise
+        if first:
+            _build_tombstones(latest, table_dir, reached)
+            counts = {"history": history.count(), "keys": latest.count()}
+        faults.point("target.committed")
+    finally:
+        latest.unpersist()
+    rows = sum(json.loads(a.stats)["numRecords"] for a in adds)
+    replaced = len(dt_.file_uris()) if removes is None and dt_ is not None else len(removes or [])
+    figures = {"applied_batch": reached, "rows_written": rows, "files_added": len(adds), "files_removed": replaced,
+               "rows": final.count(), "delta_version": final.version()}
+    if first:
+        applied = delta.txn_version(dt_, TARGET)
+        start = applied + 1 if applied >= 0 or table.base_snapshot else 1
+        # Every staged change up to the batch is pending at once; of each key's latest, the live
+        # ones become rows and the deletes (of keys never in this target) change nothing.
+        figures.update({"batches_applied": f"{start}..{reached}", "changes_pending": counts["history"],
+                        "inserts": rows, "updates": 0, "deletes": 0, "keys_changed": rows,
+                        "stale_skipped": counts["keys"] - rows, "superseded": counts["history"] - counts["keys"]})
+    if partition_keys is not None:
+        figures["partitions_rewritten"] = sorted(partition_keys)
+    return figures
 
 
-def partition_predicate(partition_by, columns: dict[str, str], keys: list[str]) -> str:
-    ors = []
-    for key in keys:
-        ands = []
-        for col, v in zip(partition_by, shape.partition_values(key)):
-            ands.append(f'"{col}" IS NULL' if v is None else f'"{col}" = {_literal(v, columns.get(col, STRING))}')
-        ors.append("(" + " AND ".join(ands) + ")")
-    return " OR ".join(ors)
+def _build_tombstones(latest, table_dir: str, reached: int) -> None:
+    from pyspark.sql import functions as F
+
+    tomb_path = path(table_dir, TOMBSTONES)
+    old = delta.open_table(tomb_path)
+    if delta.txn_version(old, TOMBSTONES) >= reached:
+        return
+    deleted = latest.where(F.col("_cdc_op") == DELETE).select("_cdc_key", "_cdc_order")
+    adds = spark_files.write_files(deleted, tomb_path, sort_by=["_cdc_key"])
+    removes = spark_files.removes_for(old) if old is not None else []
+    spark_files.commit(tomb_path, old, delta.arrow_schema(TOMBSTONE_FIELDS), adds, removes, (),
+                       delta.commit_props(TOMBSTONES, reached))
 
 
 def rebuild(spark, cfg: Config, table: TableConfig, partition_keys: list[str] | None) -> dict:
     """Rebuild partitions (or the whole target) from staging as of the batch the target reached."""
-    from pyspark.sql import functions as F
-
     t0 = time.time()
     table_dir = cfg.table_dir(table.name)
-    target_path = path(table_dir, TARGET)
-    dt = delta.open_table(target_path)  # read and committed through, as in apply_pending
-    reached = delta.txn_version(dt, TARGET)
+    dt_ = delta.open_table(path(table_dir, TARGET))  # read and committed through, as in apply_pending
+    reached = delta.txn_version(dt_, TARGET)
     if reached < 0:
         return {"nothing_applied_yet": True}
-    history = _history(spark, table_dir, table.base_snapshot is not None) \
-        .where(F.col("_cdc_batch_seq") <= reached)
-    live = latest_per_key(history).where(F.col("_cdc_op") == "U")
-    if partition_keys is not None:
-        wanted = [shape.partition_text(shape.partition_values(k)) for k in partition_keys]
-        live = live.where(F.col("_cdc_partition").isin(wanted))
-    winners = live.toArrow().to_pylist()
-    images = [decode_row(w["_cdc_row"]) for w in winners]
-    columns = _columns(dt, images, table_dir, table)
-    dt = _widen(dt, columns, table.partition_by)
-    before = dt.version()
-    rows = _target_rows(winners, columns, False, images)
-    # "true" for all: a predicate makes delta-rs check the rows it replaces against concurrent commits.
-    predicate = partition_predicate(table.partition_by, columns, partition_keys) if partition_keys else "true"
-    write_deltalake(dt, rows, mode="overwrite", predicate=predicate, schema_mode="merge",
-                    partition_by=list(table.partition_by) or None,
-                    commit_properties=delta.CommitProperties(custom_metadata={
-                        "cdc.step": "rebuild", "cdc.reached": str(reached)}))
-    final = DeltaTable(target_path)
-    return {"rebuilt_as_of_batch": reached, "partitions": partition_keys or "all", "rows_written": rows.num_rows,
-            "rows": final.count(), "delta_version": final.version(), "previous_version": before,
-            "seconds": round(time.time() - t0, 2)}
+    before = dt_.version()
+    figures = _build(spark, cfg, table, dt_, reached, partition_keys, first=False)
+    figures.update({"rebuilt_as_of_batch": reached, "partitions": partition_keys or "all",
+                    "previous_version": before, "seconds": round(time.time() - t0, 2)})
+    return figures

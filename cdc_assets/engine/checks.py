@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-import pyarrow.compute as pc
+import pyarrow as pa
 
 from ..core import reconcile
 from ..core.config import Config, TableConfig
@@ -12,21 +12,62 @@ from . import delta
 from .tables import CHANGES, QUARANTINE, STAGING, TARGET, path
 
 
-def key_uniqueness(cfg: Config, table: TableConfig) -> dict:
-    data = delta.read_arrow(path(cfg.table_dir(table.name), TARGET), columns=["_cdc_key"])
-    if data is None:
-        return {"rows": 0, "duplicate_keys": 0, "sample_duplicate_keys": []}
-    counts = data.group_by("_cdc_key").aggregate([("_cdc_key", "count")])
-    dupes = counts.filter(pc.greater(counts["_cdc_key_count"], 1))
-    return {"rows": data.num_rows, "duplicate_keys": dupes.num_rows,
-            "sample_duplicate_keys": dupes["_cdc_key"].to_pylist()[:10]}
+def key_uniqueness(cfg: Config, table: TableConfig, spark=None) -> dict:
+    """Each key the last apply touched is in the target once. The keys of the batches it applied
+    are read from staging (batch-sized) and looked up in target, whose files outside the batch's
+    key range are skipped; after a whole-state build every key is counted, by Spark when a
+    session is at hand (`spark`: a function returning it)."""
+    table_dir = cfg.table_dir(table.name)
+    target_path = path(table_dir, TARGET)
+    dt = delta.open_table(target_path)
+    if dt is None:
+        return {"rows": 0, "keys_checked": 0, "duplicate_keys": 0, "sample_duplicate_keys": []}
+    commit = {k[4:]: v for k, v in delta.last_commit(target_path).items() if k.startswith("cdc.")}
+    if commit.get("step") != TARGET or commit.get("build") == "full" or "from_batch" not in commit:
+        return _all_keys_unique(spark(), dt) if spark is not None else _keys_unique_where(target_path, "true")
+    touched = delta.select(path(table_dir, STAGING), (("_cdc_key", "string"),),
+                           f"_cdc_batch_seq >= {int(commit['from_batch'])} AND _cdc_batch_seq <= {int(commit['batch_seq'])}")
+    keys = sorted(set(touched["_cdc_key"].to_pylist())) if touched is not None else []
+    if not keys:
+        return {"keys_checked": 0, "duplicate_keys": 0, "sample_duplicate_keys": []}
+    where = f"_cdc_key IN ({', '.join(delta.sql_text(k) for k in keys)})"
+    if commit.get("key_range"):
+        where += " AND " + commit["key_range"]
+    figures = _keys_unique_where(target_path, where)
+    figures["keys_checked"] = len(keys)
+    return figures
+
+
+def _keys_unique_where(target_path: str, where: str) -> dict:
+    from deltalake.query import QueryBuilder
+
+    dupes = pa.table(QueryBuilder().register("t", delta.open_table(target_path)).execute(
+        f"SELECT _cdc_key FROM t WHERE {where} GROUP BY _cdc_key HAVING count(*) > 1"))
+    return {"duplicate_keys": dupes.num_rows, "sample_duplicate_keys": [str(k) for k in dupes["_cdc_key"].to_pylist()[:10]]}
+
+
+def _all_keys_unique(spark, dt) -> dict:
+    from pyspark.sql import functions as F
+
+    files = dt.file_uris()
+    if not files:
+        return {"rows": 0, "keys_checked": 0, "duplicate_keys": 0, "sample_duplicate_keys": []}
+    keys = spark.read.parquet(*files).select("_cdc_key")
+    dupes = keys.groupBy("_cdc_key").count().where(F.col("count") > 1)
+    sample = [r["_cdc_key"] for r in dupes.limit(10).collect()]
+    rows = keys.count()
+    return {"rows": rows, "keys_checked": rows, "duplicate_keys": dupes.count(), "sample_duplicate_keys": sample}
 
 
 def _rows_of_batch(table_path: str, batch_seq: int) -> int:
-    data = delta.read_arrow(table_path, columns=["_cdc_batch_seq"])
-    if data is None:
+    from deltalake.query import QueryBuilder
+
+    dt = delta.open_table(table_path)
+    if dt is None:
         return 0
-    return pc.sum(pc.equal(data["_cdc_batch_seq"], batch_seq)).as_py() or 0
+    counted = pa.table(QueryBuilder().register("t", dt).execute(
+        f"SELECT count(*) AS n FROM t WHERE _cdc_batch_seq = {int(batch_seq)}"))
+    return int(counted["n"][0].as_py())
 
 
 def batch_accounting(cfg: Config, table: TableConfig, batch_seq: int) -> dict:

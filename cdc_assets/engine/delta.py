@@ -100,6 +100,23 @@ def read_arrow(path: str, columns=None, filters=None) -> pa.Table | None:
     return dt.to_pyarrow_table(columns=columns, filters=filters)
 
 
+def select(path: str, fields, where: str) -> pa.Table | None:
+    """The rows of a table matching an SQL condition, read through delta-rs' query engine, which
+    skips files whose statistics (or partition values) rule the condition out."""
+    from deltalake.query import QueryBuilder
+
+    dt = open_table(path)
+    if dt is None:
+        return None
+    names = ", ".join(f'"{n}"' for n, _ in fields)
+    data = pa.table(QueryBuilder().register("t", dt).execute(f"SELECT {names} FROM t WHERE {where}"))
+    return data.cast(arrow_schema(fields))
+
+
+def sql_text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
 def spark_frame(spark, path: str, fields):
     """A snapshot of an unpartitioned Delta table as a Spark DataFrame (no delta-spark here)."""
     dt = open_table(path)

@@ -11,7 +11,7 @@ import pyarrow as pa
 from ..core import ordering
 from ..core.changes import RECORD_FIELDS, REJECT_FIELDS, UPSERT, Change, Rejection, to_record, to_reject
 from ..core.config import Config, TableConfig
-from ..core.formats import parse_file, parse_snapshot, raw_line
+from ..core.formats import parquet_row_group, parse_file, parse_snapshot, raw_line
 from ..core.schema import admit, is_text_source, joined, plain
 from ..core.values import decode_row
 from . import delta, faults
@@ -44,20 +44,28 @@ def _parse_partition(table: TableConfig, snapshot: bool, root: str | None):
     keys, partition_by = list(table.keys), list(table.partition_by)
     tier = ordering.BASE_TIER if snapshot else ordering.CHANGE_TIER
 
-    def items(name, data):
+    def items(f):
+        if snapshot and f["row_group"] is not None:
+            return parquet_row_group(keys, f["path"], f["row_group"], table.columns)
+        data = read_landed(f["path"], root)
         if snapshot:
-            return parse_snapshot(keys, name, data, table.columns)
-        return parse_file(table.format, table.options, keys, name, data, table.columns)
+            return parse_snapshot(keys, f["file"], data, table.columns)
+        return parse_file(table.format, table.options, keys, f["file"], data, table.columns)
 
     def run(batches):
+        # An export's column types are widened here, in the task that reads the rows; each task
+        # ends with one ledger record (op T) that the driver joins with the others.
+        ledger: dict = {}
         for files in batches:
             for f in files.to_pylist():
                 try:
-                    found = items(f["file"], read_landed(f["path"], root))
+                    found = items(f)
                 except UnreadableFile as e:
                     found = [Rejection(0, str(e), "")]
                 out = []
                 for item in found:
+                    if isinstance(item, Change) and snapshot:
+                        admit(ledger, item.row, True, item.types)
                     if isinstance(item, Change):
                         rec = to_record(item, batch_seq=f["batch_seq"], batch_id=f["batch_id"], file_name=f["file"],
                                         file_index=f["file_index"], partition_by=partition_by, tier=tier)
@@ -71,15 +79,39 @@ def _parse_partition(table: TableConfig, snapshot: bool, root: str | None):
                         out = []
                 if out:
                     yield pa.RecordBatch.from_pylist(out, schema=schema)
+        if snapshot:
+            yield pa.RecordBatch.from_pylist([{"_cdc_op": LEDGER, "_cdc_row": json.dumps(ledger)}], schema=schema)
     return run
+
+
+LEDGER = "T"  # a snapshot task's column types, among its records
+MAX_TASKS = 256
 
 
 def parse_files(spark, table: TableConfig, files: list[dict], snapshot: bool = False, root: str | None = None):
     """A cached DataFrame of parsed records; rows with `_cdc_reason` set are rejections.
-    `root`: the landing folder the files must stay inside (links out of it are not read)."""
-    listing = spark.createDataFrame(files, "path string, file string, file_index int, batch_seq long, batch_id string")
-    return listing.repartition(max(1, min(len(files), 8))).mapInArrow(
+    `root`: the landing folder the files must stay inside (links out of it are not read).
+    A snapshot's Parquet files are read one row group per task."""
+    listing = []
+    for f in files:
+        groups = _row_groups(f["path"]) if snapshot else 0
+        for g in range(groups) if groups > 1 else [None]:
+            listing.append({**f, "row_group": g})
+    frame = spark.createDataFrame(listing, "path string, file string, file_index int, batch_seq long, "
+                                           "batch_id string, row_group int")
+    return frame.repartition(max(1, min(len(listing), MAX_TASKS))).mapInArrow(
         _parse_partition(table, snapshot, root), delta.spark_schema(PARSED_FIELDS)).cache()
+
+
+def _row_groups(file_path: str) -> int:
+    if not file_path.lower().endswith(".parquet"):
+        return 0
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(file_path).metadata.num_row_groups
+    except Exception:  # noqa: BLE001 - an unreadable file is read (and quarantined) as a whole
+        return 0
 
 
 def rejected_rows(parsed) -> pa.Table:

@@ -1,23 +1,39 @@
-"""Target partition keys present in a table's staged history (for Dagster's partition list)."""
+"""Target partition keys a table holds or is about to (for Dagster's partition list).
+
+Read from what is small: the target's file list (its partition values), the staged
+batches not yet applied, and the partition list the base import recorded; never a scan
+of the whole history.
+"""
 from __future__ import annotations
 
 import json
 
-import pyarrow.compute as pc
+import pyarrow as pa
 
 from ..core.config import Config, TableConfig
 from ..core.target import partition_key
 from . import delta
-from .tables import BASE, STAGING, path
+from .tables import BASE, STAGING, TARGET, path
 
 
 def staged_partition_keys(cfg: Config, table: TableConfig) -> list[str]:
     if not table.partition_by:
         return []
+    table_dir = cfg.table_dir(table.name)
+    target = delta.open_table(path(table_dir, TARGET))
+    applied = delta.txn_version(target, TARGET)
+    keys: set[str] = set()
+    if target is not None:
+        for a in pa.table(target.get_add_actions(flatten=False)).to_pylist():
+            values = a.get("partition") or {}
+            keys.add(partition_key(table.partition_by, [values.get(c) for c in table.partition_by]))
     texts: set[str] = set()
-    for name in (STAGING, BASE):
-        data = delta.read_arrow(path(cfg.table_dir(table.name), name), columns=["_cdc_partition", "_cdc_op"])
-        if data is not None and data.num_rows:
-            upserts = data.filter(pc.equal(data["_cdc_op"], "U"))
-            texts.update(v for v in pc.unique(upserts["_cdc_partition"]).to_pylist() if v is not None)
-    return sorted(partition_key(table.partition_by, json.loads(t)) for t in texts)
+    pending = delta.select(path(table_dir, STAGING), (("_cdc_partition", "string"),),
+                           f"_cdc_batch_seq > {applied} AND _cdc_op = 'U' AND _cdc_partition IS NOT NULL")
+    if pending is not None:
+        texts.update(pending["_cdc_partition"].unique().to_pylist())
+    if target is None:
+        base = delta.step_commit(path(table_dir, BASE), BASE) or {}
+        texts.update(json.loads(base.get("partitions", "[]")))
+    keys.update(partition_key(table.partition_by, json.loads(t)) for t in texts)
+    return sorted(keys)

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import time
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from ..core.changes import RECORD_FIELDS
 from ..core.config import Config, TableConfig
 from . import delta
@@ -22,9 +25,17 @@ def latest_per_key(frame):
     return frame.withColumn("_n", F.row_number().over(w)).where("_n = 1").drop("_n")
 
 
-def stage_batch(spark, cfg: Config, table: TableConfig, batch: Batch) -> dict:
-    from pyspark.sql import functions as F
+def latest_of_batch(changes: pa.Table) -> pa.Table:
+    """Per key, the change with the greatest ordering key (a batch's worth, in the driver)."""
+    if changes.num_rows == 0:
+        return changes
+    ordered = changes.sort_by([("_cdc_key", "ascending"), ("_cdc_order", "descending")])
+    keys = ordered["_cdc_key"]
+    first = pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1))
+    return ordered.filter(pa.concat_arrays([pa.array([True]), first.combine_chunks()]))
 
+
+def stage_batch(spark, cfg: Config, table: TableConfig, batch: Batch) -> dict:
     t0 = time.time()
     table_dir = cfg.table_dir(table.name)
     staging_path = path(table_dir, STAGING)
@@ -32,10 +43,10 @@ def stage_batch(spark, cfg: Config, table: TableConfig, batch: Batch) -> dict:
         return {"already_committed": True}
     if delta.step_version(path(table_dir, CHANGES), CHANGES) < batch.seq:
         raise RuntimeError(f"table {table.name}: batch {batch.id} has no committed changes yet: materialize changes first")
-    batch_changes = delta.spark_frame(spark, path(table_dir, CHANGES), RECORD_FIELDS) \
-        .where(F.col("_cdc_batch_seq") == batch.seq)
-    staged = latest_per_key(batch_changes).toArrow().cast(delta.arrow_schema(RECORD_FIELDS))
-    n_changes = batch_changes.count()
+    # The batch's changes only: delta-rs skips the files of other batches by their statistics.
+    batch_changes = delta.select(path(table_dir, CHANGES), RECORD_FIELDS, f"_cdc_batch_seq = {batch.seq}")
+    staged = latest_of_batch(batch_changes)
+    n_changes = batch_changes.num_rows
     metrics = {"changes": n_changes, "staged": staged.num_rows, "superseded_in_batch": n_changes - staged.num_rows}
     version = delta.append(staging_path, staged, STAGING, batch.seq, metrics)
     metrics["compacted"] = delta.compact_if_fragmented(staging_path)

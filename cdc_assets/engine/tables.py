@@ -6,6 +6,9 @@ import os
 from ..core.changes import RECORD_FIELDS, REJECT_FIELDS
 
 CHANGES, STAGING, BASE, TARGET, QUARANTINE = "changes", "staging", "base", "target", "quarantine"
+# Each deleted key's greatest ordering key (rule 2), so an apply checks tombstones without the history.
+TOMBSTONES = "tombstones"
+TOMBSTONE_FIELDS = (("_cdc_key", "string"), ("_cdc_order", "string"))
 QUARANTINE_FIELDS = (("table", "string"),) + REJECT_FIELDS + (("quarantined_at", "string"),)
 
 
@@ -13,4 +16,5 @@ def path(table_dir: str, name: str) -> str:
     return os.path.join(table_dir, name)
 
 
-__all__ = ["CHANGES", "STAGING", "BASE", "TARGET", "QUARANTINE", "RECORD_FIELDS", "QUARANTINE_FIELDS", "path"]
+__all__ = ["CHANGES", "STAGING", "BASE", "TARGET", "QUARANTINE", "TOMBSTONES", "TOMBSTONE_FIELDS", "RECORD_FIELDS",
+           "QUARANTINE_FIELDS", "path"]

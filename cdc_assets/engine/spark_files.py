@@ -1,0 +1,163 @@
+"""Spark writes a table's data files; delta-rs commits them (FIELD_NOTES: no delta-spark here).
+
+Executors write Parquet into a fresh folder inside the table; the driver reads only the
+files' footers (row counts and column statistics, so readers and the MERGE can prune
+files by key) and commits adds and removes as one Delta version. Nothing sized like the
+data passes through the driver.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import time
+import uuid
+from urllib.parse import quote, unquote
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, Schema
+from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
+
+from . import delta, faults
+
+# Spark's name for a null partition value in a folder name
+_NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+# Statistics are written for these kinds of columns; other columns simply have none, which
+# makes a reader scan the file rather than skip it (never wrong, only slower).
+_STAT_TYPES = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string, pa.types.is_large_string,
+               pa.types.is_date32)
+
+
+def write_session_settings(spark) -> None:
+    """Parquet as delta-rs and every Delta reader expect it (FIELD_NOTES): microsecond timestamps."""
+    for key, value in {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+                       "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
+                       "spark.sql.parquet.int96RebaseModeInWrite": "CORRECTED"}.items():
+        spark.conf.set(key, value)
+
+
+def arrow_schema_of(frame) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(frame.schema, timezone="UTC", prefers_large_types=False)
+
+
+def _stat_value(value):
+    if isinstance(value, (dt.date,)):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return None
+    return value
+
+
+def file_stats(meta: pq.FileMetaData, schema: pa.Schema) -> str:
+    """Delta statistics (numRecords, minValues, maxValues, nullCount) from a Parquet footer."""
+    mins, maxs, nulls = {}, {}, {}
+    for i in range(meta.num_columns):
+        name = meta.schema.column(i).path
+        if "." in name or name not in schema.names or not any(f(schema.field(name).type) for f in _STAT_TYPES):
+            continue
+        lo = hi = None
+        n_null, complete = 0, True
+        for g in range(meta.num_row_groups):
+            st = meta.row_group(g).column(i).statistics
+            if st is None or not st.has_null_count:
+                complete = False
+                break
+            n_null += st.null_count
+            if st.has_min_max:
+                lo = st.min if lo is None or st.min < lo else lo
+                hi = st.max if hi is None or st.max > hi else hi
+        if not complete:
+            continue
+        nulls[name] = n_null
+        if lo is not None and _stat_value(lo) is not None:
+            mins[name], maxs[name] = _stat_value(lo), _stat_value(hi)
+    return json.dumps({"numRecords": meta.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls},
+                      default=str)
+
+
+def _partition_values(rel_dir: str, partition_by: list[str]) -> dict:
+    values = {}
+    for part in rel_dir.split(os.sep)[1:]:
+        col, _, text = part.partition("=")
+        if col in partition_by:
+            text = unquote(text)
+            values[col] = None if text == _NULL_PARTITION else text
+    return values
+
+
+def write_files(frame, table_path: str, partition_by=(), sort_by=()) -> list[AddAction]:
+    """Executors write `frame` as Parquet into a new folder of the table; the add actions for them."""
+    write_session_settings(frame.sparkSession)
+    folder = f"spark-{uuid.uuid4().hex}"
+    out = os.path.join(table_path, folder)
+    if sort_by:
+        frame = frame.sortWithinPartitions(*sort_by)  # files hold key ranges: statistics prune them
+    writer = frame.write.mode("error").option("compression", "snappy")
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.parquet(out)
+    schema = arrow_schema_of(frame)
+    adds = []
+    for root, _dirs, files in os.walk(out):
+        for name in sorted(files):
+            if not name.endswith(".parquet") or name.startswith((".", "_")):
+                continue
+            full = os.path.join(root, name)
+            rel = os.path.relpath(full, table_path)
+            info = os.stat(full)
+            adds.append(AddAction(
+                path=quote(rel.replace(os.sep, "/"), safe="/="), size=info.st_size,
+                partition_values=_partition_values(os.path.relpath(root, table_path), list(partition_by)),
+                modification_time=int(info.st_mtime * 1000), data_change=True,
+                stats=file_stats(pq.read_metadata(full), schema)))
+    for leftover in (os.path.join(out, "_SUCCESS"),):
+        if os.path.exists(leftover):
+            os.remove(leftover)
+    return adds
+
+
+def removes_for(dt_: DeltaTable, keep=lambda partition_values: False) -> list[RemoveAction]:
+    """Remove actions for the snapshot's files, except those whose partition `keep` accepts."""
+    now = int(time.time() * 1000)
+    out = []
+    for a in pa.table(dt_.get_add_actions(flatten=False)).to_pylist():
+        values = a.get("partition") or {}
+        if keep(values):
+            continue
+        out.append(RemoveAction(path=a["path"], data_change=True, deletion_timestamp=now, size=a["size_bytes"],
+                                partition_values=values or None))
+    return out
+
+
+def commit(table_path: str, dt_: DeltaTable | None, schema: pa.Schema, adds: list[AddAction],
+           removes: list[RemoveAction] | None, partition_by, props) -> DeltaTable:
+    """One Delta version with these adds and removes (a new table when `dt_` is None; with
+    `removes` None, the adds replace every file and the schema). Through the snapshot `dt_`
+    the caller checked, so a concurrent writer's commit makes ours fail."""
+    faults.point("spark_files.before_commit")
+    try:
+        if dt_ is None:
+            create_table_with_add_actions(table_path, Schema.from_arrow(schema), adds, mode="error",
+                                          partition_by=list(partition_by) or None,
+                                          configuration=delta.TABLE_CONFIGURATION, commit_properties=props)
+        elif removes is None:
+            dt_.create_write_transaction(list(adds), mode="overwrite", schema=Schema.from_arrow(schema),
+                                         partition_by=list(partition_by) or None, commit_properties=props)
+        else:
+            dt_.create_write_transaction(list(adds) + list(removes), mode="append", schema=Schema.from_arrow(schema),
+                                         partition_by=list(partition_by) or None, commit_properties=props)
+    except Exception as e:
+        if dt_ is None and "already exists" in str(e):
+            raise delta.CommitConflict(f"{table_path}: another writer created the table first") from e
+        raise
+    return DeltaTable(table_path)
+
+
+def discard(table_path: str, adds: list[AddAction]) -> None:
+    """Files of a write that was not committed (a lost race): nothing references them."""
+    for folder in {unquote(a.path).split("/")[0] for a in adds}:
+        shutil.rmtree(os.path.join(table_path, folder), ignore_errors=True)
