@@ -57,3 +57,18 @@ def target_version(cfg: Config, table: str) -> int:
 
 def by_key(rows: list[dict], *keys: str) -> dict:
     return {tuple(r[k] for k in keys): r for r in rows}
+
+
+def listeners(port: int) -> set[str]:
+    """Local addresses listening on `port`, from /proc/net/tcp{,6} (no extra tools needed)."""
+    found = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not os.path.exists(name):
+            continue
+        with open(name) as fh:
+            for line in fh.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                addr, p = local.rsplit(":", 1)
+                if state == "0A" and int(p, 16) == port:  # 0A: LISTEN
+                    found.add(addr)
+    return found

@@ -1,16 +1,16 @@
-"""`cdc-assets`: run, status, generate, demo, ui."""
+"""`cdc-assets`: run, status, generate, demo, ui, spark."""
 from __future__ import annotations
 
 import argparse
 import sys
 
-from . import demo, generate, run, status, ui
+from . import demo, generate, run, spark, status, ui
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cdc-assets", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (run, status, generate, demo, ui):
+    for module in (run, status, generate, demo, ui, spark):
         module.register(sub)
     return parser
 

@@ -21,6 +21,7 @@ def main(args) -> int:
 
 def run_config(cfg, only=None, echo=print):
     from ..defs.definitions import build_definitions
+    from ..engine import spark
     from .runner import instance, run_table, summary_line
 
     defs = build_definitions(cfg)
@@ -29,7 +30,11 @@ def run_config(cfg, only=None, echo=print):
     for table in cfg.tables:
         if only and table.name not in only:
             continue
+        seen = len(spark.used)
         outcome = run_table(defs, inst, cfg, table)
-        echo(summary_line(outcome), flush=True) if echo is print else echo(summary_line(outcome))
+        # Which Spark served the run, once, when a step first needed one.
+        lines = [f"spark: {d}" for d in spark.used[seen:]] + [summary_line(outcome)]
+        for line in lines:
+            echo(line, flush=True) if echo is print else echo(line)
         outcomes.append(outcome)
     return outcomes

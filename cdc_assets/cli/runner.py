@@ -16,9 +16,11 @@ from ..core.config import Config, TableConfig
 from ..defs.sensors import apply_request_tags
 from ..defs.table_assets import TableNames, sync_target_partitions
 from ..engine import delta, faults
+from ..engine.errors import root_cause_of_exception, root_cause_of_info
 from ..engine.landing import register_new_batch, registered
 from ..engine.lock import table_lock
 from ..engine.retry import on_conflict
+from ..engine.status import record_run
 from ..engine.tables import BASE, STAGING, TARGET, path
 from .pools import ensure_settings, release_abandoned, run_tags
 
@@ -60,7 +62,7 @@ def _record(outcome: TableOutcome, result) -> None:
         failure = next((e for e in result.all_events if e.is_step_failure), None)
         if failure is not None and outcome.error is None:
             err = failure.step_failure_data.error
-            outcome.error = err.message.strip().splitlines()[-1] if err else "step failed"
+            outcome.error = f"step {failure.step_key}: {root_cause_of_info(err) if err else 'failed'}"
 
 
 def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table: TableConfig) -> TableOutcome:
@@ -98,10 +100,11 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
                     instance=inst, tags={**apply_tags, **tags}, raise_on_error=False, run_config=QUIET))
     except Exception as e:  # noqa: BLE001 - one failing table never stops the others
         outcome.ok = False
-        outcome.error = f"{type(e).__name__}: {e}"
+        outcome.error = root_cause_of_exception(e)
         if os.environ.get("CDC_ASSETS_DEBUG"):
             traceback.print_exc()
     outcome.seconds = round(time.time() - t0, 1)
+    record_run(cfg, table, outcome.ok, outcome.error)
     faults.point("run.table_done")
     return outcome
 

@@ -7,7 +7,7 @@ from .common import config_or_none
 
 COLUMNS = (("table", "table"), ("batches", "batches"), ("applied_through", "applied"), ("pending_files", "pending files"),
            ("rows", "rows"), ("quarantined", "quarantined"), ("last_run", "last run (UTC)"),
-           ("last_change_at", "last change applied (file:line)"))
+           ("last_change_at", "last change applied (file:line)"), ("last_error", "last run failed with"))
 
 
 def register(sub) -> None:

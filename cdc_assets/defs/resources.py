@@ -1,15 +1,44 @@
-"""Resources: one lazily started Spark session per run (dagster-pyspark)."""
+"""Resources: one lazily started Spark session per run (dagster-pyspark).
+
+The session is chosen when a step first needs it (engine/spark.py): an explicit Spark
+Connect address, else the configuration's Spark Connect server when it answers, else an
+in-process session. The run's log says which, and says why when a server was passed over.
+"""
 from __future__ import annotations
 
+from typing import Any, Optional
+
+import dagster as dg
 from dagster_pyspark import LazyPySparkResource
+from pydantic import PrivateAttr
 
-from ..core.config import Config
-from ..engine.spark import spark_settings
+from ..core.config import Config, load_config
+from ..engine.spark import choose_session
 
 
-def spark_resource(cfg: Config) -> LazyPySparkResource:
+class CdcSparkResource(LazyPySparkResource):
+    # cdc.yaml's path: it locates the configuration's Spark Connect server record.
+    config_path: Optional[str] = None
+    _log: Any = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self._log = context.log
+
+    def _init_session(self) -> None:
+        if self._spark_session is not None:
+            return
+        cfg = load_config(self.config_path) if self.config_path else None
+        choice = choose_session(self.spark_config, cfg)
+        if self._log is not None:
+            if choice.warning:
+                self._log.warning(choice.warning)
+            self._log.info(f"Spark: {choice.description}")
+        self._spark_session = choice.session
+
+
+def spark_resource(cfg: Config) -> CdcSparkResource:
     # Lazy: sensors and checks that only read Delta never pay Spark's start-up.
-    return LazyPySparkResource(spark_config=spark_settings(cfg.spark))
+    return CdcSparkResource(spark_config=dict(cfg.spark), config_path=cfg.path)
 
 
 def spark_session(resource: LazyPySparkResource):

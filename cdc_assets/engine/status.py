@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
 
 import pyarrow.compute as pc
 
@@ -9,6 +11,28 @@ from ..core.config import Config, TableConfig
 from . import delta
 from .landing import pending_files, registered
 from .tables import CHANGES, QUARANTINE, STAGING, TARGET, path
+
+
+LAST_RUN = "_cdc_last_run.json"  # beside the table's Delta tables; '_' keeps Delta readers off it
+
+
+def record_run(cfg: Config, table: TableConfig, ok: bool, error: str | None) -> None:
+    """Note how the table's latest `run` ended, so `status` can name a failure's root cause."""
+    table_dir = cfg.table_dir(table.name)
+    os.makedirs(table_dir, exist_ok=True)
+    note = {"at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "ok": ok, "error": error}
+    tmp = os.path.join(table_dir, "." + LAST_RUN + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(note, fh)
+    os.replace(tmp, os.path.join(table_dir, LAST_RUN))
+
+
+def last_run(cfg: Config, table: TableConfig) -> dict | None:
+    try:
+        with open(os.path.join(cfg.table_dir(table.name), LAST_RUN), encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
 
 
 def table_status(cfg: Config, table: TableConfig) -> dict:
@@ -33,7 +57,11 @@ def table_status(cfg: Config, table: TableConfig) -> dict:
         if last.get("timestamp") else None,
         "quarantined": quarantine.num_rows if quarantine is not None else 0,
         "last_ordering_key": None,
+        "last_error": None,
     }
+    note = last_run(cfg, table)
+    if note is not None and not note.get("ok"):
+        out["last_error"] = f"{note.get('error') or 'failed'} (run at {note.get('at')})"
     staged = delta.read_arrow(path(table_dir, STAGING), columns=["_cdc_order", "_cdc_batch_seq", "_cdc_file", "_cdc_line"])
     if staged is not None and applied >= 1:
         done = staged.filter(pc.less_equal(staged["_cdc_batch_seq"], applied))

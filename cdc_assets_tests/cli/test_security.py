@@ -11,6 +11,9 @@ import time
 import pytest
 
 from cdc_assets.cli.main import main
+from cdc_assets.core.config import load_config
+from cdc_assets.engine import connect
+from cdc_assets_tests.helpers import listeners as _listeners
 
 
 def _free_port() -> int:
@@ -19,38 +22,33 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _listeners(port: int) -> set[str]:
-    """Local addresses listening on `port`, from /proc/net/tcp{,6} (no extra tools needed)."""
-    found = set()
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        if not os.path.exists(name):
-            continue
-        with open(name) as fh:
-            for line in fh.readlines()[1:]:
-                local, state = line.split()[1], line.split()[3]
-                addr, p = local.rsplit(":", 1)
-                if state == "0A" and int(p, 16) == port:  # 0A: LISTEN
-                    found.add(addr)
-    return found
+LOOPBACK = ({"0100007F"}, {"0000000000000000FFFF00000100007F"})  # 127.0.0.1 as IPv4, or IPv4 inside IPv6
 
 
-def test_the_ui_listens_on_127_0_0_1_only(tmp_path, cli):
+def test_the_ui_and_its_spark_server_listen_on_127_0_0_1_only_and_the_server_stops_with_the_ui(tmp_path, cli):
     cfg = tmp_path / "cdc.yaml"
     cfg.write_text(json.dumps({"warehouse": "./warehouse", "landing": "./landing",
                                "tables": [{"name": "ORDERS", "keys": ["id"], "format": "bigquery-cdc"}]}))
+    config = load_config(str(cfg))
     port = _free_port()
     proc = subprocess.Popen([*cli, "ui", "--config", str(cfg), "--port", str(port)], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    server = None
     try:
-        deadline = time.time() + 180
-        while time.time() < deadline and not _listeners(port):
-            assert proc.poll() is None, "dagster dev exited"
+        deadline = time.time() + 240
+        while time.time() < deadline and (not _listeners(port) or connect.live(config) is None):
+            assert proc.poll() is None, "cdc-assets ui exited"
             time.sleep(1)
         addresses = _listeners(port)
         assert addresses == {"0100007F"}, addresses  # 127.0.0.1, little-endian hex; not 0.0.0.0 nor ::
+        server = connect.live(config)
+        assert server is not None, "the UI's Spark Connect server did not come up"
+        assert _listeners(server.port) in LOOPBACK, _listeners(server.port)
     finally:
         os.killpg(proc.pid, 15)
-        proc.wait(60)
+        proc.wait(90)
+    assert connect.recorded(config) is None
+    assert connect.unhealthy(server) is not None  # its JVM is gone
 
 
 @pytest.mark.parametrize("change, expected", [
