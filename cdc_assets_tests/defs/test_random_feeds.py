@@ -1,5 +1,5 @@
 """Random feeds against a reference: generated source histories, delivered at random,
-applied by the engine and compared, AFTER EACH BATCH, with an independent replay.
+applied through the Dagster jobs and compared, AFTER EACH BATCH, with an independent replay.
 
 What is generated (hypothesis draws value pools and seeds; each feed is then
 built from its own `random.Random`, so one example holds hundreds of feeds
@@ -24,15 +24,20 @@ without overrunning hypothesis' buffer):
   batches; CSV base snapshots (source exports) for some tables.
 
 Cost: many feeds share one table (the `feed` key column keeps their keys
-apart), so one pass of the engine steps (register_new_batch, ingest_batch,
-stage_batch, import_base, apply_pending, called directly) applies them all.
+apart), so one run of a table applies them all. Each batch is landed, then the
+table is run as `cdc-assets run` runs it (`cdc_assets.cli.runner.run_table`:
+the ledger entry, the Dagster base, ingest and apply jobs of
+`build_definitions`, their asset checks), in this process.
 Normal run: 2 examples x 6 tables x 18 feeds = 216 feeds; `--long`: 10 x 6 x 40 = 2400.
 RANDOM_FEEDS_EXAMPLES / RANDOM_FEEDS_PER_TABLE override both; RANDOM_FEEDS_THREADS (default 2)
-is how many tables run their engine steps side by side.
+is how many tables run side by side.
 
-The check: after every batch, each feed's rows in `target` equal the state of
+The check: after every batch, the run succeeded with its checks passed, the
+quarantine is empty (every generated record is well-formed), and each feed's
+rows in `target` (its source columns, read with delta-rs) equal the state of
 `cdc_assets_tests.reference_model.ReferenceTable` fed with the changes
-delivered so far (by their true `seq`, never by the formats' encodings).
+delivered so far (by their true `seq`, never by the formats' encodings). After
+the last batch, one more run with nothing landed commits no target version.
 Values compare by meaning (`same_by_meaning`): CSV input is typed by inference
 and the target's column types are the join of the values seen, so 5, '5' and
 5.0 are one value and, where CSV is involved, '' is NULL.
@@ -41,13 +46,13 @@ When a feed fails
 -----------------
 1. The test shrinks the failing feed itself (`shrink_feed`: delta debugging
    over its deliveries and base rows; every round runs all candidate feeds of
-   the round in one table, so a round is one engine pass), then fails with the
+   the round in one table, so a round is one run per batch), then fails with the
    shrunk feed written to `<repo>/.pytest_cache/random_feeds/shrunk-<hash>.json` and shown
    in the failure message. Hypothesis' own shrinking is switched off: one
-   example is hundreds of feeds and an engine pass costs seconds; the feed is
+   example is hundreds of feeds and a run costs seconds; the feed is
    the unit that shrinks.
 2. Keep it as a regression test: move that file into
-   `cdc_assets_tests/engine/random_feeds_regressions/` (name it after the bug).
+   `cdc_assets_tests/defs/random_feeds_regressions/` (name it after the bug).
    `test_random_feed_regressions` replays every file there, exactly as shrunk
    (the file holds the table's format/options and the feed's rendered records,
    deliveries and base rows; nothing is regenerated), against the reference.
@@ -77,11 +82,12 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from cdc_assets.engine.apply import apply_pending
-from cdc_assets.engine.base import import_base
-from cdc_assets.engine.ingest import ingest_batch
-from cdc_assets.engine.landing import register_new_batch
-from cdc_assets.engine.stage import stage_batch
+import dagster as dg
+from deltalake import DeltaTable
+
+from cdc_assets.cli.runner import run_table
+from cdc_assets.defs.definitions import build_definitions
+from cdc_assets_tests.engine.records import delta_version
 from cdc_assets_tests.helpers import land, target_rows, write_config
 from cdc_assets_tests.reference_model import DELETE, UPSERT, ReferenceTable, SourceChange
 
@@ -170,6 +176,7 @@ class TablePlan:
     base: bool
     slots: list[list[str]]  # per batch: file names
     feeds: list[FeedPlan] = field(default_factory=list)
+    partition_by: list[str] = field(default_factory=list)
 
     @property
     def batches(self) -> int:
@@ -180,7 +187,10 @@ class TablePlan:
         return self.base or any(f.endswith((".csv", ".csv.gz")) for s in self.slots for f in s)
 
     def spec(self) -> dict:
-        return {"format": self.format, "options": self.options, "base": self.base, "slots": self.slots}
+        spec = {"format": self.format, "options": self.options, "base": self.base, "slots": self.slots}
+        if self.partition_by:
+            spec["partition_by"] = self.partition_by
+        return spec
 
 
 # ---- value pools, drawn by hypothesis ---------------------------------------------------
@@ -720,14 +730,24 @@ def table_entry(root: str, t: TablePlan) -> dict:
     entry = {"name": t.name, "keys": KEYS, "format": t.format}
     if t.options:
         entry["options"] = t.options
+    if t.partition_by:
+        entry["partition_by"] = t.partition_by
     if t.base:
         entry["base_snapshot"] = os.path.join(root, "exports", f"{t.name}.csv")
     return entry
 
 
+def quarantined(cfg, table: str) -> list[dict]:
+    path = os.path.join(cfg.table_dir(table), "quarantine")
+    if not os.path.isdir(os.path.join(path, "_delta_log")):
+        return []
+    return DeltaTable(path).to_pyarrow_table(columns=["_cdc_file", "_cdc_line", "_cdc_reason", "_cdc_raw"]).to_pylist()
+
+
 def run_plans(spark, tables: list[TablePlan], rnd: random.Random, threads: int = 2) -> dict[tuple[str, str], str | None]:
-    """Land every table's batches one at a time, run the engine steps, check each feed after
-    each batch. Returns {(table, fid): first failure or None}."""
+    """Land every table's batches one at a time, run the table as `cdc-assets run` does (its
+    Dagster jobs, in this process, checks included), check each feed after each batch.
+    Returns {(table, fid): first failure or None}."""
     from pathlib import Path
 
     results: dict[tuple[str, str], str | None] = {(t.name, f.fid): None for t in tables for f in t.feeds}
@@ -739,29 +759,27 @@ def run_plans(spark, tables: list[TablePlan], rnd: random.Random, threads: int =
             if t.base:
                 write_base(t, str(root / "exports" / f"{t.name}.csv"))
         cfg = write_config(root, [table_entry(str(root), t) for t in tables])
+        defs = build_definitions(cfg)
         files = {t.name: [batch_files(t, b, random.Random(f"{rnd.random()}")) for b in range(t.batches)]
                  for t in tables}
 
-        def one_batch(t: TablePlan, b: int) -> None:
-            tc = cfg.table(t.name)
-            if b == 0 and t.base:
-                import_base(spark, cfg, tc)
-            if files[t.name][b]:
-                by_folder: dict[str, dict] = {}
-                for name, data in files[t.name][b].items():
-                    folder, fname = name.split("/")
-                    by_folder.setdefault(folder, {})[fname] = data
-                for folder, fs in by_folder.items():
-                    land(cfg, t.name, folder, fs)
-            batch = register_new_batch(cfg.landing_dir(t.name), cfg.table_dir(t.name))
-            if batch is not None:
-                ingest_batch(spark, cfg, tc, batch)
-                stage_batch(spark, cfg, tc, batch)
-            apply_pending(spark, cfg, tc)
-            if os.path.isdir(os.path.join(cfg.table_dir(t.name), "target", "_delta_log")):
-                rows = target_rows(cfg, t.name)
-            else:
-                rows = []
+        def fail_all(t: TablePlan, why: str, only=None) -> None:
+            for f in t.feeds:
+                if results[(t.name, f.fid)] is None and (only is None or f.fid in only):
+                    results[(t.name, f.fid)] = why
+
+        def one_batch(t: TablePlan, b: int, inst: dg.DagsterInstance) -> None:
+            for name, data in files[t.name][b].items():
+                folder, fname = name.split("/")
+                land(cfg, t.name, folder, {fname: data})
+            outcome = run_table(defs, inst, cfg, cfg.table(t.name))
+            if not outcome.ok:
+                fail_all(t, f"after batch {b + 1}: the run failed: {outcome.error}; checks {outcome.checks}")
+            # generated feeds are all well-formed: nothing of them belongs in quarantine
+            for q in quarantined(cfg, t.name):
+                why = f"after batch {b + 1}: quarantined {q['_cdc_file']} line {q['_cdc_line']}: {q['_cdc_reason']}"
+                fail_all(t, why, only={f.fid for f in t.feeds if f.fid in (q["_cdc_raw"] or "")} or None)
+            rows = target_rows(cfg, t.name) if delta_version(cfg, t.name, "target") >= 0 else []
             by_feed: dict = {}
             for r in rows:
                 by_feed.setdefault(r.get("feed"), []).append(r)
@@ -770,10 +788,16 @@ def run_plans(spark, tables: list[TablePlan], rnd: random.Random, threads: int =
                     results[(t.name, f.fid)] = compare_feed(f, by_feed.get(f.fid, []), b, t.csv_involved)
 
         def one_table(t: TablePlan) -> None:
-            for b in range(t.batches):
-                one_batch(t, b)
-            # landing nothing new changes nothing
-            assert register_new_batch(cfg.landing_dir(t.name), cfg.table_dir(t.name)) is None
+            # an instance per table, as separate `run` processes would have: tables run side by side
+            with dg.DagsterInstance.ephemeral() as inst:
+                for b in range(t.batches):
+                    one_batch(t, b, inst)
+                # landing nothing new changes nothing: a run commits no new target version
+                before = delta_version(cfg, t.name, "target")
+                idle = run_table(defs, inst, cfg, cfg.table(t.name))
+                if idle.new_batch is not None or not idle.ok or delta_version(cfg, t.name, "target") != before:
+                    fail_all(t, f"a run with nothing new landed: batch {idle.new_batch}, ok {idle.ok}, "
+                                f"target v{before} -> v{delta_version(cfg, t.name, 'target')}")
 
         if threads > 1:
             with ThreadPoolExecutor(threads) as pool:
@@ -831,7 +855,8 @@ def _with_items(feed: FeedPlan, items: list[tuple]) -> FeedPlan:
 def _failures(spark, table: TablePlan, candidates: list[FeedPlan]) -> list[str | None]:
     """Run candidate feeds side by side in one table (one engine pass); each one's first failure."""
     shell = TablePlan(table.name, table.format, table.options, table.base, table.slots,
-                      [relabel(c, f"{table.name.lower()}-s{i:03d}") for i, c in enumerate(candidates)])
+                      [relabel(c, f"{table.name.lower()}-s{i:03d}") for i, c in enumerate(candidates)],
+                      table.partition_by)
     res = run_plans(spark, [shell], random.Random(0), threads=1)
     return [res[(shell.name, f.fid)] for f in shell.feeds]
 
@@ -954,7 +979,8 @@ def test_random_feed_regressions(spark):
     tables, names = [], {}
     for gi, (spec_text, members) in enumerate(sorted(groups.items())):
         spec = json.loads(spec_text)
-        t = TablePlan(f"REG{gi:03d}", spec["format"], spec["options"], spec["base"], spec["slots"])
+        t = TablePlan(f"REG{gi:03d}", spec["format"], spec["options"], spec["base"], spec["slots"],
+                      partition_by=spec.get("partition_by", []))
         for mi, (name, e) in enumerate(members):
             fid = f"reg{gi:03d}-{mi:03d}"
             t.feeds.append(relabel(FeedPlan(**e["feed"]), fid))
