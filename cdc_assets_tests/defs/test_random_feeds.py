@@ -74,6 +74,7 @@ import re
 import tempfile
 import time
 import uuid
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -83,6 +84,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import dagster as dg
+import pyarrow as pa
 from deltalake import DeltaTable
 
 from cdc_assets.cli.runner import run_table
@@ -99,7 +101,11 @@ FAILURES_DIR = os.path.join(REPO, ".pytest_cache", "random_feeds")  # git ignore
 
 KEYS = ["feed", "kid", "kname"]
 TEXT_COL = "tëxt"  # a non-ASCII column name, on purpose
-PAYLOAD = ["n", "x", TEXT_COL]
+REGION = "region"  # the partition column of partitioned tables, an ordinary column elsewhere
+PAYLOAD = ["n", "x", TEXT_COL, REGION]
+# Partition values shared by all feeds of a table (escaping-prone text among them); each feed
+# also has a region of its own, which becomes empty when the feed's rows leave it.
+SHARED_REGIONS = ["eu", "us", "a b/c=d%", "ü", None]
 OP_COL = "FLAG"
 SEQ_COL, TS_COL = "SEQ", "CDC_TIMESTAMP"
 
@@ -220,7 +226,8 @@ def _row(rnd: random.Random, pools: Pools, key: tuple, late: bool) -> dict:
     row = {"feed": key[0], "kid": key[1], "kname": key[2],
            "n": rnd.choice(pools.ints + [None, None]),
            "x": rnd.choice(pools.floats + [None]),
-           TEXT_COL: rnd.choice(pools.texts + [None])}
+           TEXT_COL: rnd.choice(pools.texts + [None]),
+           REGION: rnd.choice(SHARED_REGIONS + [f"only {key[0]}"] * 2)}  # an update may move the key
     if late:
         row["late"] = rnd.choice(pools.texts + ["late", None])  # a column that appears mid-history (rule 6)
     return row
@@ -559,7 +566,8 @@ def changeset_feed(rnd, pools, fid, initial: dict, sequence_by: list[str], flags
 TABLE_KINDS = ["ds", "ds_base", "bqa", "bqc", "cs_csv", "cs_json"]
 
 
-def plan_table(rnd: random.Random, pools: Pools, name: str, kind: str, n_feeds: int, long: bool) -> TablePlan:
+def plan_table(rnd: random.Random, pools: Pools, name: str, kind: str, n_feeds: int, long: bool,
+               partitioned: bool = False) -> TablePlan:
     n_batches = rnd.randint(2, 5 if long else 4)
     base = kind == "ds_base" or (kind != "ds" and rnd.random() < 0.5)
     fmt = {"ds": "datastream-json", "ds_base": "datastream-json", "bqa": "bigquery-append",
@@ -582,7 +590,7 @@ def plan_table(rnd: random.Random, pools: Pools, name: str, kind: str, n_feeds: 
                 ext += ".gz"
             names.append(f"batch-{b + 1:02d}/part-{s:04d}.{ext}")
         slots.append(names)
-    table = TablePlan(name, fmt, options, base, slots)
+    table = TablePlan(name, fmt, options, base, slots, partition_by=[REGION] if partitioned else [])
     sources = ["oracle", "mysql", "postgres", "sqlserver"]
     rnd.shuffle(sources)
     for i in range(n_feeds):
@@ -744,10 +752,37 @@ def quarantined(cfg, table: str) -> list[dict]:
     return DeltaTable(path).to_pyarrow_table(columns=["_cdc_file", "_cdc_line", "_cdc_reason", "_cdc_raw"]).to_pylist()
 
 
-def run_plans(spark, tables: list[TablePlan], rnd: random.Random, threads: int = 2) -> dict[tuple[str, str], str | None]:
+def target_files(cfg, t: TablePlan) -> dict:
+    """Partition value (by meaning) -> the data files of the target's current snapshot."""
+    if delta_version(cfg, t.name, "target") < 0:
+        return {}
+    actions = DeltaTable(os.path.join(cfg.table_dir(t.name), "target")).get_add_actions(flatten=True)
+    out: dict = {}
+    for a in pa.table(actions).to_pylist():
+        out.setdefault(meaning(a[f"partition.{REGION}"]), set()).add(a["path"])
+    return out
+
+
+def touched_partitions(t: TablePlan, batch: int, before: list[dict]) -> set:
+    """The partitions a batch may rewrite (SPEC rule 5): those of the images it delivers and
+    those its keys are in before it."""
+    touched, keys = set(), set()
+    for f in t.feeds:
+        for i, b, _ in f.delivery:
+            if b == batch:
+                touched.add(meaning(f.changes[i]["row"].get(REGION)))
+                keys.add(_key_meaning(f.changes[i]["key"]))
+    touched |= {meaning(r.get(REGION)) for r in before if _key_meaning([r.get(k) for k in KEYS]) in keys}
+    return touched
+
+
+def run_plans(spark, tables: list[TablePlan], rnd: random.Random, threads: int = 2,
+              seen: Counter | None = None) -> dict[tuple[str, str], str | None]:
     """Land every table's batches one at a time, run the table as `cdc-assets run` does (its
     Dagster jobs, in this process, checks included), check each feed after each batch.
-    Returns {(table, fid): first failure or None}."""
+    Returns {(table, fid): first failure or None}; `seen` counts the partition events that
+    happened (keys that moved, partitions emptied, partitions left untouched)."""
+    seen = Counter() if seen is None else seen
     from pathlib import Path
 
     results: dict[tuple[str, str], str | None] = {(t.name, f.fid): None for t in tables for f in t.feeds}
@@ -768,11 +803,21 @@ def run_plans(spark, tables: list[TablePlan], rnd: random.Random, threads: int =
                 if results[(t.name, f.fid)] is None and (only is None or f.fid in only):
                     results[(t.name, f.fid)] = why
 
-        def one_batch(t: TablePlan, b: int, inst: dg.DagsterInstance) -> None:
+        def one_batch(t: TablePlan, b: int, inst: dg.DagsterInstance, before: list[dict]) -> list[dict]:
+            files_before = target_files(cfg, t) if t.partition_by else {}
             for name, data in files[t.name][b].items():
                 folder, fname = name.split("/")
                 land(cfg, t.name, folder, {fname: data})
             outcome = run_table(defs, inst, cfg, cfg.table(t.name))
+            if t.partition_by:
+                files_after = target_files(cfg, t)
+                rewritten = {p for p, fs in files_before.items() if files_after.get(p, set()) != fs}
+                untouched = rewritten - touched_partitions(t, b, before)
+                seen["partitions emptied"] += len(set(files_before) - set(files_after))
+                seen["partitions kept"] += len(set(files_before) - rewritten)
+                if untouched:
+                    fail_all(t, f"after batch {b + 1}: partitions {sorted(repr(p and p[1]) for p in untouched)} were rewritten, "
+                                "though no change of the batch was or is in them")
             if not outcome.ok:
                 fail_all(t, f"after batch {b + 1}: the run failed: {outcome.error}; checks {outcome.checks}")
             # generated feeds are all well-formed: nothing of them belongs in quarantine
@@ -780,18 +825,24 @@ def run_plans(spark, tables: list[TablePlan], rnd: random.Random, threads: int =
                 why = f"after batch {b + 1}: quarantined {q['_cdc_file']} line {q['_cdc_line']}: {q['_cdc_reason']}"
                 fail_all(t, why, only={f.fid for f in t.feeds if f.fid in (q["_cdc_raw"] or "")} or None)
             rows = target_rows(cfg, t.name) if delta_version(cfg, t.name, "target") >= 0 else []
+            if t.partition_by:
+                was = {_key_meaning([r.get(k) for k in KEYS]): meaning(r.get(REGION)) for r in before}
+                seen["keys moved"] += sum(1 for r in rows if was.get(_key_meaning([r.get(k) for k in KEYS]),
+                                                                     meaning(r.get(REGION))) != meaning(r.get(REGION)))
             by_feed: dict = {}
             for r in rows:
                 by_feed.setdefault(r.get("feed"), []).append(r)
             for f in t.feeds:
                 if results[(t.name, f.fid)] is None:
                     results[(t.name, f.fid)] = compare_feed(f, by_feed.get(f.fid, []), b, t.csv_involved)
+            return rows
 
         def one_table(t: TablePlan) -> None:
             # an instance per table, as separate `run` processes would have: tables run side by side
             with dg.DagsterInstance.ephemeral() as inst:
+                rows: list[dict] = []
                 for b in range(t.batches):
-                    one_batch(t, b, inst)
+                    rows = one_batch(t, b, inst, rows)
                 # landing nothing new changes nothing: a run commits no new target version
                 before = delta_version(cfg, t.name, "target")
                 idle = run_table(defs, inst, cfg, cfg.table(t.name))
@@ -853,7 +904,7 @@ def _with_items(feed: FeedPlan, items: list[tuple]) -> FeedPlan:
 
 
 def _failures(spark, table: TablePlan, candidates: list[FeedPlan]) -> list[str | None]:
-    """Run candidate feeds side by side in one table (one engine pass); each one's first failure."""
+    """Run candidate feeds side by side in one table (one run per batch); each one's first failure."""
     shell = TablePlan(table.name, table.format, table.options, table.base, table.slots,
                       [relabel(c, f"{table.name.lower()}-s{i:03d}") for i, c in enumerate(candidates)],
                       table.partition_by)
@@ -910,6 +961,7 @@ def test_random_feeds(spark, long_run, capsys):
     feeds_per_table = int(os.environ.get("RANDOM_FEEDS_PER_TABLE", 40 if long_run else 18))
     threads = int(os.environ.get("RANDOM_FEEDS_THREADS", "2"))
     tally = {"generated": 0, "passed": 0, "examples": 0}
+    seen: Counter = Counter()
 
     @settings(max_examples=examples, deadline=None, database=None, print_blob=True,
               phases=[Phase.explicit, Phase.reuse, Phase.generate],  # feeds shrink in shrink_feed
@@ -918,9 +970,11 @@ def test_random_feeds(spark, long_run, capsys):
     @given(value_pools=pools(), seed=st.integers(0, 2 ** 32 - 1))
     def check(value_pools: Pools, seed: int):
         rnd = random.Random(f"random-feeds/{seed}")
-        tables = [plan_table(rnd, value_pools, f"R{seed % 10000:04d}_{kind.upper()}", kind, feeds_per_table, long_run)
-                  for kind in TABLE_KINDS]
-        results = run_plans(spark, tables, rnd, threads=threads)
+        # every other table kind is partitioned, the others in the next example
+        tables = [plan_table(rnd, value_pools, f"R{seed % 10000:04d}_{kind.upper()}", kind, feeds_per_table, long_run,
+                             partitioned=(i + tally["examples"]) % 2 == 0)
+                  for i, kind in enumerate(TABLE_KINDS)]
+        results = run_plans(spark, tables, rnd, threads=threads, seen=seen)
         tally["examples"] += 1
         failed = {k: v for k, v in results.items() if v is not None}
         tally["generated"] += len(results)
@@ -952,7 +1006,9 @@ def test_random_feeds(spark, long_run, capsys):
     finally:
         with capsys.disabled():
             print(f"\nrandom feeds: {tally['generated']} generated, {tally['passed']} passed "
-                  f"({tally['examples']} examples of {len(TABLE_KINDS)} tables x {feeds_per_table} feeds, "
+                  f"({tally['examples']} examples of {len(TABLE_KINDS)} tables x {feeds_per_table} feeds through the Dagster "
+                  f"jobs, half of the tables partitioned: {seen['keys moved']} keys moved, "
+                  f"{seen['partitions emptied']} partitions emptied, {seen['partitions kept']} left untouched; "
                   f"{time.time() - t0:.0f} s)")
     assert tally["generated"] >= examples * len(TABLE_KINDS) * feeds_per_table
 
