@@ -102,7 +102,7 @@ FAILURES_DIR = os.path.join(REPO, ".pytest_cache", "random_feeds")  # git ignore
 KEYS = ["feed", "kid", "kname"]
 TEXT_COL = "tëxt"  # a non-ASCII column name, on purpose
 REGION = "region"  # the partition column of partitioned tables, an ordinary column elsewhere
-PAYLOAD = ["n", "x", TEXT_COL, REGION]
+PAYLOAD = ["n", "x", TEXT_COL, REGION]  # the columns of payload_choices
 # Partition values shared by all feeds of a table (escaping-prone text among them); each feed
 # also has a region of its own, which becomes empty when the feed's rows leave it.
 SHARED_REGIONS = ["eu", "us", "a b/c=d%", "ü", None]
@@ -120,11 +120,21 @@ _NUMBERISH = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*", re.ASCII
 # ---- comparing by meaning ---------------------------------------------------------------
 
 _NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?", re.ASCII)
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
+_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})?", re.ASCII)
+TYPED = (Decimal, dt.date)  # values of typed target columns (decimal, date, timestamp; datetime is a date)
+
+
+def _instant(t: dt.datetime) -> tuple:
+    """A timestamp as a UTC instant; one without zone is read as UTC (the target stores UTC)."""
+    return ("time", t.astimezone(dt.timezone.utc) if t.tzinfo else t.replace(tzinfo=dt.timezone.utc))
 
 
 def meaning(value, *, empty_is_null: bool = True):
-    """What a value means, across CSV inference and column-type widening:
-    5 == '5' == 5.0 == '5.0'; with CSV input, '' is NULL. Other text is itself."""
+    """What a value means, across CSV inference, column-type widening and typed columns:
+    5 == '5' == 5.0 == '5.0' == Decimal('5.00'); '2018-01-01 05:30:00+05:30' == the datetime
+    2018-01-01 00:00 UTC; '2018-01-01' == date(2018, 1, 1); with CSV input, '' is NULL.
+    Other text is itself."""
     if value is None:
         return None
     if isinstance(value, bool):
@@ -133,6 +143,12 @@ def meaning(value, *, empty_is_null: bool = True):
         return ("number", Decimal(value))
     if isinstance(value, float):
         return ("number", Decimal(repr(value)))
+    if isinstance(value, Decimal):
+        return ("number", value)
+    if isinstance(value, dt.datetime):
+        return _instant(value)
+    if isinstance(value, dt.date):
+        return ("date", value)
     if isinstance(value, str):
         if value == "" and empty_is_null:
             return None
@@ -140,6 +156,16 @@ def meaning(value, *, empty_is_null: bool = True):
             try:
                 return ("number", Decimal(value))
             except InvalidOperation:
+                pass
+        if _DATE.fullmatch(value):
+            try:
+                return ("date", dt.date.fromisoformat(value))
+            except ValueError:
+                pass
+        if _TIMESTAMP.fullmatch(value):
+            try:
+                return _instant(dt.datetime.fromisoformat(value))
+            except ValueError:
                 pass
         return ("text", value)
     return ("other", repr(value))
@@ -151,10 +177,12 @@ def same_by_meaning(a, b, *, empty_is_null: bool = True) -> bool:
 
 def same_value(expected, actual, *, csv_input: bool) -> bool:
     """With CSV input anywhere in the table, by meaning. Without, text must keep its exact
-    spelling ('007' stays '007'); a number may come back as its text (column types widen)."""
+    spelling ('007' stays '007') unless its column is typed (a decimal, date or timestamp
+    column holds the value the text means); a number may come back as its text (column
+    types widen)."""
     if csv_input:
         return same_by_meaning(expected, actual)
-    if isinstance(expected, str):
+    if isinstance(expected, str) and not isinstance(actual, TYPED):
         return actual == expected
     return same_by_meaning(expected, actual, empty_is_null=False)
 
@@ -222,12 +250,17 @@ def pools(draw) -> Pools:
 
 # ---- source histories -------------------------------------------------------------------
 
+def payload_choices(pools: Pools, key: tuple) -> dict[str, list]:
+    """Per payload column, the values a row image draws from (a typed column is one more entry)."""
+    return {"n": pools.ints + [None, None],
+            "x": pools.floats + [None],
+            TEXT_COL: pools.texts + [None],
+            REGION: SHARED_REGIONS + [f"only {key[0]}"] * 2}  # an update may move the key
+
+
 def _row(rnd: random.Random, pools: Pools, key: tuple, late: bool) -> dict:
-    row = {"feed": key[0], "kid": key[1], "kname": key[2],
-           "n": rnd.choice(pools.ints + [None, None]),
-           "x": rnd.choice(pools.floats + [None]),
-           TEXT_COL: rnd.choice(pools.texts + [None]),
-           REGION: rnd.choice(SHARED_REGIONS + [f"only {key[0]}"] * 2)}  # an update may move the key
+    row = {"feed": key[0], "kid": key[1], "kname": key[2]}
+    row.update({c: rnd.choice(values) for c, values in payload_choices(pools, key).items()})
     if late:
         row["late"] = rnd.choice(pools.texts + ["late", None])  # a column that appears mid-history (rule 6)
     return row
