@@ -36,8 +36,11 @@ The check: after every batch, the run succeeded with its checks passed, the
 quarantine is empty (every generated record is well-formed), and each feed's
 rows in `target` (its source columns, read with delta-rs) equal the state of
 `cdc_assets_tests.reference_model.ReferenceTable` fed with the changes
-delivered so far (by their true `seq`, never by the formats' encodings). After
-the last batch, one more run with nothing landed commits no target version.
+delivered so far (by their true `seq`, never by the formats' encodings). In a
+partitioned table, partitions the batch does not touch keep their files. After
+the last batch, one more run with nothing landed commits no target version, and
+in a partitioned table a backfill of every partition (the apply job over the
+whole dynamic range) rebuilds from staging the state the batches built.
 Values compare by meaning (`same_by_meaning`): CSV input is typed by inference
 and the target's column types are the join of the values seen, so 5, '5' and
 5.0 are one value and, where CSV is involved, '' is NULL.
@@ -87,7 +90,8 @@ import dagster as dg
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from cdc_assets.cli.runner import run_table
+from cdc_assets.cli.runner import QUIET, run_table
+from cdc_assets.defs.table_assets import TableNames
 from cdc_assets.defs.definitions import build_definitions
 from cdc_assets_tests.engine.records import delta_version
 from cdc_assets_tests.helpers import land, target_rows, write_config
@@ -814,7 +818,7 @@ def run_plans(spark, tables: list[TablePlan], rnd: random.Random, threads: int =
     """Land every table's batches one at a time, run the table as `cdc-assets run` does (its
     Dagster jobs, in this process, checks included), check each feed after each batch.
     Returns {(table, fid): first failure or None}; `seen` counts the partition events that
-    happened (keys that moved, partitions emptied, partitions left untouched)."""
+    happened (keys that moved, partitions emptied, left untouched, rebuilt)."""
     seen = Counter() if seen is None else seen
     from pathlib import Path
 
@@ -862,13 +866,32 @@ def run_plans(spark, tables: list[TablePlan], rnd: random.Random, threads: int =
                 was = {_key_meaning([r.get(k) for k in KEYS]): meaning(r.get(REGION)) for r in before}
                 seen["keys moved"] += sum(1 for r in rows if was.get(_key_meaning([r.get(k) for k in KEYS]),
                                                                      meaning(r.get(REGION))) != meaning(r.get(REGION)))
+            compare_all(t, b, rows)
+            return rows
+
+        def compare_all(t: TablePlan, b: int, rows: list[dict], when: str = "") -> None:
             by_feed: dict = {}
             for r in rows:
                 by_feed.setdefault(r.get("feed"), []).append(r)
             for f in t.feeds:
                 if results[(t.name, f.fid)] is None:
-                    results[(t.name, f.fid)] = compare_feed(f, by_feed.get(f.fid, []), b, t.csv_involved)
-            return rows
+                    why = compare_feed(f, by_feed.get(f.fid, []), b, t.csv_involved)
+                    results[(t.name, f.fid)] = why and when + why
+
+        def rebuild_all(t: TablePlan, inst: dg.DagsterInstance) -> None:
+            """A backfill of every target partition from staging (the apply job over the whole
+            dynamic range, as the UI launches it) ends in the state the batches built."""
+            keys = inst.get_dynamic_partitions(TableNames(t.name).target_partitions)
+            if not keys:
+                return
+            result = defs.resolve_job_def(TableNames(t.name).apply_job).execute_in_process(
+                instance=inst, raise_on_error=False, run_config=QUIET,
+                tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
+            seen["partitions rebuilt"] += len(keys)
+            failed_checks = [e.check_name for e in result.get_asset_check_evaluations() if not e.passed]
+            if not result.success or failed_checks:
+                fail_all(t, f"rebuilding every partition: success {result.success}, failed checks {failed_checks}")
+            compare_all(t, t.batches - 1, target_rows(cfg, t.name), "after rebuilding every partition: ")
 
         def one_table(t: TablePlan) -> None:
             # an instance per table, as separate `run` processes would have: tables run side by side
@@ -882,6 +905,8 @@ def run_plans(spark, tables: list[TablePlan], rnd: random.Random, threads: int =
                 if idle.new_batch is not None or not idle.ok or delta_version(cfg, t.name, "target") != before:
                     fail_all(t, f"a run with nothing new landed: batch {idle.new_batch}, ok {idle.ok}, "
                                 f"target v{before} -> v{delta_version(cfg, t.name, 'target')}")
+                if t.partition_by:
+                    rebuild_all(t, inst)
 
         if threads > 1:
             with ThreadPoolExecutor(threads) as pool:
@@ -1041,7 +1066,8 @@ def test_random_feeds(spark, long_run, capsys):
             print(f"\nrandom feeds: {tally['generated']} generated, {tally['passed']} passed "
                   f"({tally['examples']} examples of {len(TABLE_KINDS)} tables x {feeds_per_table} feeds through the Dagster "
                   f"jobs, half of the tables partitioned: {seen['keys moved']} keys moved, "
-                  f"{seen['partitions emptied']} partitions emptied, {seen['partitions kept']} left untouched; "
+                  f"{seen['partitions emptied']} partitions emptied, {seen['partitions kept']} left untouched, "
+                  f"{seen['partitions rebuilt']} rebuilt; "
                   f"{time.time() - t0:.0f} s)")
     assert tally["generated"] >= examples * len(TABLE_KINDS) * feeds_per_table
 
