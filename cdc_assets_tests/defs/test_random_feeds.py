@@ -82,17 +82,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal, InvalidOperation
 
+import dagster as dg
+import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-import dagster as dg
-import pyarrow as pa
-from deltalake import DeltaTable
-
 from cdc_assets.cli.runner import QUIET, run_table
-from cdc_assets.defs.table_assets import TableNames
 from cdc_assets.defs.definitions import build_definitions
+from cdc_assets.defs.table_assets import TableNames
 from cdc_assets_tests.engine.records import delta_version
 from cdc_assets_tests.helpers import land, target_rows, write_config
 from cdc_assets_tests.reference_model import DELETE, UPSERT, ReferenceTable, SourceChange
