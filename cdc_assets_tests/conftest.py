@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from cdc_assets_tests.figures import Figures, from_request
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(REPO), "shared")
 
@@ -14,11 +16,20 @@ SHARED = os.path.join(os.path.dirname(REPO), "shared")
 def pytest_addoption(parser):
     parser.addoption("--long", action="store_true", default=False,
                      help="run the long settings (more generated feeds, longer soak)")
+    parser.addoption("--figures", default=None, metavar="DIR",
+                     help="write the measured figures the README quotes into DIR (e.g. docs/figures); "
+                          "without it (or CDC_ASSETS_FIGURES) tests write no figure files")
 
 
 @pytest.fixture(scope="session")
 def long_run(request) -> bool:
     return bool(request.config.getoption("--long"))
+
+
+@pytest.fixture(scope="session")
+def figures(request) -> Figures | None:
+    """A writer of figure files when the run was asked for them (`--figures DIR`), else None."""
+    return from_request(request.config.getoption("--figures"))
 
 
 @pytest.fixture(scope="session")

@@ -63,7 +63,7 @@ def parse_file(fmt: str, options: dict, keys: list[str], name: str, data: bytes,
                columns: dict | None = None) -> Iterator[Change | Rejection]:
     parse_record = _RECORD_PARSERS[fmt]
     typing = Typing(columns)
-    for line, record, raw in _records(name, data, fmt, typing.file_types):
+    for line, record, raw in _records(name, data, fmt, typing.file_types, _header_needs(fmt, options, keys)):
         if isinstance(record, RecordError):
             yield Rejection(line, str(record), raw)
             continue
@@ -78,7 +78,19 @@ def parse_file(fmt: str, options: dict, keys: list[str], name: str, data: bytes,
 
 # ---- files to records -------------------------------------------------------
 
-def _records(name: str, data: bytes, fmt: str, file_types: dict | None = None):
+def _header_needs(fmt: str, options: dict, keys: list[str]) -> list[str]:
+    """The columns a CSV header must name for its rows to become changes: the key columns, and
+    the op column of the formats that keep it beside the source columns."""
+    if fmt == "changeset":
+        return [options["op_column"], *keys]
+    if fmt == "bigquery-cdc":
+        return ["_CHANGE_TYPE", *keys]
+    if fmt in ("bigquery-append", "snapshot"):
+        return list(keys)
+    return []  # Datastream events keep their keys inside the payload, which CSV cannot hold
+
+
+def _records(name: str, data: bytes, fmt: str, file_types: dict | None = None, header_needs: list[str] = ()):
     lower = name.lower()
     if lower.endswith(".gz"):
         try:
@@ -97,7 +109,7 @@ def _records(name: str, data: bytes, fmt: str, file_types: dict | None = None):
     elif lower.endswith(".avro") or fmt == "datastream-avro":
         yield from _avro_records(data, file_types if file_types is not None else {})
     elif lower.endswith(".csv"):
-        yield from _csv_records(data)
+        yield from _csv_records(data, header_needs)
     else:
         yield from _json_lines(data)
 
@@ -156,7 +168,7 @@ def _text(raw: str) -> str:
 _SURROGATE = re.compile("[\udc80-\udcff]")
 
 
-def _csv_records(data: bytes):
+def _csv_records(data: bytes, header_needs: list[str] = ()):
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     # FIX (SPEC 4.7, "bad input never ... loses a record"): invalid UTF-8 used to
@@ -177,7 +189,15 @@ def _csv_records(data: bytes):
         return
     dupes = sorted({h for h in header if header.count(h) > 1})
     bad_header = None
-    if any(_SURROGATE.search(h) for h in header):
+    lacking = [c for c in dict.fromkeys(header_needs) if c not in header]
+    if lacking:
+        # A first line without the columns the table needs is a record, not a header (the
+        # writer left the header out): it is quarantined with every other line, never dropped.
+        bad_header = (f"no header row: the first line lacks column{'s' if len(lacking) > 1 else ''} "
+                      + ", ".join(repr(c) for c in lacking) + "; every line of this file is quarantined")
+        if header:
+            yield 1, RecordError(bad_header), _text(raw_of(1, reader.line_num))
+    elif any(_SURROGATE.search(h) for h in header):
         bad_header = "CSV header is not valid UTF-8"
     elif dupes or any(h == "" for h in header):
         bad_header = "CSV header has " + (f"duplicated columns {dupes}" if dupes else "an empty column name")
@@ -458,7 +478,8 @@ _RECORD_PARSERS = {
 def parse_snapshot(keys: list[str], name: str, data: bytes, columns: dict | None = None) -> Iterator[Change | Rejection]:
     """A source export (base snapshot) as upserts ordered by line; the tier puts them below every change."""
     typing = Typing(columns)
-    return snapshot_changes(keys, _records(name, data, "snapshot", typing.file_types), typing)
+    return snapshot_changes(keys, _records(name, data, "snapshot", typing.file_types, _header_needs("snapshot", {}, keys)),
+                            typing)
 
 
 def parquet_row_group(keys: list[str], source, row_group: int, columns: dict | None = None) -> Iterator[Change | Rejection]:

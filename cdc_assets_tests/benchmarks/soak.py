@@ -1,9 +1,11 @@
 """Soak and width benchmarks: many consecutive batches into one table, many tables in one run.
 
-    .venv/bin/python -m cdc_assets_tests.benchmarks.soak --batches 200 --changes-per-batch 1000 --out soak/
+    .venv/bin/python -m cdc_assets_tests.benchmarks.soak --batches 200 --tables 20 --out docs/figures
 
-prints one line per batch and writes per-batch seconds (CSV) and their plot (PNG). Figures are
-printed, never asserted on: the machines are shared and noisy.
+prints one line per batch and writes per-batch seconds (soak_batches.csv), their plot
+(soak_batches.png) and the summary the README quotes (soak_summary.json: the averages over the
+first and last batches, the median, the slowest, the steps, the reconciliation and the width run).
+Figures are written, never asserted on: the machines are shared and noisy.
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import csv
 import json
 import os
 import shutil
+import statistics
+import sys
 import time
 
 import dagster as dg
@@ -19,6 +23,7 @@ import dagster as dg
 from cdc_assets.cli.generate import write_feed
 from cdc_assets.core.config import load_config
 from cdc_assets.engine.checks import reconciliation
+from cdc_assets_tests.figures import Figures
 
 
 def _config(root: str, tables: list[str]) -> str:
@@ -87,6 +92,35 @@ def wide(root: str, tables: int, changes: int, seed: int = 5) -> dict:
     return {"seconds": round(seconds, 1), "failed": [o.table for o in outcomes if not o.ok], "reports": reports}
 
 
+WINDOW = 20  # batches averaged at the start and at the end of the soak
+
+
+def _mean(rows, i):
+    values = [r[i] for r in rows if r[i] is not None]
+    return round(sum(values) / len(values), 2) if values else None
+
+
+def summary(times) -> dict:
+    """Whether time per batch grows with the batches applied: the mean seconds of the first and of
+    the last WINDOW batches, per run and per step. The first batch pays Spark's start-up, so it is
+    left out of the windows, the median and the slowest."""
+    rest = times[1:]
+    n = min(WINDOW, len(rest) // 2) or len(rest)
+    first, last = rest[:n], rest[-n:]
+    seconds = [t[1] for t in rest]
+    return {
+        "batches": len(times),
+        "first_batch_seconds": times[0][1] if times else None,
+        "first_window": [first[0][0], first[-1][0]] if first else None,
+        "last_window": [last[0][0], last[-1][0]] if last else None,
+        "first_window_mean_seconds": _mean(first, 1), "last_window_mean_seconds": _mean(last, 1),
+        "median_seconds_after_first": round(statistics.median(seconds), 2) if seconds else None,
+        "slowest_seconds_after_first": max(seconds) if seconds else None,
+        "steps_mean_seconds": {step: {"first_window": _mean(first, 3 + i), "last_window": _mean(last, 3 + i)}
+                               for i, step in enumerate(STEPS)},
+    }
+
+
 def write_figures(times, out_dir: str) -> tuple[str, str]:
     import matplotlib
 
@@ -125,18 +159,20 @@ def main() -> int:
     args = ap.parse_args()
     result = soak(os.path.join(args.work, "soak"), args.batches, args.changes_per_batch)
     csv_path, png_path = write_figures(result["times"], args.out)
-    secs = [t[1] for t in result["times"]]
-    tenth = max(1, len(secs) // 10)
     r = result["reconciliation"]
-    print(f"soak: {len(secs)} batches, {result['failures']} failed; first {tenth} batches "
-          f"{sum(secs[:tenth]) / tenth:.2f}s/batch, last {tenth} {sum(secs[-tenth:]) / tenth:.2f}s/batch; "
-          f"reconciliation: {r['target_rows']} rows, {r['missing_rows']} missing, {r['extra_rows']} extra, "
-          f"{r['differing_rows']} differing; {csv_path}, {png_path}")
+    figures = {"changes_per_batch": args.changes_per_batch, "failed_batches": result["failures"],
+               **summary(result["times"]),
+               "reconciliation": {k: r[k] for k in ("target_rows", "missing_rows", "extra_rows", "differing_rows")}}
     if args.tables:
         w = wide(os.path.join(args.work, "wide"), args.tables, args.changes_per_batch)
-        bad = sum(v["missing_rows"] + v["extra_rows"] + v["differing_rows"] for v in w["reports"].values())
-        print(f"wide: {args.tables} tables in one run: {w['seconds']}s, failed tables {w['failed'] or 'none'}, "
-              f"{bad} discrepancies against the exports")
+        figures["wide"] = {"tables": args.tables, "changes_per_table": args.changes_per_batch, "seconds": w["seconds"],
+                           "failed_tables": w["failed"],
+                           "discrepancies": sum(v["missing_rows"] + v["extra_rows"] + v["differing_rows"]
+                                                for v in w["reports"].values())}
+    command = " ".join([".venv/bin/python -m cdc_assets_tests.benchmarks.soak", *sys.argv[1:]])
+    summary_path = Figures(args.out).write_json("soak_summary.json", figures, command=command)
+    print(json.dumps(figures, indent=2))
+    print(f"written: {csv_path}, {png_path}, {summary_path}")
     return 0
 
 

@@ -17,6 +17,7 @@ each batch after the named kills and the concurrent runs are the real `cdc-asset
 Kill points are counted as distinct per (point, batch): the same point at another batch finds the
 warehouse in another state (first write of a table, appends, a merge into an existing target).
 """
+import contextlib
 import json
 import os
 import random
@@ -47,9 +48,11 @@ POINTS = [
 ]
 # The tables a run writes, in that order. `<table>.file_created` is no point in the code: the run is
 # killed the moment delta-rs creates a data file of the table (crash_worker's inotify watch), i.e.
-# inside the write, after its data files began and before its commit. It counts as a kill point only
-# when it did leave an uncommitted file (a heavily loaded machine can let the commit win the race).
+# inside the write, after its data files began and before its commit. A kill that came after the
+# commit (a heavily loaded machine can let the commit win the race) is undone by restoring the
+# warehouse as it was before the try, and tried again: every such kill must leave an uncommitted file.
 WRITES = ["batches", "quarantine", "changes", "staging", "target"]
+WRITE_TRIES = 3
 # Where a sensor tick (the code server evaluating it) or the daemon acting on it can die. Only the
 # tick that registers the batch reaches the second and third; they are tried in turn per batch.
 SENSOR_POINTS = ["register.before_commit", "register.committed", "sensor.batch_registered",
@@ -272,6 +275,18 @@ class TargetReader(threading.Thread):
         self.paths = {root: os.path.join(root, "warehouse", TABLE, "target") for root in roots}
         self.interval, self.allowed = interval, {}
         self.stop, self.reads, self.versions, self.errors = threading.Event(), 0, set(), []
+        self.lock, self.skipped = threading.Lock(), set()
+
+    @contextlib.contextmanager
+    def paused(self, root):
+        """No read of `root` while the test itself replaces its warehouse (a state no run made)."""
+        with self.lock:
+            self.skipped.add(root)
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.skipped.discard(root)
 
     def _read(self, root, path):
         allowed = self.allowed.get(root, [])
@@ -299,7 +314,9 @@ class TargetReader(threading.Thread):
     def run(self):
         while not self.stop.wait(self.interval):
             for root, path in self.paths.items():
-                self._read(root, path)
+                with self.lock:
+                    if root not in self.skipped:
+                        self._read(root, path)
 
 
 @pytest.fixture(scope="module")
@@ -319,7 +336,10 @@ def reference(tmp_path_factory, spark_connect, cli):
     return feed, states
 
 
-def test_killed_runs_end_as_one_clean_run(tmp_path, reference, worker, spark_connect, cli, long_run):
+FIGURES_COMMAND = "./bootstrap.sh test cdc_assets_tests/engine/test_crash.py --figures docs/figures"
+
+
+def test_killed_runs_end_as_one_clean_run(tmp_path, reference, worker, spark_connect, cli, long_run, figures):
     """Three warehouses fed the same batches. In the first, a run is killed at each named point in
     turn, then the real command finishes the batch; in the second, runs are killed inside delta-rs
     writes; in the third, at random moments. After every kill every table is a clean run's state,
@@ -329,7 +349,7 @@ def test_killed_runs_end_as_one_clean_run(tmp_path, reference, worker, spark_con
     cfgs = {w: _warehouse(r, feed) for w, r in roots.items()}
     homes = {w: _dagster_home(r) for w, r in roots.items()}
     rng = random.Random(5)
-    named, late, randoms, tried, orphaned = [], [], 0, 0, []
+    named, in_write, late, randoms, tried, orphaned = [], [], [], 0, 0, []
     orphans, reader = Orphans(), TargetReader(list(roots.values()), interval=0.25)
     reader.allowed = {r: [clean[0]["target"]] for r in roots.values()}
     reader.start()
@@ -357,13 +377,27 @@ def test_killed_runs_end_as_one_clean_run(tmp_path, reference, worker, spark_con
             # takes each table once over the batches, --long each at every batch.
             root, cfg, home = roots["writes"], cfgs["writes"], homes["writes"]
             for t in (WRITES if long_run else WRITES[b - 1::BATCHES]):
-                tried += 1
-                rc = worker.run(cfg, home, kill_on_create=os.path.join(root, "warehouse", TABLE, t))
-                assert rc in (0, KILLED)
-                left = orphans.check(root, clean, b, f"{t}.file_created@batch{b}")
-                orphaned += [f"{x} by {t}.file_created@batch{b}" for x in left]
-                if rc == KILLED:
-                    (named if t in left else late).append(f"{t}.file_created@batch{b}")
+                point = f"{t}.file_created@batch{b}"
+                saved = os.path.join(str(tmp_path), "before-write")
+                for attempt in range(WRITE_TRIES):
+                    shutil.rmtree(saved, ignore_errors=True)
+                    shutil.copytree(root, saved, symlinks=True)
+                    known_orphans = set(orphans.files)
+                    tried += 1
+                    rc = worker.run(cfg, home, kill_on_create=os.path.join(root, "warehouse", TABLE, t))
+                    assert rc in (0, KILLED)
+                    left = orphans.check(root, clean, b, point)
+                    if rc == KILLED and t in left:
+                        break
+                    # the commit won the race (or the run ended): undo the try and kill it again
+                    late.append(point)
+                    orphans.files = known_orphans
+                    with reader.paused(root):
+                        shutil.rmtree(root)
+                        shutil.copytree(saved, root, symlinks=True)
+                if rc == KILLED and t in left:
+                    in_write.append(point)
+                    orphaned += [f"{x} by {point}" for x in left]
             assert worker.run(cfg, home) == 0
             assert _state(root) == clean[b]
 
@@ -380,22 +414,31 @@ def test_killed_runs_end_as_one_clean_run(tmp_path, reference, worker, spark_con
     finally:
         reader.stop.set()
         reader.join(timeout=30)
-    distinct = sorted(set(named))
-    print(f"\ncrash test: {len(distinct)} distinct kill points (point@batch) killed and survived, "
-          f"plus {randoms} kills at random moments and {len(late)} kills meant inside a write that came after "
-          f"its commit {late}; {len(named) + len(late) + randoms} kills from {tried} tries in {time.time() - t0:.0f} s. "
-          f"After every kill each table was a clean run's state (after batch b-1 or b), every file its log "
-          f"references present; {len(orphans.files)} orphan files (on disk, never committed) left, in "
-          f"{orphaned}, none read. A reader polling the targets read {reader.reads} snapshots of "
-          f"{len(reader.versions)} table versions, {len(reader.errors)} not a clean run's state."
-          f"\n  {distinct}")
+    figures_of_run = {
+        "named_points_killed": len(named), "named_points": len(POINTS), "batches": BATCHES,
+        "in_write_kills": len(in_write), "in_write_tries_undone": len(late),
+        "distinct_kill_points": len(named) + len(in_write),
+        "random_kills": randoms, "tries": tried,
+        "orphan_files": len(orphans.files), "orphans_left_in": orphaned,
+        "reader_snapshots": reader.reads, "reader_table_versions": len(reader.versions),
+        "reader_errors": len(reader.errors), "seconds": round(time.time() - t0),
+        "kill_points": named + in_write,
+    }
+    print(f"\ncrash test: {json.dumps(figures_of_run)}")
+    if figures:
+        figures.write_json("crash_runs.json", figures_of_run, command=FIGURES_COMMAND)
     assert reader.errors == []
     assert reader.reads > 0
-    assert len(distinct) >= 30
+    # every named point was reached, and killed, at every batch: each kill leaves the batch one step
+    # further, so the next run reaches the next point
+    assert named == [f"{p}@batch{b}" for b in range(1, BATCHES + 1) for p in POINTS]
+    # every write tried was killed inside it, leaving its uncommitted file on disk
+    written = [(t, b) for b in range(1, BATCHES + 1) for t in (WRITES if long_run else WRITES[b - 1::BATCHES])]
+    assert in_write == [f"{t}.file_created@batch{b}" for t, b in written]
     assert all(_state(r) == clean[-1] for r in roots.values())
 
 
-def test_killed_sensor_ticks_neither_lose_nor_register_twice(tmp_path, reference, worker):
+def test_killed_sensor_ticks_neither_lose_nor_register_twice(tmp_path, reference, worker, figures):
     """The sensor registers each batch in its tick: a tick killed before, during or after the
     ledger commit, or the daemon killed before it launches the requested runs, and then one clean
     tick with the runs it asks for, must leave each batch registered once, its runs launched once,
@@ -404,7 +447,7 @@ def test_killed_sensor_ticks_neither_lose_nor_register_twice(tmp_path, reference
     root = str(tmp_path / "ticks")
     cfg = _warehouse(root, feed)
     home = _dagster_home(root)
-    orphans, killed, completed = Orphans(), [], []
+    orphans, killed, completed, unreached = Orphans(), [], [], []
     t0 = time.time()
     for b in range(1, BATCHES + 1):
         _land(feed, root, b)
@@ -413,6 +456,10 @@ def test_killed_sensor_ticks_neither_lose_nor_register_twice(tmp_path, reference
         order = list(SENSOR_POINTS)
         if b % 2 == 0:
             order[1], order[2] = order[2], order[1]
+        # register.committed and sensor.batch_registered are reached only by the tick that
+        # registers the batch; it dies at the one tried second, so the tick trying the third finds
+        # the batch registered, never reaches it and completes
+        unreached.append(f"{order[2]}@batch{b}")
         for p in order:
             rc, data = worker.tick(cfg, home, crash_at=p)
             assert rc in (0, KILLED)
@@ -428,11 +475,14 @@ def test_killed_sensor_ticks_neither_lose_nor_register_twice(tmp_path, reference
             [(f"{TABLE}_ingest_job", batch), (f"{TABLE}_apply_job", None)]
         assert data["partitions"] == [f"b{i:06d}" for i in range(1, b + 1)]
         assert _state(root) == clean[b]
-    distinct = sorted(set(killed))
-    print(f"\nsensor crash test: {len(distinct)} distinct kill points (point@batch) in sensor ticks killed and "
-          f"survived in {time.time() - t0:.0f} s; not reached (the batch already registered): {completed}."
-          f"\n  {distinct}")
-    assert len(distinct) == 4 * BATCHES
+    figures_of_run = {"kill_points": len(killed), "points": len(SENSOR_POINTS), "batches": BATCHES,
+                      "not_reached": completed, "seconds": round(time.time() - t0), "killed": killed}
+    print(f"\nsensor crash test: {json.dumps(figures_of_run)}")
+    if figures:
+        figures.write_json("crash_sensor_ticks.json", figures_of_run, command=FIGURES_COMMAND)
+    assert completed == unreached
+    assert killed == [f"{p}@batch{b}" for b in range(1, BATCHES + 1) for p in SENSOR_POINTS
+                      if f"{p}@batch{b}" not in unreached]
 
 
 def test_concurrent_runs_neither_lose_nor_double_a_batch(tmp_path, reference, spark_connect, cli):
