@@ -728,13 +728,14 @@ class Bench:
         results, references = [], {}
         _, dimport = self.delta_base(case)
         for engine, pruned in ((DELTA, False), (PRUNED, True)):
-            r = Result(engine=engine, **common, import_s=dimport.seconds, import_peak_mb=_mb(dimport))
+            r = Result(engine=engine, **common, import_s=dimport.seconds if dimport.ok else None,
+                       import_peak_mb=_mb(dimport))
             results.append(r)
             if not dimport.ok:
                 r.status, r.error = f"import {dimport.status}", dimport.error
                 continue
             root, step, inner, before = self.delta_apply(case, pruned)
-            r.apply_cold_s, r.cold_peak_mb, r.apply_warm_s = step.seconds, _mb(step), inner
+            r.apply_cold_s, r.cold_peak_mb, r.apply_warm_s = step.seconds if step.ok else None, _mb(step), inner
             r.status, r.error = step.status, step.error
             if step.ok:
                 self._count_files(r, case, [os.path.join(root, t) for t in case.table_names], before)
@@ -745,7 +746,8 @@ class Bench:
             self._judge(results[1], references[PRUNED], references[DELTA])
 
         ws, pimport = self.product_base(case)
-        r = Result(engine=PRODUCT, **common, import_s=pimport.seconds, import_peak_mb=_mb(pimport))
+        r = Result(engine=PRODUCT, **common, import_s=pimport.seconds if pimport.ok else None,
+                   import_peak_mb=_mb(pimport))
         results.append(r)
         statuses = []
         if not pimport.ok:
@@ -753,10 +755,12 @@ class Bench:
         for mode in self.modes if pimport.ok else ():
             ws_mode, step, before = self.product_apply(case, mode)
             statuses.append(f"{mode} {step.status}")
+            # seconds only for a step that finished: a timeout's or failure's time is in its error
+            seconds = step.seconds if step.ok else None
             if mode == "cold":
-                r.apply_cold_s, r.cold_peak_mb = step.seconds, _mb(step)
+                r.apply_cold_s, r.cold_peak_mb = seconds, _mb(step)
             else:
-                r.apply_warm_s, r.warm_peak_mb = step.seconds, _mb(step)
+                r.apply_warm_s, r.warm_peak_mb = seconds, _mb(step)
             if step.ok:
                 targets = [self._target(ws_mode, t) for t in case.table_names]
                 if r.files_total is None:
@@ -865,7 +869,7 @@ def ratios(results: list[Result]) -> list[str]:
         for label, mine, peer in (("cold/delta-rs process", p.apply_cold_s, d and d.apply_cold_s),
                                   ("warm/delta-rs merge", p.apply_warm_s, d and d.apply_warm_s),
                                   ("warm/delta-rs pruned merge", p.apply_warm_s, q and q.apply_warm_s)):
-            if mine and peer and p.status != "failed":
+            if mine and peer:
                 parts.append(f"{label} {mine / peer:.1f}x")
         if parts:
             name = f"{case} {layout} {size_label(rows)}" + (f" x{tables}" if tables > 1 else "")

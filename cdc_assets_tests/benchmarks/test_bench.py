@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import sys
+import time
 from decimal import Decimal
 
 import numpy as np
@@ -139,3 +141,21 @@ def test_the_product_ends_equal_to_the_delta_rs_merge(tmp_path, long_run):
         assert 0 <= (r.files_rewritten or 0) <= (r.files_total or 0)
     print(bench.text_table(results))
     assert not os.path.exists(tmp_path / "out")  # run() computes; main() writes figures
+
+
+def test_a_step_past_its_time_limit_is_killed_with_its_children_and_recorded(tmp_path):
+    code = ("import subprocess, sys, time; print('child', subprocess.Popen(['sleep', '60']).pid, flush=True); "
+            "print('still working', flush=True); time.sleep(60)")
+    step = bench.run_measured([sys.executable, "-c", code], bench.child_env(), 3, str(tmp_path / "step.log"))
+    assert step.status == "timeout" and not step.ok
+    assert step.error.startswith("timed out after 3 s; last line: still working")
+    assert step.peak_bytes > 0
+    grandchild = int(step.output.split()[1])
+    time.sleep(0.5)
+    assert not os.path.exists(f"/proc/{grandchild}") or "Z" in open(f"/proc/{grandchild}/stat").read().split(")")[1][:3]
+
+
+def test_a_failing_step_keeps_its_root_cause(tmp_path):
+    code = "raise MemoryError('java.lang.OutOfMemoryError: Java heap space')"
+    step = bench.run_measured([sys.executable, "-c", code], bench.child_env(), 30, str(tmp_path / "step.log"))
+    assert step.status == "failed" and step.error == "java.lang.OutOfMemoryError: Java heap space"
