@@ -303,7 +303,8 @@ class ConnectServer:
                         "--conf", "spark.ui.enabled=false",
                         "--conf", "spark.sql.session.timeZone=UTC"],
                        env=self._env(), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        pid_files = [f for f in os.listdir(self.dir) if f.endswith(".pid")]
+        # spark-daemon.sh names the pid file after SPARK_IDENT_STRING, which holds this server's port
+        pid_files = [f for f in os.listdir(self.dir) if f.startswith(f"spark-bench{self.port}-") and f.endswith(".pid")]
         with open(os.path.join(self.dir, pid_files[0])) as fh:
             self.pid = int(fh.read().strip())
         while time.perf_counter() - t0 < timeout:
