@@ -159,3 +159,15 @@ def test_a_failing_step_keeps_its_root_cause(tmp_path):
     code = "raise MemoryError('java.lang.OutOfMemoryError: Java heap space')"
     step = bench.run_measured([sys.executable, "-c", code], bench.child_env(), 30, str(tmp_path / "step.log"))
     assert step.status == "failed" and step.error == "java.lang.OutOfMemoryError: Java heap space"
+
+
+def test_the_csv_reads_back_as_it_was_written(tmp_path):
+    results = [bench.Result("W2", "flat", 1000, 10, 1, bench.PRODUCT, import_s=1.5, import_peak_mb=20, apply_cold_s=None,
+                            files_rewritten=1, files_touched=1, files_total=3, ids_equal=True, values_equal=True,
+                            types_equal=False, types_note="amount double vs decimal(12,2)", status="cold timeout",
+                            error="cold: timed out after 5 s"),
+               bench.Result("W2", "flat", 1000, 10, 1, bench.DELTA, apply_warm_s=0.25)]
+    bench.write_csv(results, str(tmp_path / "bench.csv"))
+    assert bench.read_csv(str(tmp_path / "bench.csv")) == results
+    bench.write_plot(results, str(tmp_path / "bench_apply.png"))
+    assert os.path.getsize(tmp_path / "bench_apply.png") > 0
