@@ -839,7 +839,7 @@ def table_rows(results: list[Result]) -> list[tuple[str, ...]]:
     out = []
     for r in results:
         rows = size_label(r.rows) + (f" x{r.tables}" if r.tables > 1 else "")
-        status = r.status + (f": {r.error}" if r.error and r.status != "ok" else "")
+        status = r.status + (f": {r.error}" if r.error else "")  # a failure's root cause, or what differs
         out.append((r.case, r.layout, rows, str(r.changes), r.engine, _s(r.import_s), _s(r.apply_cold_s),
                     _s(r.apply_warm_s), _gb(r.import_peak_mb, r.cold_peak_mb, r.warm_peak_mb),
                     "-" if r.files_total is None else f"{r.files_rewritten}/{r.files_touched}/{r.files_total}",
