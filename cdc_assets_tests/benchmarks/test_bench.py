@@ -2,8 +2,8 @@
 
 The end-to-end test runs the benchmark as its command line does, at a tiny size, and asserts that
 cdc_assets' target equals the delta-rs MERGE's by value; no timing is asserted. It starts several
-`cdc-assets run` processes and a Spark Connect server (over 10 minutes here today), so it runs
-with --long. The other tests check the harness's own parts in a second or two.
+`cdc-assets run` processes and a Spark Connect server (5 minutes here on a quiet box, over 10
+under load), so it runs with --long. The other tests check the harness's own parts in seconds.
 """
 from __future__ import annotations
 
