@@ -194,7 +194,7 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
     if any(_existing_columns(dt_).get(c, t) != t for c, t in columns.items()):
         # A column widened: the target is rewritten once with the wider type, as of the batch
         # it reached; this apply then goes on from there.
-        _build(spark, cfg, table, dt_, applied, None, first=False, columns=columns)
+        _build(spark, cfg, table, dt_, applied, None, first=False, columns=columns, widen=True)
         dt_ = DeltaTable(target_path)
     _merge_tombstones(table_dir, winners, reached)
     files_before, version_before = len(dt_.file_uris()), dt_.version()
@@ -212,6 +212,11 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
                                  except_cols=["_cdc_apply"]) \
         .when_not_matched_insert_all(f"s._cdc_apply = '{UPSERT}'", except_cols=["_cdc_apply"]) \
         .execute()
+    if dt_.version() == version_before:
+        # Every winner was stale: delta-rs made no commit, so the batch is recorded as reached in
+        # one of its own (no data change), or every later run would compute it again.
+        dt_.create_write_transaction([], mode="append", schema=dt_.schema(), partition_by=list(table.partition_by) or None,
+                                     commit_properties=props)
     faults.point("target.committed")
     final = DeltaTable(target_path)
     changed = result.get("num_target_rows_inserted", 0) + result.get("num_target_rows_updated", 0) \
@@ -233,7 +238,8 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
 # ---- whole-state builds on Spark executors -------------------------------------------
 
 def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reached: int,
-           partition_keys: list[str] | None, first: bool, columns: dict[str, str] | None = None) -> dict:
+           partition_keys: list[str] | None, first: bool, columns: dict[str, str] | None = None,
+           widen: bool = False) -> dict:
     """Target (or some of its partitions) as of batch `reached`, from staging and base: Spark
     picks each key's latest change, turns row images into typed columns and writes the files;
     delta-rs commits them in one version replacing the files they supersede."""
@@ -275,7 +281,9 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
             props = delta.commit_props(TARGET, reached, {"from_batch": max(delta.txn_version(dt_, TARGET), -1) + 1,
                                                          "build": "full"})
         else:
-            props = delta.CommitProperties(custom_metadata={"cdc.step": "rebuild", "cdc.reached": str(reached)})
+            # "widen" when an apply rewrites the target for a wider column type, "rebuild" otherwise
+            step = "widen" if widen else "rebuild"
+            props = delta.CommitProperties(custom_metadata={"cdc.step": step, "cdc.reached": str(reached)})
         faults.point("target.computed")
         try:
             final = spark_files.commit(target_path, dt_, arrow_schema, adds, removes, table.partition_by, props)

@@ -13,7 +13,7 @@ import os
 import shutil
 import time
 import uuid
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -110,7 +110,7 @@ def write_files(frame, table_path: str, partition_by=(), sort_by=()) -> list[Add
             rel = os.path.relpath(full, table_path)
             info = os.stat(full)
             adds.append(AddAction(
-                path=quote(rel.replace(os.sep, "/"), safe="/="), size=info.st_size,
+                path=rel.replace(os.sep, "/"), size=info.st_size,
                 partition_values=_partition_values(os.path.relpath(root, table_path), list(partition_by)),
                 modification_time=int(info.st_mtime * 1000), data_change=True,
                 stats=file_stats(pq.read_metadata(full), schema)))
@@ -128,7 +128,8 @@ def removes_for(dt_: DeltaTable, keep=lambda partition_values: False) -> list[Re
         values = a.get("partition") or {}
         if keep(values):
             continue
-        out.append(RemoveAction(path=a["path"], data_change=True, deletion_timestamp=now, size=a["size_bytes"],
+        # get_add_actions gives paths URI-encoded once more than the log holds them (FIELD_NOTES)
+        out.append(RemoveAction(path=unquote(a["path"]), data_change=True, deletion_timestamp=now, size=a["size_bytes"],
                                 partition_values=values or None))
     return out
 

@@ -1028,7 +1028,7 @@ def keep_failure(table: TablePlan, feed: FeedPlan, why: str) -> str:
 _SHRUNK: dict[str, str] = {}  # failing example -> report, so hypothesis' replay does not shrink twice
 
 
-def test_random_feeds(spark, long_run, capsys):
+def test_random_feeds(spark, long_run, capsys, figures):
     examples = int(os.environ.get("RANDOM_FEEDS_EXAMPLES", 10 if long_run else 2))
     feeds_per_table = int(os.environ.get("RANDOM_FEEDS_PER_TABLE", 40 if long_run else 18))
     threads = int(os.environ.get("RANDOM_FEEDS_THREADS", "2"))
@@ -1083,6 +1083,12 @@ def test_random_feeds(spark, long_run, capsys):
                   f"{seen['partitions emptied']} partitions emptied, {seen['partitions kept']} left untouched, "
                   f"{seen['partitions rebuilt']} rebuilt, {seen['widening rewrites']} rewritten whole to widen a column; "
                   f"{time.time() - t0:.0f} s)")
+        if figures:
+            figures.write_json("random_feeds.json", {
+                "generated": tally["generated"], "passed": tally["passed"], "examples": tally["examples"],
+                "tables": len(TABLE_KINDS), "feeds_per_table": feeds_per_table, **dict(seen),
+                "regression_feeds": len(_regression_entries()), "seconds": round(time.time() - t0)},
+                command="./bootstrap.sh test cdc_assets_tests/defs/test_random_feeds.py --figures docs/figures")
     assert tally["generated"] >= examples * len(TABLE_KINDS) * feeds_per_table
 
 
