@@ -86,8 +86,7 @@ def _typed_batches(columns: dict[str, str]):
 def _tombstone_orders(table_dir: str, keys: list[str]) -> dict[str, str]:
     if not keys:
         return {}
-    data = delta.select(path(table_dir, TOMBSTONES), TOMBSTONE_FIELDS,
-                        f"_cdc_key IN ({', '.join(delta.sql_text(k) for k in keys)})")
+    data = delta.rows_with_keys(path(table_dir, TOMBSTONES), TOMBSTONE_FIELDS, keys)
     return dict(zip(data["_cdc_key"].to_pylist(), data["_cdc_order"].to_pylist())) if data is not None else {}
 
 
@@ -212,11 +211,6 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
                                  except_cols=["_cdc_apply"]) \
         .when_not_matched_insert_all(f"s._cdc_apply = '{UPSERT}'", except_cols=["_cdc_apply"]) \
         .execute()
-    if dt_.version() == version_before:
-        # Every winner was stale: delta-rs made no commit, so the batch is recorded as reached in
-        # one of its own (no data change), or every later run would compute it again.
-        dt_.create_write_transaction([], mode="append", schema=dt_.schema(), partition_by=list(table.partition_by) or None,
-                                     commit_properties=props)
     faults.point("target.committed")
     final = DeltaTable(target_path)
     changed = result.get("num_target_rows_inserted", 0) + result.get("num_target_rows_updated", 0) \

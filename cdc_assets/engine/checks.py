@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..core import reconcile
 from ..core.config import Config, TableConfig
@@ -30,12 +31,10 @@ def key_uniqueness(cfg: Config, table: TableConfig, spark=None) -> dict:
     keys = sorted(set(touched["_cdc_key"].to_pylist())) if touched is not None else []
     if not keys:
         return {"keys_checked": 0, "duplicate_keys": 0, "sample_duplicate_keys": []}
-    where = f"_cdc_key IN ({', '.join(delta.sql_text(k) for k in keys)})"
-    if commit.get("key_range"):
-        where += " AND " + commit["key_range"]
-    figures = _keys_unique_where(target_path, where)
-    figures["keys_checked"] = len(keys)
-    return figures
+    found = delta.rows_with_keys(target_path, (("_cdc_key", "string"),), keys, also=commit.get("key_range") or None)
+    counts = found.group_by("_cdc_key").aggregate([("_cdc_key", "count")])
+    dupes = counts.filter(pc.greater(counts["_cdc_key_count"], 1))["_cdc_key"].to_pylist()
+    return {"keys_checked": len(keys), "duplicate_keys": len(dupes), "sample_duplicate_keys": dupes[:10]}
 
 
 def _keys_unique_where(target_path: str, where: str) -> dict:

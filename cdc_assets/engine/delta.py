@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
@@ -111,6 +112,35 @@ def select(path: str, fields, where: str) -> pa.Table | None:
     names = ", ".join(f'"{n}"' for n, _ in fields)
     data = pa.table(QueryBuilder().register("t", dt).execute(f"SELECT {names} FROM t WHERE {where}"))
     return data.cast(arrow_schema(fields))
+
+
+IN_LIST_LIMIT = 2000  # keys per SQL IN list: far longer lists overflow the SQL parser's stack
+
+
+def rows_with_keys(path: str, fields, keys: list[str], also: str | None = None) -> pa.Table | None:
+    """The rows whose `_cdc_key` is one of `keys`. A batch's worth goes to delta-rs' query
+    engine, which skips files by their statistics (`also`: a further SQL condition, such as
+    the batch's key range, that lets it skip more); more keys than that are matched in one
+    scan of the files' `fields` columns."""
+    import pyarrow.dataset as ds
+
+    dt = open_table(path)
+    if dt is None:
+        return None
+    files = dt.file_uris()
+    names = [n for n, _ in fields]
+    if not files or not keys:
+        return arrow_schema(fields).empty_table()
+    if len(keys) <= IN_LIST_LIMIT:
+        where = f"_cdc_key IN ({', '.join(sql_text(k) for k in keys)})" + (f" AND {also}" if also else "")
+        return select(path, fields, where)
+    # The schema is given and the keys are matched batch by batch: delta-rs writes strings as
+    # string_view, Spark as string, and Arrow's scan filters cannot compare the two.
+    wanted = pa.array(keys, pa.string())
+    dataset = ds.dataset(files, format="parquet", schema=arrow_schema(fields))
+    found = [b.filter(pc.is_in(b.column("_cdc_key"), value_set=wanted))
+             for b in dataset.to_batches(columns=names)]
+    return pa.Table.from_batches(found, schema=arrow_schema(fields))
 
 
 def sql_text(value: str) -> str:
