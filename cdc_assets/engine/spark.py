@@ -17,7 +17,10 @@ DEFAULTS = {
     "spark.master": "local[2]",
     "spark.app.name": "cdc_assets",
     "spark.ui.enabled": "false",
-    "spark.sql.shuffle.partitions": "4",
+    # Many small shuffle tasks, which adaptive execution merges when data is small: whole-table
+    # builds then fit in a small driver or executor heap.
+    "spark.sql.shuffle.partitions": "64",
+    "spark.sql.adaptive.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.ansi.enabled": "false",
     "spark.driver.memory": "2g",
