@@ -181,11 +181,10 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
     pending = delta.select(path(table_dir, STAGING), RECORD_FIELDS,
                            f"_cdc_batch_seq > {applied} AND _cdc_batch_seq <= {reached}")
     winners = latest_of_batch(pending)
-    tombs = _tombstone_orders(table_dir, [k for k, op in zip(winners["_cdc_key"].to_pylist(),
-                                                              winners["_cdc_op"].to_pylist()) if op == UPSERT])
+    keys, ops, orders = (winners[c].to_pylist() for c in ("_cdc_key", "_cdc_op", "_cdc_order"))
+    tombs = _tombstone_orders(table_dir, [k for k, op in zip(keys, ops) if op == UPSERT])
     # An upsert older than its key's tombstone is stale (rule 2): it never reaches the MERGE.
-    alive = [not (op == UPSERT and k in tombs and tombs[k] > o) for k, op, o in
-             zip(winners["_cdc_key"].to_pylist(), winners["_cdc_op"].to_pylist(), winners["_cdc_order"].to_pylist())]
+    alive = [not (op == UPSERT and k in tombs and tombs[k] > o) for k, op, o in zip(keys, ops, orders)]
     source_rows = winners.filter(pa.array(alive, pa.bool_())).to_pylist()
     images = [decode_row(w["_cdc_row"]) for w in source_rows]
     faults.point("target.computed")  # decided; nothing is committed yet

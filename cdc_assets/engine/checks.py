@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..core import reconcile
@@ -38,10 +37,7 @@ def key_uniqueness(cfg: Config, table: TableConfig, spark=None) -> dict:
 
 
 def _keys_unique_where(target_path: str, where: str) -> dict:
-    from deltalake.query import QueryBuilder
-
-    dupes = pa.table(QueryBuilder().register("t", delta.open_table(target_path)).execute(
-        f"SELECT _cdc_key FROM t WHERE {where} GROUP BY _cdc_key HAVING count(*) > 1"))
+    dupes = delta.query(target_path, f"SELECT _cdc_key FROM t WHERE {where} GROUP BY _cdc_key HAVING count(*) > 1")
     return {"duplicate_keys": dupes.num_rows, "sample_duplicate_keys": [str(k) for k in dupes["_cdc_key"].to_pylist()[:10]]}
 
 
@@ -59,14 +55,8 @@ def _all_keys_unique(spark, dt) -> dict:
 
 
 def _rows_of_batch(table_path: str, batch_seq: int) -> int:
-    from deltalake.query import QueryBuilder
-
-    dt = delta.open_table(table_path)
-    if dt is None:
-        return 0
-    counted = pa.table(QueryBuilder().register("t", dt).execute(
-        f"SELECT count(*) AS n FROM t WHERE _cdc_batch_seq = {int(batch_seq)}"))
-    return int(counted["n"][0].as_py())
+    counted = delta.query(table_path, f"SELECT count(*) AS n FROM t WHERE _cdc_batch_seq = {int(batch_seq)}")
+    return int(counted["n"][0].as_py()) if counted is not None else 0
 
 
 def batch_accounting(cfg: Config, table: TableConfig, batch_seq: int) -> dict:

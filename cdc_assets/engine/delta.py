@@ -101,17 +101,22 @@ def read_arrow(path: str, columns=None, filters=None) -> pa.Table | None:
     return dt.to_pyarrow_table(columns=columns, filters=filters)
 
 
-def select(path: str, fields, where: str) -> pa.Table | None:
-    """The rows of a table matching an SQL condition, read through delta-rs' query engine, which
-    skips files whose statistics (or partition values) rule the condition out."""
+def query(path: str, sql: str) -> pa.Table | None:
+    """An SQL query over the table, named `t`, through delta-rs' query engine, which skips files
+    whose statistics (or partition values) rule its conditions out; None without the table."""
     from deltalake.query import QueryBuilder
 
     dt = open_table(path)
     if dt is None:
         return None
+    return pa.table(QueryBuilder().register("t", dt).execute(sql))
+
+
+def select(path: str, fields, where: str) -> pa.Table | None:
+    """The rows of a table matching an SQL condition (see `query`)."""
     names = ", ".join(f'"{n}"' for n, _ in fields)
-    data = pa.table(QueryBuilder().register("t", dt).execute(f"SELECT {names} FROM t WHERE {where}"))
-    return data.cast(arrow_schema(fields))
+    data = query(path, f"SELECT {names} FROM t WHERE {where}")
+    return data.cast(arrow_schema(fields)) if data is not None else None
 
 
 IN_LIST_LIMIT = 2000  # keys per SQL IN list: far longer lists overflow the SQL parser's stack
