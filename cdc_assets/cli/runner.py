@@ -118,7 +118,8 @@ def summary_line(o: TableOutcome) -> str:
                      f"{ch.get('duplicates_skipped', 0)} duplicates, {ch.get('quarantined', 0)} quarantined")
     if tg and not tg.get("nothing_new"):
         parts.append(f"target {tg.get('rows')} rows (+{tg.get('inserts')} ~{tg.get('updates')} -{tg.get('deletes')}, "
-                     f"{tg.get('stale_skipped')} stale) v{tg.get('delta_version')}")
+                     f"{tg.get('stale_skipped')} stale) v{tg.get('delta_version')}"
+                     + (f" in {tg['seconds']}s" if tg.get("seconds") is not None else ""))
     if o.checks:
         bad = [c for c, ok in o.checks.items() if not ok]
         parts.append(f"checks {len(o.checks) - len(bad)}/{len(o.checks)} passed" + (f" (failed: {', '.join(bad)})" if bad else ""))

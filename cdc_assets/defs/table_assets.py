@@ -113,7 +113,7 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
                           "rejected records go to quarantine.")
     def changes(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource) -> dg.MaterializeResult:
         batch = _batch(cfg, table, context.partition_key)
-        spark = spark_session(pyspark)
+        spark = lambda: spark_session(pyspark)  # noqa: E731 - a small batch never starts Spark
         figures = _write(context, table_dir, f"{table.name}/changes {batch.id}",
                          lambda: ingest.ingest_batch(spark, cfg, table, batch, log=context.log.warning))
         return dg.MaterializeResult(metadata=as_metadata(figures))
@@ -122,11 +122,10 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
               deps=[changes], tags=tags, pool=names.pool,
               description=f"The consolidated change history of {table.name}: per key, each batch's latest change "
                           "(deletes included, as tombstones); rebuilds and backfills read it.")
-    def staging(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource) -> dg.MaterializeResult:
+    def staging(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         batch = _batch(cfg, table, context.partition_key)
-        spark = spark_session(pyspark)
         figures = _write(context, table_dir, f"{table.name}/staging {batch.id}",
-                         lambda: stage.stage_batch(spark, cfg, table, batch))
+                         lambda: stage.stage_batch(cfg, table, batch))
         _register_target_partitions(context, cfg, table)
         return dg.MaterializeResult(metadata=as_metadata(figures))
 
@@ -153,7 +152,7 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
               description=f"The current state of {table.name}: one row per live key"
                           + (f", partitioned by {', '.join(table.partition_by)}." if table.partition_by else "."))
     def target(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource) -> dg.MaterializeResult:
-        spark = spark_session(pyspark)
+        spark = lambda: spark_session(pyspark)  # noqa: E731 - an incremental apply never starts Spark
         incremental = context.run.tags.get(APPLY_TAG) == INCREMENTAL or not table.partition_by
         if incremental:
             step = lambda: apply.apply_pending(spark, cfg, table)  # noqa: E731

@@ -28,6 +28,7 @@ from ..core.changes import DELETE, RECORD_FIELDS, UPSERT
 from ..core.config import Config, TableConfig
 from ..core.values import DATE, DOUBLE, INT, LONG, STRING, decimal_parts, decode_row
 from . import delta, faults, spark_files
+from .spark import session_of
 from .ingest import column_types
 from .stage import latest_of_batch, latest_per_key
 from .tables import BASE, STAGING, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
@@ -157,6 +158,8 @@ def _merge_tombstones(table_dir: str, winners: pa.Table, reached: int) -> None:
 
 
 def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
+    """Apply the pending batches. `spark`: a session, or a function that starts one; an
+    incremental apply never calls it (only a first apply or a type widening needs Spark)."""
     t0 = time.time()
     table_dir = cfg.table_dir(table.name)
     target_path = path(table_dir, TARGET)
@@ -238,6 +241,7 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
     delta-rs commits them in one version replacing the files they supersede."""
     from pyspark.sql import functions as F
 
+    spark = session_of(spark)
     table_dir = cfg.table_dir(table.name)
     target_path = path(table_dir, TARGET)
     history = _history(spark, table_dir, table.base_snapshot is not None).where(F.col("_cdc_batch_seq") <= reached)

@@ -17,6 +17,7 @@ from ..core.config import Config, TableConfig
 from ..core.schema import joined
 from . import delta, spark_files
 from .ingest import LEDGER, parse_files, quarantine, rejected_rows
+from .spark import session_of
 from .tables import BASE, path
 
 BASE_BATCH = 0  # base rows count as batch 0; landed batches start at 1
@@ -30,7 +31,7 @@ def import_base(spark, cfg: Config, table: TableConfig, log=None) -> dict:
         return {"already_committed": True}
     files = [{"path": table.base_snapshot, "file": os.path.basename(table.base_snapshot), "file_index": 0,
               "batch_seq": BASE_BATCH, "batch_id": "base"}]
-    parsed = parse_files(spark, table, files, snapshot=True)
+    parsed = parse_files(session_of(spark), table, files, snapshot=True)
     try:
         ledgers = [json.loads(r["_cdc_row"]) for r in parsed.where(F.col("_cdc_op") == LEDGER)
                    .select("_cdc_row").collect()]

@@ -7,6 +7,7 @@ import os
 import time
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..core import ordering
 from ..core.changes import RECORD_FIELDS, REJECT_FIELDS, UPSERT, Change, Rejection, to_record, to_reject
@@ -16,6 +17,7 @@ from ..core.schema import admit, is_text_source, joined, plain
 from ..core.values import decode_row
 from . import delta, faults
 from .landing import Batch, inside, is_done_or_next
+from .spark import session_of
 from .tables import BASE, CHANGES, QUARANTINE, QUARANTINE_FIELDS, path
 
 LOGGED_REJECTIONS = 100  # per batch: the log names them, the quarantine table holds them all
@@ -180,11 +182,81 @@ def admit_types(new: pa.Table, types: dict, batch: Batch, landing: str) -> tuple
     return kept, pa.Table.from_pylist(rejects, schema=delta.arrow_schema(REJECT_FIELDS))
 
 
-def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None) -> dict:
-    """Commit the batch's distinct changes and its rejected records; a second call does nothing."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
+# A batch whose files hold at most this many bytes is parsed in this process, by the same code
+# Spark's tasks run: a job on Spark costs seconds even when warm, and a small batch then never
+# starts Spark at all. Larger batches are parsed by Spark tasks in parallel.
+LOCAL_PARSE_BYTES = int(os.environ.get("CDC_ASSETS_LOCAL_PARSE_BYTES", str(32 * 2**20)))
 
+
+def _bytes_of(files: list[dict]) -> int:
+    total = 0
+    for f in files:
+        try:
+            total += os.path.getsize(f["path"])
+        except OSError:
+            pass  # read (and quarantined) by the parser, which names the problem
+    return total
+
+
+def parse_batch(spark, table: TableConfig, files: list[dict], root: str) -> pa.Table:
+    """Every record of a batch's files, parsed (rejections have `_cdc_reason`): batch-sized.
+    `spark`: a session, or a function that starts one; called only for a large batch."""
+    schema = delta.arrow_schema(PARSED_FIELDS)
+    if _bytes_of(files) <= LOCAL_PARSE_BYTES:
+        listing = pa.RecordBatch.from_pylist([{**f, "row_group": None} for f in files])
+        return pa.Table.from_batches(list(_parse_partition(table, False, root)([listing])), schema=schema)
+    parsed = parse_files(session_of(spark), table, files, root=root)
+    try:
+        return parsed.toArrow().cast(schema)
+    finally:
+        parsed.unpersist()
+
+
+def _first_of_each_event(good: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """Records with an event id, the first by ordering key of each id; and those without one."""
+    has_id = pc.is_valid(good["_cdc_event_id"])
+    with_id, without = good.filter(has_id), good.filter(pc.invert(has_id))
+    if with_id.num_rows:
+        ordered = with_id.sort_by([("_cdc_event_id", "ascending"), ("_cdc_order", "ascending")])
+        ids = ordered["_cdc_event_id"]
+        first = pc.not_equal(ids.slice(1), ids.slice(0, len(ids) - 1))
+        with_id = ordered.filter(pa.concat_arrays([pa.array([True]), first.combine_chunks()]))
+    return with_id, without
+
+
+def source_order(order: str) -> str:
+    """An ordering key without its arrival part (tier and the source's own order)."""
+    return order.rsplit("|", 1)[0]
+
+
+def seen_event_ids(changes_path: str, events: pa.Table) -> pa.Array:
+    """Which of these events' ids an earlier batch already holds.
+
+    A re-delivered event carries its original's source order, so only earlier changes whose
+    ordering key falls within this batch's range of source orders can share an id with it:
+    delta-rs skips the files (and row groups) of `changes` outside that range by their
+    statistics, and a CDC feed's batches follow the source's order, so the lookup reads about
+    the batch's own stretch of the history, not all of it."""
+    if events.num_rows == 0:
+        return pa.array([], pa.string())
+    sources = [source_order(o) for o in events["_cdc_order"].to_pylist()]
+    # Every earlier change with source order p has an ordering key p + "|" + arrival, which
+    # lies between p and p + "}" ("|" < "}", and arrival is hexadecimal).
+    lo, hi = min(sources), max(p + "}" for p in sources)
+    ids = pc.unique(events["_cdc_event_id"])
+    where = f"_cdc_order >= {delta.sql_text(lo)} AND _cdc_order <= {delta.sql_text(hi)}"
+    if len(ids) <= delta.IN_LIST_LIMIT:
+        where += f" AND _cdc_event_id IN ({', '.join(delta.sql_text(i) for i in ids.to_pylist())})"
+    found = delta.query(changes_path, f"SELECT _cdc_event_id FROM t WHERE {where}")
+    if found is None or found.num_rows == 0:
+        return pa.array([], pa.string())
+    found_ids = found["_cdc_event_id"].cast(pa.string()).combine_chunks()
+    return pc.filter(ids, pc.is_in(ids, value_set=found_ids))
+
+
+def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None) -> dict:
+    """Commit the batch's distinct changes and its rejected records; a second call does nothing.
+    `spark`: a session, or a function that starts one when the batch is large enough to need it."""
     t0 = time.time()
     table_dir = cfg.table_dir(table.name)
     changes_path = path(table_dir, CHANGES)
@@ -193,34 +265,28 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
     landing = cfg.landing_dir(table.name)
     files = [{"path": os.path.join(landing, f), "file": f, "file_index": i, "batch_seq": batch.seq,
               "batch_id": batch.id} for i, f in enumerate(batch.files)]
-    parsed = parse_files(spark, table, files, root=landing)
-    try:
-        good = parsed.where(F.col("_cdc_reason").isNull())
-        records_read = parsed.count()
-        faults.point("changes.parsed")
-        # At-least-once delivery: an event id seen in this batch or any earlier one counts once.
-        first = Window.partitionBy("_cdc_event_id").orderBy(F.col("_cdc_order"))
-        with_id = good.where(F.col("_cdc_event_id").isNotNull()).withColumn("_n", F.row_number().over(first)) \
-            .where("_n = 1").drop("_n")
-        earlier = delta.spark_frame(spark, changes_path, RECORD_FIELDS).select("_cdc_event_id") \
-            .where(F.col("_cdc_event_id").isNotNull())
-        distinct = with_id.join(earlier, "_cdc_event_id", "left_anti") \
-            .unionByName(good.where(F.col("_cdc_event_id").isNull())) \
-            .select(*[n for n, _ in TYPED_FIELDS])
-        distinct_rows = distinct.toArrow().cast(delta.arrow_schema(TYPED_FIELDS))
-        types = column_types(table_dir)
-        new, misfits = admit_types(distinct_rows, types, batch, landing)
-        unreadable = rejected_rows(parsed).cast(misfits.schema)
-        n_rejected = quarantine(table, table_dir, pa.concat_tables([unreadable, misfits]), batch.seq, log)
-        metrics = {
-            "files": len(files), "records_read": records_read, "changes_new": new.num_rows,
-            "duplicates_skipped": records_read - unreadable.num_rows - distinct_rows.num_rows,
-            "quarantined": n_rejected,
-        }
-        version = delta.append(changes_path, new, CHANGES, batch.seq,
-                               {**metrics, "column_types": json.dumps(types)})
-        metrics["compacted"] = delta.compact_if_fragmented(changes_path)
-    finally:
-        parsed.unpersist()
+    parsed = parse_batch(spark, table, files, root=landing)
+    records_read = parsed.num_rows
+    faults.point("changes.parsed")
+    rejected = pc.is_valid(parsed["_cdc_reason"])
+    good = parsed.filter(pc.invert(rejected)).select([n for n, _ in TYPED_FIELDS])
+    unreadable = parsed.filter(rejected).select([c for c, _ in REJECT_FIELDS])
+    # At-least-once delivery: an event id seen in this batch or any earlier one counts once.
+    with_id, without_id = _first_of_each_event(good)
+    seen = seen_event_ids(changes_path, with_id)
+    if len(seen):
+        with_id = with_id.filter(pc.invert(pc.is_in(with_id["_cdc_event_id"], value_set=seen)))
+    distinct_rows = pa.concat_tables([with_id, without_id])
+    types = column_types(table_dir)
+    new, misfits = admit_types(distinct_rows, types, batch, landing)
+    n_rejected = quarantine(table, table_dir, pa.concat_tables([unreadable.cast(misfits.schema), misfits]),
+                            batch.seq, log)
+    metrics = {
+        "files": len(files), "records_read": records_read, "changes_new": new.num_rows,
+        "duplicates_skipped": records_read - unreadable.num_rows - distinct_rows.num_rows,
+        "quarantined": n_rejected,
+    }
+    version = delta.append(changes_path, new, CHANGES, batch.seq, {**metrics, "column_types": json.dumps(types)})
+    metrics["compacted"] = delta.compact_if_fragmented(changes_path)
     metrics.update({"delta_version": version, "seconds": round(time.time() - t0, 2)})
     return metrics

@@ -29,6 +29,12 @@ DEFAULTS = {
 }
 
 
+def session_of(spark):
+    """Engine steps take a session, or a function that returns one: then Spark starts only
+    when a step needs it (a small batch is parsed and applied without it)."""
+    return spark if spark is None or hasattr(spark, "read") else spark()
+
+
 def in_process_settings(config_spark: dict | None = None) -> dict:
     """Defaults < cdc.yaml `spark:` < CDC_ASSETS_SPARK_MASTER: what a driver of our own runs with."""
     conf = dict(DEFAULTS)

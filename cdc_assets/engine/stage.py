@@ -35,7 +35,7 @@ def latest_of_batch(changes: pa.Table) -> pa.Table:
     return ordered.filter(pa.concat_arrays([pa.array([True]), first.combine_chunks()]))
 
 
-def stage_batch(spark, cfg: Config, table: TableConfig, batch: Batch) -> dict:
+def stage_batch(cfg: Config, table: TableConfig, batch: Batch) -> dict:
     t0 = time.time()
     table_dir = cfg.table_dir(table.name)
     staging_path = path(table_dir, STAGING)

@@ -5,7 +5,6 @@ import datetime as dt
 import json
 import os
 
-import pyarrow.compute as pc
 
 from ..core.config import Config, TableConfig
 from . import delta
@@ -62,11 +61,15 @@ def table_status(cfg: Config, table: TableConfig) -> dict:
     note = last_run(cfg, table)
     if note is not None and not note.get("ok"):
         out["last_error"] = f"{note.get('error') or 'failed'} (run at {note.get('at')})"
-    staged = delta.read_arrow(path(table_dir, STAGING), columns=["_cdc_order", "_cdc_batch_seq", "_cdc_file", "_cdc_line"])
-    if staged is not None and applied >= 1:
-        done = staged.filter(pc.less_equal(staged["_cdc_batch_seq"], applied))
-        if done.num_rows:
-            top = done.take([pc.index(done["_cdc_order"], pc.max(done["_cdc_order"])).as_py()]).to_pylist()[0]
-            out["last_ordering_key"] = top["_cdc_order"]
-            out["last_change_at"] = f"{top['_cdc_file']}:{top['_cdc_line']}"
+    if applied >= 1:
+        try:
+            top = delta.query(path(table_dir, STAGING), "SELECT _cdc_order, _cdc_file, _cdc_line FROM t "
+                              f"WHERE _cdc_batch_seq <= {applied} ORDER BY _cdc_order DESC LIMIT 1")
+        except Exception as e:  # noqa: BLE001 - status reports a damaged table, it does not fail on it
+            out["staging_unreadable"] = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            top = None
+        if top is not None and top.num_rows:
+            row = top.to_pylist()[0]
+            out["last_ordering_key"] = row["_cdc_order"]
+            out["last_change_at"] = f"{row['_cdc_file']}:{row['_cdc_line']}"
     return out

@@ -7,29 +7,28 @@ import os
 
 import dagster as dg
 
-from cdc_assets.cli.generate import write_feed
 from cdc_assets.cli.main import main
 from cdc_assets.cli.runner import summary_line
 from cdc_assets.engine.errors import root_cause_of_info
-from cdc_assets_tests.helpers import run_table, write_config
+from cdc_assets_tests.engine.records import mysql
+from cdc_assets_tests.helpers import jsonl, land, run_table, write_config
 
 
 def test_a_spark_job_failing_on_a_damaged_file_names_the_java_exception(spark, tmp_path, capsys):
-    write_feed(tmp_path / "feed", "T", "mysql", changes=200, batches=2, seed=5)
-    landing = tmp_path / "feed" / "landing"
-    hold = tmp_path / "later"
-    os.rename(landing / "T" / "batch-0002", hold)
-    cfg = write_config(tmp_path, [{"name": "T", "keys": ["id"], "format": "datastream-json"}], landing=str(landing))
+    cfg = write_config(tmp_path, [{"name": "T", "keys": ["id"], "format": "datastream-json"}])
+    land(cfg, "T", "batch-1", {"part-1.jsonl": jsonl([mysql("INSERT", {"id": i, "x": i}, 1, 10 + i)
+                                                      for i in range(50)])})
     instance = dg.DagsterInstance.ephemeral()
     assert run_table(cfg, "T", instance).ok
-    # The data files of `changes` are damaged (a storage fault): the next batch's Spark job reads them to
-    # drop re-delivered events and fails in an executor, a Java exception behind several wrappers.
-    damaged = glob.glob(os.path.join(cfg.table_dir("T"), "changes", "**", "*.parquet"), recursive=True)
+    # The data files of `staging` are damaged (a storage fault). The next batch widens column x from
+    # integers to decimals, so target is rewritten from staging by a Spark job, which fails in an
+    # executor: a Java exception behind several wrappers.
+    damaged = glob.glob(os.path.join(cfg.table_dir("T"), "staging", "**", "*.parquet"), recursive=True)
     assert damaged
     for f in damaged:
         with open(f, "wb") as fh:
             fh.write(b"not parquet" * 100)
-    os.rename(hold, landing / "T" / "batch-0002")
+    land(cfg, "T", "batch-2", {"part-1.jsonl": jsonl([mysql("UPDATE", {"id": 1, "x": 2.5}, 1, 100)])})
 
     outcome = run_table(cfg, "T", instance)
 
@@ -38,7 +37,7 @@ def test_a_spark_job_failing_on_a_damaged_file_names_the_java_exception(spark, t
     assert "Dagster" not in line and "Error occurred while executing" not in line, line
     error = line.split("error: ", 1)[1].rsplit("; ", 1)[0]  # up to the seconds
     # The step, then the innermost Java exception: not SparkException's "Job aborted due to stage failure".
-    assert error.startswith("step T__changes: java.lang.RuntimeException: file:"), line
+    assert error.startswith("step T__target: java.lang.RuntimeException: file:"), line
     assert "is not a Parquet file" in error, line
     assert any(os.path.basename(f) in error for f in damaged), line  # names the damaged file
 
@@ -46,6 +45,7 @@ def test_a_spark_job_failing_on_a_damaged_file_names_the_java_exception(spark, t
     assert main(["status", "--config", cfg.path, "--json"]) == 0
     status = json.loads(capsys.readouterr().out)
     assert status["last_error"].startswith(error), status
+    assert "staging_unreadable" in status, status  # status still answers, and says what it could not read
 
 
 class _Info:

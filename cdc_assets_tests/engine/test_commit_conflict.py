@@ -118,7 +118,7 @@ def test_staging_append_that_loses_to_the_same_batch_is_not_doubled(spark, workd
     table = cfg.table("TWICE")
 
     def other_run():
-        stage_batch(spark, cfg, table, registered(cfg.table_dir("TWICE"))[-1])
+        stage_batch(cfg, table, registered(cfg.table_dir("TWICE"))[-1])
 
     land(cfg, "TWICE", "batch-1", {"p.jsonl": jsonl([
         mysql("INSERT", {"id": 1, "v": "a"}, 1, 1), mysql("INSERT", {"id": 2, "v": "a"}, 1, 2)])})
@@ -148,7 +148,7 @@ def test_without_the_retry_the_losing_run_fails_and_the_next_one_finishes(spark,
     run_ok(cfg, "ONCE")
     land(cfg, "ONCE", "batch-2", {"p.jsonl": jsonl([mysql("UPDATE", {"id": 1, "v": "b"}, 1, 2)])})
     conflicts.arm("staging.before_commit",
-                  lambda: stage_batch(spark, cfg, table, registered(cfg.table_dir("ONCE"))[-1]))
+                  lambda: stage_batch(cfg, table, registered(cfg.table_dir("ONCE"))[-1]))
     failed = run_table(cfg, "ONCE")
     assert not failed.ok and "ONCE__staging" in failed.error
     [e] = refused

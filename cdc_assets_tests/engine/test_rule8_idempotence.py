@@ -42,7 +42,7 @@ def test_steps_applied_again_do_nothing(spark, workdir):
     assert register_new_batch(cfg.landing_dir("AGAIN"), table_dir) is None
     assert import_base(spark, cfg, table) == {"already_committed": True}
     assert ingest_batch(spark, cfg, table, batch) == {"already_committed": True}
-    assert stage_batch(spark, cfg, table, batch) == {"already_committed": True}
+    assert stage_batch(cfg, table, batch) == {"already_committed": True}
     assert apply_pending(spark, cfg, table)["nothing_new"] is True
     assert versions(cfg, "AGAIN") == before
     assert len(delta_rows(cfg, "AGAIN", "quarantine")) == 1
@@ -74,7 +74,7 @@ def test_runs_stopped_between_steps_resume_to_the_clean_result(spark, workdir):
         mysql("DELETE", {"id": 2, "v": None}, 1, 4), mysql("INSERT", {"id": 3, "v": "a"}, 1, 5)])})
     b2 = register_new_batch(landing, table_dir)
     ingest_batch(spark, cfg, table, b2)
-    stage_batch(spark, cfg, table, b2)
+    stage_batch(cfg, table, b2)
     run_ok(cfg, "RESUME")
     assert values(target_rows(cfg, "RESUME"), "id", "v") == {1: "b", 3: "a"}
 
