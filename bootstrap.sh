@@ -41,7 +41,9 @@ ensure_venv() {
     [ -x .venv/bin/python ] || { say "creating .venv with $py"; "$py" -m venv .venv; }
     say "installing the pinned dependencies into .venv (about a minute the first time)"
     .venv/bin/python -m pip install -q --disable-pip-version-check uv==0.13.8
-    .venv/bin/uv pip install -q --python .venv/bin/python -r requirements.lock -e ".[test]"
+    # Bytecode compiled at install: every `cdc-assets` process, and each Dagster run, imports Dagster,
+    # which otherwise compiles from source whenever bytecode is not written (PYTHONDONTWRITEBYTECODE).
+    .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python -r requirements.lock -e ".[test]"
     echo "$want" > "$stamp"
 }
 

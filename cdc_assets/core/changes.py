@@ -77,8 +77,19 @@ def to_record(change: Change, *, batch_seq: int, batch_id: str, file_name: str, 
         "_cdc_batch": batch_id,
         "_cdc_file": file_name,
         "_cdc_line": change.line,
-        "_cdc_types": json.dumps(change.types, sort_keys=True) if change.types else None,
+        "_cdc_types": _types_text(change.types),
     }
+
+
+_last_types: list = [None, None]  # the last types and their text: a file's rows share them
+
+
+def _types_text(types: dict | None) -> str | None:
+    if not types:
+        return None
+    if _last_types[0] != types:
+        _last_types[:] = [dict(types), json.dumps(types, sort_keys=True)]
+    return _last_types[1]
 
 
 def to_reject(rej: Rejection, *, batch_seq: int, batch_id: str, file_name: str) -> dict:

@@ -65,12 +65,12 @@ def parse_file(fmt: str, options: dict, keys: list[str], name: str, data: bytes,
     typing = Typing(columns)
     for line, record, raw in _records(name, data, fmt, typing.file_types, _header_needs(fmt, options, keys)):
         if isinstance(record, RecordError):
-            yield Rejection(line, str(record), raw)
+            yield Rejection(line, str(record), _text_of(raw))
             continue
         try:
             change = parse_record(record, keys, options, line, typing)
         except (RecordError, OrderingError) as e:
-            yield Rejection(line, str(e), raw)
+            yield Rejection(line, str(e), _text_of(raw))
             continue
         change.types = typing.types
         yield change
@@ -142,6 +142,15 @@ def _json_lines(data: bytes):
 
 
 RAW_PREVIEW = 4096
+
+
+def _preview_of(record):
+    """A typed record's text for quarantine, made only if the record is rejected: most are not."""
+    return lambda: json.dumps(record, default=str)[:RAW_PREVIEW]
+
+
+def _text_of(raw) -> str:
+    return raw() if callable(raw) else raw
 
 
 def preview(data: bytes) -> str:
@@ -268,7 +277,7 @@ def _parquet_records(data: bytes, file_types: dict):
         if type_:
             file_types[f.name] = type_
     for n, record in enumerate(table.to_pylist(), start=1):
-        yield n, record, json.dumps(record, default=str)[:RAW_PREVIEW]
+        yield n, record, _preview_of(record)
 
 
 _AVRO_PRIMITIVES = {"boolean": BOOLEAN, "int": INT, "long": LONG, "float": DOUBLE, "double": DOUBLE,
@@ -317,7 +326,7 @@ def _avro_records(data: bytes, file_types: dict):
         reader = fastavro.reader(io.BytesIO(data))
         file_types.update(_avro_fields(reader.writer_schema))
         for n, record in enumerate(reader, start=1):
-            yield n, record, json.dumps(record, default=str)[:RAW_PREVIEW]
+            yield n, record, _preview_of(record)
     except Exception as e:  # noqa: BLE001 - a corrupt block quarantines the rest of the file
         yield 0, RecordError(f"not a readable Avro file: {e}"), preview(data)
 
@@ -494,7 +503,7 @@ def parquet_row_group(keys: list[str], source, row_group: int, columns: dict | N
         if type_:
             typing.file_types[f.name] = type_
     first = sum(pf.metadata.row_group(g).num_rows for g in range(row_group))
-    records = ((first + n, r, json.dumps(r, default=str)[:RAW_PREVIEW])
+    records = ((first + n, r, _preview_of(r))
                for n, r in enumerate(pf.read_row_group(row_group).to_pylist(), start=1))
     return snapshot_changes(keys, records, typing)
 
@@ -502,10 +511,10 @@ def parquet_row_group(keys: list[str], source, row_group: int, columns: dict | N
 def snapshot_changes(keys: list[str], records, typing: Typing) -> Iterator[Change | Rejection]:
     for line, record, raw in records:
         if isinstance(record, RecordError):
-            yield Rejection(line, str(record), raw)
+            yield Rejection(line, str(record), _text_of(raw))
             continue
         try:
             row = _row(record, typing)
             yield Change(line, _key(row, keys), UPSERT, row, ordering.u64(line), None, "SNAPSHOT", types=typing.types)
         except (RecordError, OrderingError) as e:
-            yield Rejection(line, str(e), raw)
+            yield Rejection(line, str(e), _text_of(raw))

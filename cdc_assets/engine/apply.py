@@ -26,7 +26,7 @@ from deltalake import DeltaTable
 from ..core import target as shape
 from ..core.changes import DELETE, RECORD_FIELDS, UPSERT
 from ..core.config import Config, TableConfig
-from ..core.values import DATE, DOUBLE, INT, LONG, STRING, decimal_parts, decode_row
+from ..core.values import DATE, DOUBLE, INT, LONG, STRING, convert, decimal_parts, decode_row
 from . import delta, faults, spark_files
 from .spark import session_of
 from .ingest import column_types
@@ -40,10 +40,23 @@ ROWS_PER_FILE = 1_000_000
 
 
 def _history(spark, table_dir: str, has_base: bool):
+    """Staging and base as one frame; a typed export's columns come along (null in staged rows)."""
     staged = delta.spark_frame(spark, path(table_dir, STAGING), RECORD_FIELDS)
     if has_base:
-        staged = staged.unionByName(delta.spark_frame(spark, path(table_dir, BASE), RECORD_FIELDS))
+        base_path = path(table_dir, BASE)
+        typed = _typed_base_columns(base_path)
+        fields = list(RECORD_FIELDS) + [(c, spark_type(t)) for c, t in typed.items()]
+        staged = staged.unionByName(delta.spark_frame(spark, base_path, fields), allowMissingColumns=True)
     return staged
+
+
+def _typed_base_columns(base_path: str) -> dict[str, str]:
+    """The source columns `base` holds as typed columns (a typed export's), by column type."""
+    dt_ = delta.open_table(base_path)
+    if dt_ is None:
+        return {}
+    record = {n for n, _ in RECORD_FIELDS}
+    return {f.name: shape.column_type(f.type) for f in pa.schema(dt_.schema()) if f.name not in record}
 
 
 def _existing_columns(dt_: DeltaTable | None) -> dict[str, str]:
@@ -67,19 +80,86 @@ def _target_rows(winners: list[dict], columns: dict[str, str], images: list[dict
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def _spark_type(type_: str) -> str:
+def spark_type(type_: str) -> str:
     parts = decimal_parts(type_)
     return f"decimal({parts[0]},{parts[1]})" if parts else _SPARK_TYPES[type_]
 
 
 def _typed_batches(columns: dict[str, str]):
-    """What Spark runs on each slice of winners: row images -> typed target columns."""
+    """What Spark runs on each slice of winners: row images -> typed target columns; a typed
+    export's rows (no row image) have theirs already and are only cast to the target's types."""
     def run(batches):
         for batch in batches:
-            winners = batch.to_pylist()
-            images = [decode_row(w["_cdc_row"]) for w in winners]
-            yield from _target_rows(winners, columns, images).to_batches()
+            imaged = pc.is_valid(batch.column("_cdc_row"))
+            with_image = batch.filter(imaged)
+            if with_image.num_rows:
+                winners = with_image.to_pylist()
+                images = [decode_row(w["_cdc_row"]) for w in winners]
+                yield from _target_rows(winners, columns, images).to_batches()
+            typed = batch.filter(pc.invert(imaged))
+            if typed.num_rows:
+                yield _cast_typed(typed, columns)
     return run
+
+
+def _sql_cast_keeps(have: str, want: str) -> bool:
+    """Whether Spark's cast from column type `have` to `want` keeps every value as `convert`
+    would: the same type, or a widening no value can overflow (with ANSI off, an overflowing
+    cast gives NULL, so anything narrower goes value by value through `convert`)."""
+    if have == want or (have, want) in ((INT, LONG), (INT, DOUBLE), (LONG, DOUBLE)):
+        return True
+    integer_digits = {INT: 10, LONG: 19}
+    want_parts, have_parts = decimal_parts(want), decimal_parts(have)
+    if want_parts is None:
+        return False
+    if have in integer_digits:
+        return want_parts[0] - want_parts[1] >= integer_digits[have]
+    return have_parts is not None and want_parts[1] >= have_parts[1] and \
+        want_parts[0] - want_parts[1] >= have_parts[0] - have_parts[1]
+
+
+def _typed_frame(live, columns: dict[str, str], schema: str, base_typed: dict[str, str]):
+    """Winners as typed target rows. A typed export's rows are cast by Spark itself when every
+    cast keeps its values; rows with an image (and any other case) go through `_typed_batches`."""
+    from pyspark.sql import functions as F
+
+    if not base_typed or not all(_sql_cast_keeps(base_typed[c], t) for c, t in columns.items() if c in base_typed):
+        return live.mapInArrow(_typed_batches(columns), schema)
+    imaged = live.where(F.col("_cdc_row").isNotNull()).mapInArrow(_typed_batches(columns), schema)
+    cast = [(F.col(f"`{c}`") if c in base_typed else F.lit(None)).cast(spark_type(t)).alias(c)
+            for c, t in columns.items()]
+    plain = live.where(F.col("_cdc_row").isNull()).select(*cast, *[F.col(m) for m in shape.META_COLUMNS])
+    return plain.unionByName(imaged)
+
+
+# Casts that keep every value exactly (or fail): a wider integer, decimal or float type.
+def _exact_cast(have: pa.DataType, want: pa.DataType) -> bool:
+    numeric = lambda t: pa.types.is_integer(t) or pa.types.is_decimal(t)  # noqa: E731
+    if numeric(have) and numeric(want):
+        return True
+    return (pa.types.is_integer(have) or pa.types.is_floating(have)) and pa.types.is_floating(want)
+
+
+def _cast_typed(batch: pa.RecordBatch, columns: dict[str, str]) -> pa.RecordBatch:
+    """Typed base rows as target rows: each column cast to its target type, exactly (a cast
+    that could change a value goes value by value through `convert`, as row images do)."""
+    arrays, fields = [], []
+    names = set(batch.schema.names)
+    for c, t in columns.items():
+        want = shape.arrow_type(t)
+        if c not in names:
+            values = pa.nulls(batch.num_rows, want)
+        else:
+            values = batch.column(c)
+            if values.type != want:
+                values = pc.cast(values, want) if _exact_cast(values.type, want) else \
+                    pa.array([convert(v, t) for v in values.to_pylist()], want)
+        arrays.append(values)
+        fields.append(pa.field(c, want))
+    for m in shape.META_COLUMNS:
+        arrays.append(batch.column(m).cast(pa.string()))
+        fields.append(pa.field(m, pa.string()))
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
 
 # ---- the incremental apply ---------------------------------------------------------
@@ -245,7 +325,11 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
     table_dir = cfg.table_dir(table.name)
     target_path = path(table_dir, TARGET)
     history = _history(spark, table_dir, table.base_snapshot is not None).where(F.col("_cdc_batch_seq") <= reached)
-    latest = latest_per_key(history).cache()
+    # A history in which every key has one change (a first build from an export with distinct
+    # keys, the common case) is its own latest: one narrow count of keys spares the shuffle
+    # and sort of every row that picking the latest per key costs.
+    distinct = history.groupBy("_cdc_key").count().where("count > 1").limit(1).count() == 0
+    latest = history if distinct else latest_per_key(history).cache()
     try:
         if columns is None:
             ledger = column_types(table_dir, marked=False)
@@ -257,9 +341,9 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
         if partition_keys is not None:
             wanted = [shape.partition_text(shape.partition_values(k)) for k in partition_keys]
             live = live.where(F.col("_cdc_partition").isin(wanted))
-        schema = ", ".join(f"`{c}` {_spark_type(t)}" for c, t in columns.items()) + ", " + \
+        schema = ", ".join(f"`{c}` {spark_type(t)}" for c, t in columns.items()) + ", " + \
             ", ".join(f"`{m}` string" for m in shape.META_COLUMNS)
-        typed = live.mapInArrow(_typed_batches(columns), schema)
+        typed = _typed_frame(live, columns, schema, _typed_base_columns(path(table_dir, BASE)))
         # Files of about ROWS_PER_FILE rows, each holding one range of keys (within a partition),
         # so that a MERGE's key range rules most of them out by their statistics.
         n_files = max(1, math.ceil(live.count() / ROWS_PER_FILE))
@@ -289,10 +373,12 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
             raise
         if first:
             _build_tombstones(latest, table_dir, reached)
-            counts = {"history": history.count(), "keys": latest.count()}
+            n_history = history.count()
+            counts = {"history": n_history, "keys": n_history if distinct else latest.count()}
         faults.point("target.committed")
     finally:
-        latest.unpersist()
+        if not distinct:
+            latest.unpersist()
     rows = sum(json.loads(a.stats)["numRecords"] for a in adds)
     replaced = len(dt_.file_uris()) if removes is None and dt_ is not None else len(removes or [])
     figures = {"applied_batch": reached, "rows_written": rows, "files_added": len(adds), "files_removed": replaced,

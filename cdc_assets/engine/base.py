@@ -1,22 +1,34 @@
 """A source export -> `base`: the rows a table starts from, ranked below every change.
 
-Spark tasks read the export (a Parquet export one row group per task), parse it and
+Spark tasks read the export (a Parquet export in slices of its row groups), parse it and
 write the `base` files; the driver gathers only what is small (rejections, each task's
 column types, the partition list) and commits the files with delta-rs.
+
+A Parquet export whose columns all have column types keeps them as typed columns in
+`base` (core/typed_export.py): no row image is made or read again, and its column types
+come from its schema. Other exports (CSV, JSON lines, Avro, Parquet with nested values)
+keep each row's image in `_cdc_row`, as changes do.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
+import uuid
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
-from ..core.changes import RECORD_FIELDS
+from ..core import target as shape
+from ..core.changes import RECORD_FIELDS, REJECT_FIELDS
 from ..core.config import Config, TableConfig
-from ..core.schema import joined
+from ..core.schema import STRICT, joined
+from ..core.typed_export import export_batch, export_columns, record_schema
 from . import delta, spark_files
-from .ingest import LEDGER, parse_files, quarantine, rejected_rows
+from .ingest import LEDGER, MAX_TASKS, parse_files, quarantine, rejected_rows
 from .spark import session_of
 from .tables import BASE, path
 
@@ -31,6 +43,9 @@ def import_base(spark, cfg: Config, table: TableConfig, log=None) -> dict:
         return {"already_committed": True}
     files = [{"path": table.base_snapshot, "file": os.path.basename(table.base_snapshot), "file_index": 0,
               "batch_seq": BASE_BATCH, "batch_id": "base"}]
+    columns = typed_export_columns(table)
+    if columns is not None:
+        return _import_typed(session_of(spark), table, table_dir, columns, log, t0)
     parsed = parse_files(session_of(spark), table, files, snapshot=True)
     try:
         ledgers = [json.loads(r["_cdc_row"]) for r in parsed.where(F.col("_cdc_op") == LEDGER)
@@ -51,6 +66,111 @@ def import_base(spark, cfg: Config, table: TableConfig, log=None) -> dict:
                                                   "partitions": json.dumps(partitions)})
     try:
         final = spark_files.commit(base_path, None, delta.arrow_schema(RECORD_FIELDS), adds, [], (), props)
+    except Exception:
+        spark_files.discard(base_path, adds)
+        raise
+    metrics.update({"delta_version": final.version(), "seconds": round(time.time() - t0, 2)})
+    return metrics
+
+
+# ---- a typed export -----------------------------------------------------------------
+
+SLICE_ROWS = 64 * 1024  # rows per Arrow batch a task hands to Spark
+
+
+def typed_export_columns(table: TableConfig) -> dict[str, str] | None:
+    """The export's column types when it is a readable Parquet file every column of which has
+    one; None sends it down the row-by-row path (which also names an unreadable file)."""
+    if not table.base_snapshot.lower().endswith(".parquet"):
+        return None
+    try:
+        schema = pq.read_schema(table.base_snapshot)
+    except Exception:  # noqa: BLE001 - the row-by-row path quarantines it with its reason
+        return None
+    return export_columns(schema, table.keys, table.partition_by)
+
+
+TASK_ROWS = 256 * 1024  # rows of a row group per task: a large row group is shared by several tasks
+
+
+def _export_slices(file_path: str) -> list[dict]:
+    """The export's rows as task slices: (row group, first row in it, rows)."""
+    meta = pq.ParquetFile(file_path).metadata
+    out = []
+    for g in range(meta.num_row_groups):
+        n = meta.row_group(g).num_rows
+        out += [{"path": file_path, "row_group": g, "start": s, "rows": min(TASK_ROWS, n - s)}
+                for s in range(0, max(n, 1), TASK_ROWS)]
+    return out
+
+
+def _export_tasks(table: TableConfig, columns: dict[str, str], folder: str):
+    """What each Spark task runs on its slices of the export: typed base records, written by
+    the task itself as a Parquet file in `folder`. The task hands Spark only what is small: the
+    file's name, its rejections and its partition values (rows never cross into the JVM)."""
+    keys, partition_by, file_name = list(table.keys), list(table.partition_by), os.path.basename(table.base_snapshot)
+    file_schema = pa.schema([f for f in record_schema(columns, shape.arrow_type)
+                             if f.name not in ("_cdc_reason", "_cdc_raw")])
+    out_schema = pa.schema([(n, pa.string()) for n in ("kind", "text")] + [
+        (n, pa.int64() if t == "long" else pa.string()) for n, t in REJECT_FIELDS])
+
+    def small(kind: str, text: str | None = None, reject: dict | None = None) -> dict:
+        return {"kind": kind, "text": text, **(reject or {})}
+
+    def run(batches):
+        for listing in batches:
+            for f in listing.to_pylist():
+                pf = pq.ParquetFile(f["path"])
+                first = sum(pf.metadata.row_group(g).num_rows for g in range(f["row_group"])) + f["start"]
+                data = pf.read_row_group(f["row_group"], columns=list(columns)).slice(f["start"], f["rows"])
+                target = os.path.join(folder, f"part-{f['row_group']:05d}-{f['start']:012d}-{uuid.uuid4().hex}.parquet")
+                out, partitions = [], set()
+                with pq.ParquetWriter(target, file_schema) as writer:
+                    for start in range(0, max(data.num_rows, 1), SLICE_ROWS):
+                        batch = export_batch(data.slice(start, SLICE_ROWS), first + start, keys, partition_by,
+                                             file_name, columns, shape.arrow_type)
+                        bad = pc.is_valid(batch.column("_cdc_reason"))
+                        for r in batch.filter(bad).select([n for n, _ in REJECT_FIELDS]).to_pylist():
+                            out.append(small("reject", reject=r))
+                        good = batch.filter(pc.invert(bad)).select(file_schema.names)
+                        if partition_by:
+                            partitions.update(v for v in pc.unique(good.column("_cdc_partition")).to_pylist()
+                                              if v is not None)
+                        writer.write_batch(good)
+                out += [small("file", os.path.basename(target))] + [small("partition", p) for p in partitions]
+                yield pa.RecordBatch.from_pylist(out, schema=out_schema)
+    return run
+
+
+def _import_typed(spark, table: TableConfig, table_dir: str, columns: dict[str, str], log, t0: float) -> dict:
+    base_path = path(table_dir, BASE)
+    slices = _export_slices(table.base_snapshot)
+    folder = spark_files.new_folder(base_path)
+    os.makedirs(folder)
+    listing = spark.createDataFrame(slices, "path string, row_group int, start long, rows long")
+    ddl = "kind string, text string, " + delta.spark_schema(REJECT_FIELDS)
+    try:
+        results = listing.repartition(max(1, min(len(slices), MAX_TASKS))) \
+            .mapInArrow(_export_tasks(table, columns, folder), ddl).toArrow()
+        kinds = results.column("kind")
+        rejected = results.filter(pc.equal(kinds, "reject")).select([n for n, _ in REJECT_FIELDS])
+        n_rejected = quarantine(table, table_dir, rejected.cast(delta.arrow_schema(REJECT_FIELDS)), BASE_BATCH, log)
+        partitions = sorted(set(results.filter(pc.equal(kinds, "partition")).column("text").to_pylist()))
+        names = sorted(results.filter(pc.equal(kinds, "file")).column("text").to_pylist())
+        schema = pa.schema([f for f in record_schema(columns, shape.arrow_type)
+                            if f.name not in ("_cdc_reason", "_cdc_raw")])
+        adds = [spark_files.add_action(base_path, os.path.join(folder, n), schema) for n in names]
+    except Exception:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    rows = sum(json.loads(a.stats)["numRecords"] for a in adds)
+    types = {c: STRICT + t for c, t in columns.items()}  # the export's own schema says them
+    metrics = {"rows_read": rows + n_rejected, "rows": rows, "quarantined": n_rejected, "files": len(adds),
+               "typed_columns": len(columns)}
+    props = delta.commit_props(BASE, BASE_BATCH, {**metrics, "column_types": json.dumps(types),
+                                                  "partitions": json.dumps(partitions)})
+    try:
+        final = spark_files.commit(base_path, None, schema, adds, [], (), props)
     except Exception:
         spark_files.discard(base_path, adds)
         raise

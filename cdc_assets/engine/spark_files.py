@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import shutil
 import time
@@ -49,6 +50,8 @@ def _stat_value(value):
         return value.isoformat()
     if isinstance(value, bytes):
         return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no infinity: such a column keeps its null count only
     return value
 
 
@@ -73,7 +76,7 @@ def file_stats(meta: pq.FileMetaData, schema: pa.Schema) -> str:
         if not complete:
             continue
         nulls[name] = n_null
-        if lo is not None and _stat_value(lo) is not None:
+        if lo is not None and _stat_value(lo) is not None and _stat_value(hi) is not None:
             mins[name], maxs[name] = _stat_value(lo), _stat_value(hi)
     return json.dumps({"numRecords": meta.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls},
                       default=str)
@@ -92,8 +95,7 @@ def _partition_values(rel_dir: str, partition_by: list[str]) -> dict:
 def write_files(frame, table_path: str, partition_by=(), sort_by=()) -> list[AddAction]:
     """Executors write `frame` as Parquet into a new folder of the table; the add actions for them."""
     write_session_settings(frame.sparkSession)
-    folder = f"spark-{uuid.uuid4().hex}"
-    out = os.path.join(table_path, folder)
+    out = new_folder(table_path)
     if sort_by:
         frame = frame.sortWithinPartitions(*sort_by)  # files hold key ranges: statistics prune them
     writer = frame.write.mode("error").option("compression", "snappy")
@@ -106,18 +108,25 @@ def write_files(frame, table_path: str, partition_by=(), sort_by=()) -> list[Add
         for name in sorted(files):
             if not name.endswith(".parquet") or name.startswith((".", "_")):
                 continue
-            full = os.path.join(root, name)
-            rel = os.path.relpath(full, table_path)
-            info = os.stat(full)
-            adds.append(AddAction(
-                path=rel.replace(os.sep, "/"), size=info.st_size,
-                partition_values=_partition_values(os.path.relpath(root, table_path), list(partition_by)),
-                modification_time=int(info.st_mtime * 1000), data_change=True,
-                stats=file_stats(pq.read_metadata(full), schema)))
+            adds.append(add_action(table_path, os.path.join(root, name), schema,
+                                   _partition_values(os.path.relpath(root, table_path), list(partition_by))))
     for leftover in (os.path.join(out, "_SUCCESS"),):
         if os.path.exists(leftover):
             os.remove(leftover)
     return adds
+
+
+def add_action(table_path: str, full: str, schema: pa.Schema, partition_values: dict | None = None) -> AddAction:
+    """The add action of a data file written into the table's folder, statistics from its footer."""
+    info = os.stat(full)
+    return AddAction(path=os.path.relpath(full, table_path).replace(os.sep, "/"), size=info.st_size,
+                     partition_values=partition_values or {}, modification_time=int(info.st_mtime * 1000),
+                     data_change=True, stats=file_stats(pq.read_metadata(full), schema))
+
+
+def new_folder(table_path: str) -> str:
+    """A fresh folder inside the table for one write's files (discarded whole if not committed)."""
+    return os.path.join(table_path, f"spark-{uuid.uuid4().hex}")
 
 
 def removes_for(dt_: DeltaTable, keep=lambda partition_values: False) -> list[RemoveAction]:

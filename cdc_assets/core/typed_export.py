@@ -1,0 +1,143 @@
+"""A typed source export (Parquet) as base records whose source columns stay typed columns.
+
+A Parquet export already says each column's type, so its rows need no row image: a
+base record keeps the export's columns as Arrow columns of their column types, and only
+the key, the partition and the ordering key are computed per row, by the same functions
+that compute them for changes. Exports with a column no column type holds (nested
+values, time of day, decimals wider than 38 digits) are read row by row instead
+(`formats.parquet_row_group`), where such values become JSON text.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.types as pt
+
+from . import ordering
+from .changes import RECORD_FIELDS, UPSERT
+from .formats import RAW_PREVIEW
+from .values import (BINARY, BOOLEAN, DATE, DOUBLE, INT, LONG, MAX_PRECISION, STRING, TIMESTAMP, TIMESTAMP_NTZ,
+                     decimal_type, key_text, source_value)
+
+SNAPSHOT = "SNAPSHOT"
+
+
+def _column_type(t: pa.DataType) -> str | None:
+    """The column type a typed column keeps, or None when it has none (read row by row)."""
+    if pt.is_dictionary(t):
+        return _column_type(t.value_type)
+    if pt.is_boolean(t):
+        return BOOLEAN
+    if pt.is_int64(t) or pt.is_uint32(t):
+        return LONG
+    if pt.is_uint64(t):
+        return decimal_type(20, 0)
+    if pt.is_integer(t):
+        return INT
+    if pt.is_floating(t):
+        return DOUBLE
+    if pt.is_decimal(t):
+        return decimal_type(t.precision, t.scale) if t.precision <= MAX_PRECISION else None
+    if pt.is_date(t):
+        return DATE
+    if pt.is_timestamp(t):
+        return TIMESTAMP if t.tz else TIMESTAMP_NTZ
+    if pt.is_string(t) or pt.is_large_string(t) or pt.is_string_view(t):
+        return STRING
+    if pt.is_binary(t) or pt.is_large_binary(t) or pt.is_fixed_size_binary(t) or pt.is_binary_view(t):
+        return BINARY
+    return None
+
+
+def export_columns(schema: pa.Schema, keys, partition_by=()) -> dict[str, str] | None:
+    """The column types of an export whose every column has one (columns of the null type,
+    which hold nothing, are left out); None when a column needs row-by-row reading."""
+    out = {}
+    for f in schema:
+        if pt.is_null(f.type):
+            continue
+        t = _column_type(f.type)
+        if t is None or f.name.startswith("_cdc_") or "`" in f.name or f.name in out:
+            return None
+        out[f.name] = t
+    if any(k not in out for k in list(keys) + list(partition_by)):
+        return None  # a missing key column: every row is rejected, with its reason, row by row
+    return out
+
+
+def record_schema(columns: dict[str, str], arrow_type) -> pa.Schema:
+    """Base records with typed source columns; `_cdc_reason`/`_cdc_raw` mark rejections."""
+    meta = [pa.field(n, pa.int64() if t == "long" else pa.string()) for n, t in RECORD_FIELDS]
+    meta += [pa.field("_cdc_reason", pa.string()), pa.field("_cdc_raw", pa.string())]
+    return pa.schema(meta + [pa.field(c, arrow_type(t)) for c, t in columns.items()])
+
+
+def _as_column_type(values: pa.Array, type_: str, arrow_type) -> pa.Array:
+    if pt.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    want = arrow_type(type_)
+    if values.type == want:
+        return values
+    if pt.is_timestamp(values.type) and values.type.unit == "ns":
+        # Delta keeps microseconds, as the row-by-row reader does (pandas' Timestamp.to_pydatetime)
+        return pc.cast(values, want, safe=False)
+    return pc.cast(values, want)
+
+
+def _texts(arrays: list) -> list[str | None] | pa.Array:
+    """Key or partition text per row, from the values as the row-by-row reader holds them."""
+    if not arrays:
+        return []
+    if all(pt.is_integer(a.type) and a.null_count == 0 for a in arrays):
+        # key_text of integers, built by Arrow: ["12","-3"] (canonical text of an integer is its digits)
+        parts = [pc.binary_join_element_wise('"', pc.cast(a, pa.string()), '"', "") for a in arrays]
+        return pc.binary_join_element_wise("[", pc.binary_join_element_wise(*parts, ","), "]", "")
+    return [key_text(vs) for vs in zip(*([source_value(v) for v in a.to_pylist()] for a in arrays))]
+
+
+def _string_array(values) -> pa.Array:
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    return values.cast(pa.string()) if isinstance(values, pa.Array) else pa.array(values, pa.string())
+
+
+def export_batch(data: pa.Table, first_line: int, keys, partition_by, file_name: str, columns: dict[str, str],
+                 arrow_type) -> pa.RecordBatch:
+    """Rows of an export (lines first_line+1 ...) as base records; a row without a key value
+    is a rejection naming the key column, as when the export is read row by row."""
+    n = data.num_rows
+    schema = record_schema(columns, arrow_type)
+    typed = {c: _as_column_type(data.column(c).combine_chunks(), t, arrow_type) for c, t in columns.items()}
+    lines = np.arange(first_line + 1, first_line + n + 1, dtype=np.int64)
+    reasons: list[str | None] = [None] * n
+    for k in keys:
+        missing = typed[k].is_null()
+        if missing.null_count == 0 and not pc.any(missing).as_py():
+            continue
+        for i in np.flatnonzero(missing.to_numpy(zero_copy_only=False)):
+            if reasons[i] is None:
+                reasons[i] = f"key column {k!r} is null"
+    bad = [i for i, r in enumerate(reasons) if r is not None]
+    raws: list[str | None] = [None] * n
+    for i in bad:
+        raws[i] = json.dumps(data.slice(i, 1).to_pylist()[0], default=str)[:RAW_PREVIEW]
+    key_texts = _texts([data.column(k) for k in keys])
+    if bad:
+        key_texts = key_texts if isinstance(key_texts, list) else key_texts.to_pylist()
+        for i in bad:
+            key_texts[i] = None
+    partitions = _texts([data.column(c) for c in partition_by]) if partition_by else [None] * n
+    orders = [ordering.BASE_TIER + ordering.u64(int(line)) + "|" + ordering.arrival(0, 0, int(line)) for line in lines]
+    constant = lambda v, t=pa.string(): pa.array([v] * n, t)  # noqa: E731
+    meta = {
+        "_cdc_key": _string_array(key_texts), "_cdc_op": constant(UPSERT), "_cdc_order": pa.array(orders),
+        "_cdc_event_id": constant(None), "_cdc_row": constant(None), "_cdc_partition": _string_array(partitions),
+        "_cdc_change_type": constant(SNAPSHOT), "_cdc_batch_seq": constant(0, pa.int64()),
+        "_cdc_batch": constant("base"), "_cdc_file": constant(file_name), "_cdc_line": pa.array(lines),
+        "_cdc_reason": pa.array(reasons, pa.string()), "_cdc_raw": pa.array(raws, pa.string()),
+    }
+    arrays = [meta[f.name] if f.name in meta else typed[f.name] for f in schema]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
