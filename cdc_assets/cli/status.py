@@ -26,8 +26,7 @@ def main(args) -> int:
     rows = [table_status(cfg, t) for t in cfg.tables]
     for r in rows:
         if r.get("staging_unreadable"):
-            r.setdefault("last_change_at", None)
-            r["last_change_at"] = r["last_change_at"] or f"staging unreadable: {r['staging_unreadable']}"
+            r["last_change_at"] = f"staging unreadable: {r['staging_unreadable']}"
     if args.json:
         for r in rows:
             print(json.dumps(r))

@@ -250,18 +250,31 @@ def arrow_column_type(t) -> str | None:
 
     if pt.is_dictionary(t):
         return arrow_column_type(t.value_type)
+    if pt.is_null(t):
+        return None
+    return scalar_column_type(t) or STRING
+
+
+def scalar_column_type(t) -> str | None:
+    """The column type an Arrow column's values keep as they are; None for the null type and for
+    values that become JSON text (nested values, time of day, decimals over 38 digits, ...)."""
+    import pyarrow.types as pt
+
+    if pt.is_dictionary(t):
+        return scalar_column_type(t.value_type)
     checks = [(pt.is_null, None), (pt.is_boolean, BOOLEAN), (pt.is_int64, LONG), (pt.is_uint32, LONG),
               (pt.is_uint64, "decimal(20,0)"), (pt.is_integer, INT), (pt.is_floating, DOUBLE),
               (pt.is_date, DATE), (pt.is_binary, BINARY), (pt.is_large_binary, BINARY),
-              (pt.is_fixed_size_binary, BINARY)]
+              (pt.is_fixed_size_binary, BINARY), (pt.is_string, STRING), (pt.is_large_string, STRING),
+              (pt.is_string_view, STRING)]
     for check, type_ in checks:
         if check(t):
             return type_
     if pt.is_decimal(t):
-        return _decimal_or_text(t.precision, t.scale)
+        return decimal_type(t.precision, t.scale) if t.precision <= MAX_PRECISION else None
     if pt.is_timestamp(t):
         return TIMESTAMP if t.tz else TIMESTAMP_NTZ
-    return STRING
+    return None
 
 
 def _parquet_records(data: bytes, file_types: dict):

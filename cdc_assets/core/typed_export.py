@@ -18,38 +18,10 @@ import pyarrow.types as pt
 
 from . import ordering
 from .changes import RECORD_FIELDS, UPSERT
-from .formats import RAW_PREVIEW
-from .values import (BINARY, BOOLEAN, DATE, DOUBLE, INT, LONG, MAX_PRECISION, STRING, TIMESTAMP, TIMESTAMP_NTZ,
-                     decimal_type, key_text, source_value)
+from .formats import RAW_PREVIEW, scalar_column_type
+from .values import key_text, source_value
 
 SNAPSHOT = "SNAPSHOT"
-
-
-def _column_type(t: pa.DataType) -> str | None:
-    """The column type a typed column keeps, or None when it has none (read row by row)."""
-    if pt.is_dictionary(t):
-        return _column_type(t.value_type)
-    if pt.is_boolean(t):
-        return BOOLEAN
-    if pt.is_int64(t) or pt.is_uint32(t):
-        return LONG
-    if pt.is_uint64(t):
-        return decimal_type(20, 0)
-    if pt.is_integer(t):
-        return INT
-    if pt.is_floating(t):
-        return DOUBLE
-    if pt.is_decimal(t):
-        return decimal_type(t.precision, t.scale) if t.precision <= MAX_PRECISION else None
-    if pt.is_date(t):
-        return DATE
-    if pt.is_timestamp(t):
-        return TIMESTAMP if t.tz else TIMESTAMP_NTZ
-    if pt.is_string(t) or pt.is_large_string(t) or pt.is_string_view(t):
-        return STRING
-    if pt.is_binary(t) or pt.is_large_binary(t) or pt.is_fixed_size_binary(t) or pt.is_binary_view(t):
-        return BINARY
-    return None
 
 
 def export_columns(schema: pa.Schema, keys, partition_by=()) -> dict[str, str] | None:
@@ -59,7 +31,7 @@ def export_columns(schema: pa.Schema, keys, partition_by=()) -> dict[str, str] |
     for f in schema:
         if pt.is_null(f.type):
             continue
-        t = _column_type(f.type)
+        t = scalar_column_type(f.type)
         if t is None or f.name.startswith("_cdc_") or "`" in f.name or f.name in out:
             return None
         out[f.name] = t
@@ -68,11 +40,16 @@ def export_columns(schema: pa.Schema, keys, partition_by=()) -> dict[str, str] |
     return out
 
 
-def record_schema(columns: dict[str, str], arrow_type) -> pa.Schema:
-    """Base records with typed source columns; `_cdc_reason`/`_cdc_raw` mark rejections."""
+def base_schema(columns: dict[str, str], arrow_type) -> pa.Schema:
+    """Base records with typed source columns, as `base` holds them."""
     meta = [pa.field(n, pa.int64() if t == "long" else pa.string()) for n, t in RECORD_FIELDS]
-    meta += [pa.field("_cdc_reason", pa.string()), pa.field("_cdc_raw", pa.string())]
     return pa.schema(meta + [pa.field(c, arrow_type(t)) for c, t in columns.items()])
+
+
+def record_schema(columns: dict[str, str], arrow_type) -> pa.Schema:
+    """Base records as an export's rows become them: `_cdc_reason`/`_cdc_raw` mark rejections."""
+    return base_schema(columns, arrow_type).append(pa.field("_cdc_reason", pa.string())) \
+        .append(pa.field("_cdc_raw", pa.string()))
 
 
 def _as_column_type(values: pa.Array, type_: str, arrow_type) -> pa.Array:

@@ -39,24 +39,20 @@ _PRUNABLE = (INT, LONG, DOUBLE, STRING, DATE)
 ROWS_PER_FILE = 1_000_000
 
 
-def _history(spark, table_dir: str, has_base: bool):
-    """Staging and base as one frame; a typed export's columns come along (null in staged rows)."""
+def _history(spark, table_dir: str, has_base: bool, base_typed: dict[str, str]):
+    """Staging and base as one frame; a typed export's columns (`base_typed`) come along, null in
+    staged rows."""
     staged = delta.spark_frame(spark, path(table_dir, STAGING), RECORD_FIELDS)
     if has_base:
-        base_path = path(table_dir, BASE)
-        typed = _typed_base_columns(base_path)
-        fields = list(RECORD_FIELDS) + [(c, spark_type(t)) for c, t in typed.items()]
-        staged = staged.unionByName(delta.spark_frame(spark, base_path, fields), allowMissingColumns=True)
+        fields = list(RECORD_FIELDS) + [(c, spark_type(t)) for c, t in base_typed.items()]
+        staged = staged.unionByName(delta.spark_frame(spark, path(table_dir, BASE), fields), allowMissingColumns=True)
     return staged
 
 
 def _typed_base_columns(base_path: str) -> dict[str, str]:
     """The source columns `base` holds as typed columns (a typed export's), by column type."""
-    dt_ = delta.open_table(base_path)
-    if dt_ is None:
-        return {}
     record = {n for n, _ in RECORD_FIELDS}
-    return {f.name: shape.column_type(f.type) for f in pa.schema(dt_.schema()) if f.name not in record}
+    return {c: t for c, t in _existing_columns(delta.open_table(base_path)).items() if c not in record}
 
 
 def _existing_columns(dt_: DeltaTable | None) -> dict[str, str]:
@@ -102,10 +98,10 @@ def _typed_batches(columns: dict[str, str]):
     return run
 
 
-def _sql_cast_keeps(have: str, want: str) -> bool:
-    """Whether Spark's cast from column type `have` to `want` keeps every value as `convert`
-    would: the same type, or a widening no value can overflow (with ANSI off, an overflowing
-    cast gives NULL, so anything narrower goes value by value through `convert`)."""
+def _cast_keeps(have: str, want: str) -> bool:
+    """Whether a cast (Spark's or Arrow's) from column type `have` to `want` keeps every value as
+    `convert` would: the same type, or a widening no value can overflow (with ANSI off, Spark's
+    overflowing cast gives NULL, so anything narrower goes value by value through `convert`)."""
     if have == want or (have, want) in ((INT, LONG), (INT, DOUBLE), (LONG, DOUBLE)):
         return True
     integer_digits = {INT: 10, LONG: 19}
@@ -123,21 +119,13 @@ def _typed_frame(live, columns: dict[str, str], schema: str, base_typed: dict[st
     cast keeps its values; rows with an image (and any other case) go through `_typed_batches`."""
     from pyspark.sql import functions as F
 
-    if not base_typed or not all(_sql_cast_keeps(base_typed[c], t) for c, t in columns.items() if c in base_typed):
+    if not base_typed or not all(_cast_keeps(base_typed[c], t) for c, t in columns.items() if c in base_typed):
         return live.mapInArrow(_typed_batches(columns), schema)
     imaged = live.where(F.col("_cdc_row").isNotNull()).mapInArrow(_typed_batches(columns), schema)
     cast = [(F.col(f"`{c}`") if c in base_typed else F.lit(None)).cast(spark_type(t)).alias(c)
             for c, t in columns.items()]
     plain = live.where(F.col("_cdc_row").isNull()).select(*cast, *[F.col(m) for m in shape.META_COLUMNS])
     return plain.unionByName(imaged)
-
-
-# Casts that keep every value exactly (or fail): a wider integer, decimal or float type.
-def _exact_cast(have: pa.DataType, want: pa.DataType) -> bool:
-    numeric = lambda t: pa.types.is_integer(t) or pa.types.is_decimal(t)  # noqa: E731
-    if numeric(have) and numeric(want):
-        return True
-    return (pa.types.is_integer(have) or pa.types.is_floating(have)) and pa.types.is_floating(want)
 
 
 def _cast_typed(batch: pa.RecordBatch, columns: dict[str, str]) -> pa.RecordBatch:
@@ -152,7 +140,7 @@ def _cast_typed(batch: pa.RecordBatch, columns: dict[str, str]) -> pa.RecordBatc
         else:
             values = batch.column(c)
             if values.type != want:
-                values = pc.cast(values, want) if _exact_cast(values.type, want) else \
+                values = pc.cast(values, want) if _cast_keeps(shape.column_type(values.type), t) else \
                     pa.array([convert(v, t) for v in values.to_pylist()], want)
         arrays.append(values)
         fields.append(pa.field(c, want))
@@ -324,7 +312,9 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
     spark = session_of(spark)
     table_dir = cfg.table_dir(table.name)
     target_path = path(table_dir, TARGET)
-    history = _history(spark, table_dir, table.base_snapshot is not None).where(F.col("_cdc_batch_seq") <= reached)
+    base_typed = _typed_base_columns(path(table_dir, BASE))
+    history = _history(spark, table_dir, table.base_snapshot is not None, base_typed) \
+        .where(F.col("_cdc_batch_seq") <= reached)
     # A history in which every key has one change (a first build from an export with distinct
     # keys, the common case) is its own latest: one narrow count of keys spares the shuffle
     # and sort of every row that picking the latest per key costs.
@@ -343,7 +333,7 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
             live = live.where(F.col("_cdc_partition").isin(wanted))
         schema = ", ".join(f"`{c}` {spark_type(t)}" for c, t in columns.items()) + ", " + \
             ", ".join(f"`{m}` string" for m in shape.META_COLUMNS)
-        typed = _typed_frame(live, columns, schema, _typed_base_columns(path(table_dir, BASE)))
+        typed = _typed_frame(live, columns, schema, base_typed)
         # Files of about ROWS_PER_FILE rows, each holding one range of keys (within a partition),
         # so that a MERGE's key range rules most of them out by their statistics.
         n_files = max(1, math.ceil(live.count() / ROWS_PER_FILE))

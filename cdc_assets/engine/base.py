@@ -26,7 +26,7 @@ from ..core import target as shape
 from ..core.changes import RECORD_FIELDS, REJECT_FIELDS
 from ..core.config import Config, TableConfig
 from ..core.schema import STRICT, joined
-from ..core.typed_export import export_batch, export_columns, record_schema
+from ..core.typed_export import base_schema, export_batch, export_columns
 from . import delta, spark_files
 from .ingest import LEDGER, MAX_TASKS, parse_files, quarantine, rejected_rows
 from .spark import session_of
@@ -46,7 +46,7 @@ def import_base(spark, cfg: Config, table: TableConfig, log=None) -> dict:
     columns = typed_export_columns(table)
     if columns is not None:
         return _import_typed(session_of(spark), table, table_dir, columns, log, t0)
-    parsed = parse_files(session_of(spark), table, files, snapshot=True)
+    parsed = parse_files(session_of(spark), table, files, snapshot=True).cache()  # read three times below
     try:
         ledgers = [json.loads(r["_cdc_row"]) for r in parsed.where(F.col("_cdc_op") == LEDGER)
                    .select("_cdc_row").collect()]
@@ -104,15 +104,17 @@ def _export_slices(file_path: str) -> list[dict]:
     return out
 
 
+# What a task hands back: a written file's name, a partition value, or a rejection.
+TASK_RESULT_FIELDS = (("kind", "string"), ("text", "string")) + REJECT_FIELDS
+
+
 def _export_tasks(table: TableConfig, columns: dict[str, str], folder: str):
     """What each Spark task runs on its slices of the export: typed base records, written by
     the task itself as a Parquet file in `folder`. The task hands Spark only what is small: the
     file's name, its rejections and its partition values (rows never cross into the JVM)."""
     keys, partition_by, file_name = list(table.keys), list(table.partition_by), os.path.basename(table.base_snapshot)
-    file_schema = pa.schema([f for f in record_schema(columns, shape.arrow_type)
-                             if f.name not in ("_cdc_reason", "_cdc_raw")])
-    out_schema = pa.schema([(n, pa.string()) for n in ("kind", "text")] + [
-        (n, pa.int64() if t == "long" else pa.string()) for n, t in REJECT_FIELDS])
+    file_schema = base_schema(columns, shape.arrow_type)
+    out_schema = delta.arrow_schema(TASK_RESULT_FIELDS)
 
     def small(kind: str, text: str | None = None, reject: dict | None = None) -> dict:
         return {"kind": kind, "text": text, **(reject or {})}
@@ -148,7 +150,7 @@ def _import_typed(spark, table: TableConfig, table_dir: str, columns: dict[str, 
     folder = spark_files.new_folder(base_path)
     os.makedirs(folder)
     listing = spark.createDataFrame(slices, "path string, row_group int, start long, rows long")
-    ddl = "kind string, text string, " + delta.spark_schema(REJECT_FIELDS)
+    ddl = delta.spark_schema(TASK_RESULT_FIELDS)
     try:
         results = listing.repartition(max(1, min(len(slices), MAX_TASKS))) \
             .mapInArrow(_export_tasks(table, columns, folder), ddl).toArrow()
@@ -157,8 +159,7 @@ def _import_typed(spark, table: TableConfig, table_dir: str, columns: dict[str, 
         n_rejected = quarantine(table, table_dir, rejected.cast(delta.arrow_schema(REJECT_FIELDS)), BASE_BATCH, log)
         partitions = sorted(set(results.filter(pc.equal(kinds, "partition")).column("text").to_pylist()))
         names = sorted(results.filter(pc.equal(kinds, "file")).column("text").to_pylist())
-        schema = pa.schema([f for f in record_schema(columns, shape.arrow_type)
-                            if f.name not in ("_cdc_reason", "_cdc_raw")])
+        schema = base_schema(columns, shape.arrow_type)
         adds = [spark_files.add_action(base_path, os.path.join(folder, n), schema) for n in names]
     except Exception:
         shutil.rmtree(folder, ignore_errors=True)

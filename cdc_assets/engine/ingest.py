@@ -18,6 +18,7 @@ from ..core.values import decode_row
 from . import delta, faults
 from .landing import Batch, inside, is_done_or_next
 from .spark import session_of
+from .stage import first_of_each
 from .tables import BASE, CHANGES, QUARANTINE, QUARANTINE_FIELDS, path
 
 LOGGED_REJECTIONS = 100  # per batch: the log names them, the quarantine table holds them all
@@ -91,7 +92,7 @@ MAX_TASKS = 256
 
 
 def parse_files(spark, table: TableConfig, files: list[dict], snapshot: bool = False, root: str | None = None):
-    """A cached DataFrame of parsed records; rows with `_cdc_reason` set are rejections.
+    """A DataFrame of parsed records; rows with `_cdc_reason` set are rejections.
     `root`: the landing folder the files must stay inside (links out of it are not read).
     A snapshot's Parquet files are read one row group per task."""
     listing = []
@@ -102,7 +103,7 @@ def parse_files(spark, table: TableConfig, files: list[dict], snapshot: bool = F
     frame = spark.createDataFrame(listing, "path string, file string, file_index int, batch_seq long, "
                                            "batch_id string, row_group int")
     return frame.repartition(max(1, min(len(listing), MAX_TASKS))).mapInArrow(
-        _parse_partition(table, snapshot, root), delta.spark_schema(PARSED_FIELDS)).cache()
+        _parse_partition(table, snapshot, root), delta.spark_schema(PARSED_FIELDS))
 
 
 def _row_groups(file_path: str) -> int:
@@ -205,23 +206,13 @@ def parse_batch(spark, table: TableConfig, files: list[dict], root: str) -> pa.T
     if _bytes_of(files) <= LOCAL_PARSE_BYTES:
         listing = pa.RecordBatch.from_pylist([{**f, "row_group": None} for f in files])
         return pa.Table.from_batches(list(_parse_partition(table, False, root)([listing])), schema=schema)
-    parsed = parse_files(session_of(spark), table, files, root=root)
-    try:
-        return parsed.toArrow().cast(schema)
-    finally:
-        parsed.unpersist()
+    return parse_files(session_of(spark), table, files, root=root).toArrow().cast(schema)
 
 
 def _first_of_each_event(good: pa.Table) -> tuple[pa.Table, pa.Table]:
     """Records with an event id, the first by ordering key of each id; and those without one."""
     has_id = pc.is_valid(good["_cdc_event_id"])
-    with_id, without = good.filter(has_id), good.filter(pc.invert(has_id))
-    if with_id.num_rows:
-        ordered = with_id.sort_by([("_cdc_event_id", "ascending"), ("_cdc_order", "ascending")])
-        ids = ordered["_cdc_event_id"]
-        first = pc.not_equal(ids.slice(1), ids.slice(0, len(ids) - 1))
-        with_id = ordered.filter(pa.concat_arrays([pa.array([True]), first.combine_chunks()]))
-    return with_id, without
+    return first_of_each(good.filter(has_id), "_cdc_event_id", "ascending"), good.filter(pc.invert(has_id))
 
 
 def source_order(order: str) -> str:

@@ -25,14 +25,19 @@ def latest_per_key(frame):
     return frame.withColumn("_n", F.row_number().over(w)).where("_n = 1").drop("_n")
 
 
+def first_of_each(rows: pa.Table, column: str, order: str = "descending") -> pa.Table:
+    """Per value of `column`, the row that comes first by ordering key in `order` (in the driver)."""
+    if rows.num_rows == 0:
+        return rows
+    ordered = rows.sort_by([(column, "ascending"), ("_cdc_order", order)])
+    values = ordered[column]
+    first = pc.not_equal(values.slice(1), values.slice(0, len(values) - 1))
+    return ordered.filter(pa.concat_arrays([pa.array([True]), first.combine_chunks()]))
+
+
 def latest_of_batch(changes: pa.Table) -> pa.Table:
     """Per key, the change with the greatest ordering key (a batch's worth, in the driver)."""
-    if changes.num_rows == 0:
-        return changes
-    ordered = changes.sort_by([("_cdc_key", "ascending"), ("_cdc_order", "descending")])
-    keys = ordered["_cdc_key"]
-    first = pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1))
-    return ordered.filter(pa.concat_arrays([pa.array([True]), first.combine_chunks()]))
+    return first_of_each(changes, "_cdc_key")
 
 
 def stage_batch(cfg: Config, table: TableConfig, batch: Batch) -> dict:

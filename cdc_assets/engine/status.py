@@ -5,9 +5,9 @@ import datetime as dt
 import json
 import os
 
-
 from ..core.config import Config, TableConfig
 from . import delta
+from .errors import root_cause_of_exception
 from .landing import pending_files, registered
 from .tables import CHANGES, QUARANTINE, STAGING, TARGET, path
 
@@ -66,7 +66,7 @@ def table_status(cfg: Config, table: TableConfig) -> dict:
             top = delta.query(path(table_dir, STAGING), "SELECT _cdc_order, _cdc_file, _cdc_line FROM t "
                               f"WHERE _cdc_batch_seq <= {applied} ORDER BY _cdc_order DESC LIMIT 1")
         except Exception as e:  # noqa: BLE001 - status reports a damaged table, it does not fail on it
-            out["staging_unreadable"] = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            out["staging_unreadable"] = root_cause_of_exception(e)
             top = None
         if top is not None and top.num_rows:
             row = top.to_pylist()[0]
