@@ -78,8 +78,11 @@ def file_stats(meta: pq.FileMetaData, schema: pa.Schema) -> str:
         nulls[name] = n_null
         if lo is not None and _stat_value(lo) is not None and _stat_value(hi) is not None:
             mins[name], maxs[name] = _stat_value(lo), _stat_value(hi)
+    # Raw UTF-8, not \u escapes: delta-rs decodes an escaped surrogate pair (a character outside
+    # the Basic Multilingual Plane) 0x10000 too low, and its pruning then skips the file that
+    # holds such a key.
     return json.dumps({"numRecords": meta.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls},
-                      default=str)
+                      default=str, ensure_ascii=False)
 
 
 def _partition_values(rel_dir: str, partition_by: list[str]) -> dict:
