@@ -1,18 +1,27 @@
 """The canonical change every format is turned into, and its flat record form."""
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from dataclasses import dataclass, field
+from decimal import Decimal
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from . import ordering
-from .values import encode_row, key_text
+from .schema import STRICT, split
+from .target import arrow_type
+from .values import (BINARY, BOOLEAN, DATE, DOUBLE, INT, LONG, NULL, STRING, TIMESTAMP, TIMESTAMP_NTZ, Misfit, convert,
+                     decimal_parts, encode_row, key_text)
 
 UPSERT, DELETE = "U", "D"
 
-# The flat record shared by `changes`, `staging` and `base`; `_cdc_row` keeps the
-# row image as JSON (values JSON has no type for are tagged, see values.encode_row)
-# so that a new source column never needs a schema change there.
+# The flat record shared by `changes`, `staging` and `base`. Beside it, those tables hold
+# source columns as typed columns (`stored_form`); a change whose values cannot be stored
+# that way keeps its row image as JSON in `_cdc_row` instead (values JSON has no type for
+# are tagged, see values.encode_row), and its typed columns stay null.
 RECORD_FIELDS = (
     ("_cdc_key", "string"),
     ("_cdc_op", "string"),
@@ -101,3 +110,80 @@ def to_reject(rej: Rejection, *, batch_seq: int, batch_id: str, file_name: str) 
         "_cdc_reason": rej.reason,
         "_cdc_raw": rej.raw[:RAW_LIMIT],
     }
+
+
+def storable_name(column: str) -> bool:
+    """A source column name that can be a column beside the record's own (`_cdc_` ones) and
+    be named in Spark SQL."""
+    return not column.startswith("_cdc_") and "`" not in column
+
+
+def stored_form(images: list[dict], from_text: list[bool], ledger: dict[str, str],
+                stored: dict[str, str]) -> tuple[dict[str, pa.Array], list[bool]]:
+    """How each change of a batch is stored: in typed columns, or as its row image.
+
+    A change is stored in typed columns when every value it has is of a strict column type
+    (declared in `columns:`, or given by an Avro or Parquet file's schema: such a type only
+    widens exactly, so the target casts a stored value exactly to whatever type the column
+    reaches) and fits the column's stored type, which never changes once the column exists
+    (`stored`). Changes from text files (CSV) and changes with an inferred value keep their
+    row image: a later widening to text needs the value as it was written.
+
+    Returns the typed columns (the stored ones and new ones; null where a change keeps its
+    image) and which changes keep their image."""
+    typed = [not t for t in from_text]
+    names: dict[str, None] = {}
+    for image in images:
+        names.update(dict.fromkeys(image))
+    arrays: dict[str, pa.Array] = {}
+    for column in names:
+        values = [image.get(column) for image in images]
+        mark, type_ = split(ledger.get(column, ""))
+        want = stored.get(column) or type_
+        if mark != STRICT or want == NULL or not storable_name(column):
+            typed = [ok and v is None for ok, v in zip(typed, values)]
+            continue
+        arrays[column], fits = _typed_array(values, want)
+        typed = [ok and f for ok, f in zip(typed, fits)]
+    kept = pa.array(typed, pa.bool_())
+    out = {}
+    for column, type_ in stored.items():
+        out[column] = pa.nulls(len(images), arrow_type(type_)) if column not in arrays else arrays.pop(column)
+    out.update(arrays)
+    out = {c: pc.if_else(kept, a, pa.nulls(len(images), a.type)) for c, a in out.items()}
+    # A new column only when some typed change has a value there.
+    out = {c: a for c, a in out.items() if c in stored or a.null_count < len(a)}
+    return out, [not ok for ok in typed]
+
+
+# Python types whose values Arrow turns into a column type exactly as `convert` does.
+_EXACT = {BOOLEAN: (bool,), INT: (int,), LONG: (int,), DOUBLE: (float,), STRING: (str,), DATE: (dt.date,),
+          BINARY: (bytes,)}
+
+
+def _typed_array(values: list, type_: str) -> tuple[pa.Array, list[bool]]:
+    """Values as a column of a column type, and which of them fit it (nulls fit). Values of
+    one exact Python type are converted by Arrow (a decimal by a safe cast, which refuses
+    to round or overflow), the others value by value through `convert`."""
+    want = arrow_type(type_)
+    kinds = {type(v) for v in values if v is not None}
+    exact = _EXACT.get(type_)
+    try:
+        if kinds <= set(exact or ()):
+            return pa.array(values, want), [True] * len(values)
+        if decimal_parts(type_) and kinds <= {Decimal}:
+            return pc.cast(pa.array(values), want), [True] * len(values)
+        if type_ in (TIMESTAMP, TIMESTAMP_NTZ) and kinds <= {dt.datetime} and \
+                all((v.tzinfo is not None) == (type_ == TIMESTAMP) for v in values if v is not None):
+            return pa.array(values, want), [True] * len(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+        pass  # some value does not fit as it is: each is converted (or refused) on its own
+    out, fits = [], []
+    for v in values:
+        try:
+            out.append(convert(v, type_))
+            fits.append(True)
+        except Misfit:
+            out.append(None)
+            fits.append(False)
+    return pa.array(out, want), fits

@@ -30,6 +30,7 @@ from ..core.values import DATE, DOUBLE, INT, LONG, STRING, convert, decimal_part
 from . import delta, faults, spark_files
 from .spark import session_of
 from .ingest import column_types
+from .records import read_records, stored_columns
 from .stage import latest_of_batch, latest_per_key
 from .tables import BASE, STAGING, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
 
@@ -39,20 +40,36 @@ _PRUNABLE = (INT, LONG, DOUBLE, STRING, DATE)
 ROWS_PER_FILE = 1_000_000
 
 
-def _history(spark, table_dir: str, has_base: bool, base_typed: dict[str, str]):
-    """Staging and base as one frame; a typed export's columns (`base_typed`) come along, null in
-    staged rows."""
-    staged = delta.spark_frame(spark, path(table_dir, STAGING), RECORD_FIELDS)
-    if has_base:
-        fields = list(RECORD_FIELDS) + [(c, spark_type(t)) for c, t in base_typed.items()]
-        staged = staged.unionByName(delta.spark_frame(spark, path(table_dir, BASE), fields), allowMissingColumns=True)
-    return staged
+def _history(spark, table_dir: str, has_base: bool, columns: dict[str, str]):
+    """Staging and base as one frame of records whose typed columns have the target's types
+    (`columns`); a record stored as a row image has them null."""
+    sources = [STAGING] + ([BASE] if has_base else [])
+    frames = [_as_target_types(spark, path(table_dir, name), columns) for name in sources]
+    history = frames[0]
+    for frame in frames[1:]:
+        history = history.unionByName(frame)
+    return history
 
 
-def _typed_base_columns(base_path: str) -> dict[str, str]:
-    """The source columns `base` holds as typed columns (a typed export's), by column type."""
-    record = {n for n, _ in RECORD_FIELDS}
-    return {c: t for c, t in _existing_columns(delta.open_table(base_path)).items() if c not in record}
+def _as_target_types(spark, table_path: str, columns: dict[str, str]):
+    """A record table's rows with its typed columns cast to the target's types: by Spark when
+    every cast keeps its values, else value by value (`_cast_typed`)."""
+    from pyspark.sql import functions as F
+
+    stored = stored_columns(table_path)
+    frame = delta.spark_frame(spark, table_path, list(RECORD_FIELDS) + [(c, spark_type(t)) for c, t in stored.items()])
+    record = [F.col(n) for n, _ in RECORD_FIELDS]
+    if all(_cast_keeps(stored[c], t) for c, t in columns.items() if c in stored):
+        cast = [(F.col(f"`{c}`") if c in stored else F.lit(None)).cast(spark_type(t)).alias(c)
+                for c, t in columns.items()]
+        return frame.select(*record, *cast)
+    schema = _spark_columns(columns) + ", " + delta.spark_schema(RECORD_FIELDS)
+    return frame.mapInArrow(lambda batches: (_cast_typed(b, columns, [n for n, _ in RECORD_FIELDS]) for b in batches),
+                            schema)
+
+
+def _spark_columns(columns: dict[str, str]) -> str:
+    return ", ".join(f"`{c}` {spark_type(t)}" for c, t in columns.items())
 
 
 def _existing_columns(dt_: DeltaTable | None) -> dict[str, str]:
@@ -66,14 +83,16 @@ def _columns(dt_: DeltaTable | None, images: list[dict], table_dir: str, table: 
                                 history_types=column_types(table_dir, marked=False))
 
 
+def _target_schema(columns: dict[str, str], meta=shape.META_COLUMNS) -> pa.Schema:
+    return pa.schema([pa.field(c, shape.arrow_type(t)) for c, t in columns.items()] + [pa.field(m, pa.string()) for m in meta])
+
+
 def _target_rows(winners: list[dict], columns: dict[str, str], images: list[dict], extra=()) -> pa.Table:
     data = shape.typed_columns(images, columns)
-    fields = [pa.field(c, shape.arrow_type(t)) for c, t in columns.items()]
+    meta = shape.META_COLUMNS + tuple(extra)
     arrays = [pa.array(data[c], type=shape.arrow_type(t)) for c, t in columns.items()]
-    for m in shape.META_COLUMNS + tuple(extra):
-        fields.append(pa.field(m, pa.string()))
-        arrays.append(pa.array([w[m] for w in winners], pa.string()))
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+    arrays += [pa.array([w[m] for w in winners], pa.string()) for m in meta]
+    return pa.Table.from_arrays(arrays, schema=_target_schema(columns, meta))
 
 
 def spark_type(type_: str) -> str:
@@ -82,19 +101,13 @@ def spark_type(type_: str) -> str:
 
 
 def _typed_batches(columns: dict[str, str]):
-    """What Spark runs on each slice of winners: row images -> typed target columns; a typed
-    export's rows (no row image) have theirs already and are only cast to the target's types."""
+    """What Spark runs on each slice of winners stored as row images: images -> typed target columns."""
     def run(batches):
         for batch in batches:
-            imaged = pc.is_valid(batch.column("_cdc_row"))
-            with_image = batch.filter(imaged)
-            if with_image.num_rows:
-                winners = with_image.to_pylist()
+            if batch.num_rows:
+                winners = batch.to_pylist()
                 images = [decode_row(w["_cdc_row"]) for w in winners]
                 yield from _target_rows(winners, columns, images).to_batches()
-            typed = batch.filter(pc.invert(imaged))
-            if typed.num_rows:
-                yield _cast_typed(typed, columns)
     return run
 
 
@@ -114,23 +127,21 @@ def _cast_keeps(have: str, want: str) -> bool:
         want_parts[0] - want_parts[1] >= have_parts[0] - have_parts[1]
 
 
-def _typed_frame(live, columns: dict[str, str], schema: str, base_typed: dict[str, str]):
-    """Winners as typed target rows. A typed export's rows are cast by Spark itself when every
-    cast keeps its values; rows with an image (and any other case) go through `_typed_batches`."""
+def _typed_frame(live, columns: dict[str, str], schema: str):
+    """Winners as typed target rows: those stored typed have their columns already (`_history`);
+    those stored as row images go through `_typed_batches`."""
     from pyspark.sql import functions as F
 
-    if not base_typed or not all(_cast_keeps(base_typed[c], t) for c, t in columns.items() if c in base_typed):
-        return live.mapInArrow(_typed_batches(columns), schema)
     imaged = live.where(F.col("_cdc_row").isNotNull()).mapInArrow(_typed_batches(columns), schema)
-    cast = [(F.col(f"`{c}`") if c in base_typed else F.lit(None)).cast(spark_type(t)).alias(c)
-            for c, t in columns.items()]
-    plain = live.where(F.col("_cdc_row").isNull()).select(*cast, *[F.col(m) for m in shape.META_COLUMNS])
+    plain = live.where(F.col("_cdc_row").isNull()).select(*[F.col(f"`{c}`") for c in columns],
+                                                          *[F.col(m) for m in shape.META_COLUMNS])
     return plain.unionByName(imaged)
 
 
-def _cast_typed(batch: pa.RecordBatch, columns: dict[str, str]) -> pa.RecordBatch:
-    """Typed base rows as target rows: each column cast to its target type, exactly (a cast
-    that could change a value goes value by value through `convert`, as row images do)."""
+def _cast_typed(batch, columns: dict[str, str], meta=shape.META_COLUMNS):
+    """Typed records (a RecordBatch or Table) as target rows: each column cast to its target
+    type, exactly (a cast that could change a value goes value by value through `convert`, as
+    row images do), followed by the `meta` columns."""
     arrays, fields = [], []
     names = set(batch.schema.names)
     for c, t in columns.items():
@@ -144,10 +155,10 @@ def _cast_typed(batch: pa.RecordBatch, columns: dict[str, str]) -> pa.RecordBatc
                     pa.array([convert(v, t) for v in values.to_pylist()], want)
         arrays.append(values)
         fields.append(pa.field(c, want))
-    for m in shape.META_COLUMNS:
-        arrays.append(batch.column(m).cast(pa.string()))
-        fields.append(pa.field(m, pa.string()))
-    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+    for m in meta:
+        arrays.append(batch.column(m))
+        fields.append(batch.schema.field(m))
+    return type(batch).from_arrays(arrays, schema=pa.schema(fields))
 
 
 # ---- the incremental apply ---------------------------------------------------------
@@ -249,15 +260,17 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
         figures["seconds"] = round(time.time() - t0, 2)
         return figures
 
-    pending = delta.select(path(table_dir, STAGING), RECORD_FIELDS,
-                           f"_cdc_batch_seq > {applied} AND _cdc_batch_seq <= {reached}")
+    pending = read_records(path(table_dir, STAGING), f"_cdc_batch_seq > {applied} AND _cdc_batch_seq <= {reached}")
     winners = latest_of_batch(pending)
     keys, ops, orders = (winners[c].to_pylist() for c in ("_cdc_key", "_cdc_op", "_cdc_order"))
     tombs = _tombstone_orders(table_dir, [k for k, op in zip(keys, ops) if op == UPSERT])
     # An upsert older than its key's tombstone is stale (rule 2): it never reaches the MERGE.
     alive = [not (op == UPSERT and k in tombs and tombs[k] > o) for k, op, o in zip(keys, ops, orders)]
-    source_rows = winners.filter(pa.array(alive, pa.bool_())).to_pylist()
-    images = [decode_row(w["_cdc_row"]) for w in source_rows]
+    live = winners.filter(pa.array(alive, pa.bool_()))
+    live = live.append_column("_cdc_apply", live["_cdc_op"])
+    imaged = pc.is_valid(live["_cdc_row"])
+    image_rows = live.filter(imaged).to_pylist()
+    images = [decode_row(w["_cdc_row"]) for w in image_rows]
     faults.point("target.computed")  # decided; nothing is committed yet
     columns = _columns(dt_, images, table_dir, table)
     if any(_existing_columns(dt_).get(c, t) != t for c, t in columns.items()):
@@ -267,9 +280,10 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
         dt_ = DeltaTable(target_path)
     _merge_tombstones(table_dir, winners, reached)
     files_before, version_before = len(dt_.file_uris()), dt_.version()
-    for w in source_rows:
-        w["_cdc_apply"] = w["_cdc_op"]
-    source = _target_rows(source_rows, columns, images, extra=("_cdc_apply",))
+    extra = shape.META_COLUMNS + ("_cdc_apply",)
+    source = pa.concat_tables([_target_rows(image_rows, columns, images, extra=("_cdc_apply",)),
+                               _cast_typed(live.filter(pc.invert(imaged)), columns, extra).cast(
+                                   _target_schema(columns, extra))])
     in_range = key_range(source, table, columns, alias="t.")
     predicate = "t._cdc_key = s._cdc_key" + (f" AND {in_range}" if in_range else "")
     props = delta.commit_props(TARGET, reached, {"from_batch": applied + 1,
@@ -312,8 +326,11 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
     spark = session_of(spark)
     table_dir = cfg.table_dir(table.name)
     target_path = path(table_dir, TARGET)
-    base_typed = _typed_base_columns(path(table_dir, BASE))
-    history = _history(spark, table_dir, table.base_snapshot is not None, base_typed) \
+    if columns is None:
+        ledger = column_types(table_dir, marked=False)
+        columns = shape.target_columns(_existing_columns(dt_), [], table.keys, table.partition_by,
+                                       history_types=ledger)
+    history = _history(spark, table_dir, table.base_snapshot is not None, columns) \
         .where(F.col("_cdc_batch_seq") <= reached)
     # A history in which every key has one change (a first build from an export with distinct
     # keys, the common case) is its own latest: one narrow count of keys spares the shuffle
@@ -321,10 +338,6 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
     distinct = history.groupBy("_cdc_key").count().where("count > 1").limit(1).count() == 0
     latest = history if distinct else latest_per_key(history).cache()
     try:
-        if columns is None:
-            ledger = column_types(table_dir, marked=False)
-            columns = shape.target_columns(_existing_columns(dt_), [], table.keys, table.partition_by,
-                                           history_types=ledger)
         if partition_keys is not None and _existing_columns(dt_) != columns | {m: STRING for m in shape.META_COLUMNS}:
             partition_keys = None  # a column is new or wider since: every file is rewritten with the new schema
         live = latest.where(F.col("_cdc_op") == UPSERT)
@@ -333,7 +346,7 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
             live = live.where(F.col("_cdc_partition").isin(wanted))
         schema = ", ".join(f"`{c}` {spark_type(t)}" for c, t in columns.items()) + ", " + \
             ", ".join(f"`{m}` string" for m in shape.META_COLUMNS)
-        typed = _typed_frame(live, columns, schema, base_typed)
+        typed = _typed_frame(live, columns, schema)
         # Files of about ROWS_PER_FILE rows, each holding one range of keys (within a partition),
         # so that a MERGE's key range rules most of them out by their statistics.
         n_files = max(1, math.ceil(live.count() / ROWS_PER_FILE))

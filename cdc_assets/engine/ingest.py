@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..core import ordering
-from ..core.changes import RECORD_FIELDS, REJECT_FIELDS, UPSERT, Change, Rejection, to_record, to_reject
+from ..core.changes import (RECORD_FIELDS, REJECT_FIELDS, UPSERT, Change, Rejection, stored_form, to_record,
+                            to_reject)
 from ..core.config import Config, TableConfig
 from ..core.formats import parquet_row_group, parse_file, parse_snapshot, raw_line
 from ..core.schema import admit, is_text_source, joined, plain
@@ -18,6 +19,7 @@ from ..core.values import decode_row
 from . import delta, faults
 from .landing import Batch, inside, is_done_or_next
 from .spark import session_of
+from .records import stored_columns
 from .stage import first_of_each
 from .tables import BASE, CHANGES, QUARANTINE, QUARANTINE_FIELDS, path
 
@@ -147,28 +149,33 @@ def column_types(table_dir: str, marked: bool = True) -> dict[str, str]:
     return ledger if marked else plain(ledger)
 
 
-def admit_rows(types: dict, rows: pa.Table, text_source_of) -> list[str | None]:
-    """Admit each row (in the given order) to the column types; the reason for each misfit."""
-    reasons = []
+def admit_rows(types: dict, rows: pa.Table, text_source_of) -> tuple[list[str | None], list[dict]]:
+    """Admit each row (in the given order) to the column types: the reason for each misfit,
+    and each row's image."""
+    reasons, images = [], []
     for r in rows.select(["_cdc_op", "_cdc_row", "_cdc_file", "_cdc_types"]).to_pylist():
+        image = decode_row(r["_cdc_row"]) if r["_cdc_row"] is not None else {}
+        images.append(image)
         if r["_cdc_op"] != UPSERT:
             reasons.append(None)  # a delete's image never reaches the target
             continue
         row_types = json.loads(r["_cdc_types"]) if r["_cdc_types"] else None
-        reasons.append(admit(types, decode_row(r["_cdc_row"]), text_source_of(r["_cdc_file"]), row_types))
-    return reasons
+        reasons.append(admit(types, image, text_source_of(r["_cdc_file"]), row_types))
+    return reasons, images
 
 
-def admit_types(new: pa.Table, types: dict, batch: Batch, landing: str) -> tuple[pa.Table, pa.Table]:
+def admit_types(new: pa.Table, types: dict, batch: Batch, landing: str) -> tuple[pa.Table, list[dict], pa.Table]:
     """Split the batch's new changes into those whose values fit the column types (which they
-    widen, in arrival order) and rejections for those that cannot widen them."""
+    widen, in arrival order), with their row images, and rejections for those that cannot
+    widen them."""
     index = {f: i for i, f in enumerate(batch.files)}
     arrival = sorted(range(new.num_rows), key=lambda i: (index.get(new["_cdc_file"][i].as_py(), 0),
                                                           new["_cdc_line"][i].as_py()))
     in_order = new.take(pa.array(arrival, pa.int64()))
     rows = in_order.select(["_cdc_row", "_cdc_file", "_cdc_line"]).to_pylist()
     keep, rejects, texts = [True] * len(rows), [], {}
-    for i, reason in enumerate(admit_rows(types, in_order, is_text_source)):
+    reasons, images = admit_rows(types, in_order, is_text_source)
+    for i, reason in enumerate(reasons):
         r = rows[i]
         if reason:
             keep[i] = False
@@ -180,7 +187,20 @@ def admit_types(new: pa.Table, types: dict, batch: Batch, landing: str) -> tuple
             rejects.append(to_reject(Rejection(r["_cdc_line"], reason, raw), batch_seq=batch.seq,
                                      batch_id=batch.id, file_name=f))
     kept = in_order.filter(pa.array(keep, pa.bool_())).select([n for n, _ in RECORD_FIELDS])
-    return kept, pa.Table.from_pylist(rejects, schema=delta.arrow_schema(REJECT_FIELDS))
+    kept_images = [image for image, k in zip(images, keep) if k]
+    return kept, kept_images, pa.Table.from_pylist(rejects, schema=delta.arrow_schema(REJECT_FIELDS))
+
+
+def stored_changes(records: pa.Table, images: list[dict], ledger: dict, stored: dict[str, str]) -> pa.Table:
+    """The batch's records as `changes` holds them: source columns typed where the column
+    types allow it (`core.changes.stored_form`), row images kept where they do not."""
+    from_text = [is_text_source(f) for f in records["_cdc_file"].to_pylist()]
+    columns, imaged = stored_form(images, from_text, ledger, stored)
+    rows = pc.if_else(pa.array(imaged, pa.bool_()), records["_cdc_row"], pa.nulls(records.num_rows, pa.string()))
+    records = records.set_column(records.schema.get_field_index("_cdc_row"), "_cdc_row", rows)
+    for column, values in columns.items():
+        records = records.append_column(column, values)
+    return records
 
 
 # A batch whose files hold at most this many bytes is parsed in this process, by the same code
@@ -269,7 +289,8 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
         with_id = with_id.filter(pc.invert(pc.is_in(with_id["_cdc_event_id"], value_set=seen)))
     distinct_rows = pa.concat_tables([with_id, without_id])
     types = column_types(table_dir)
-    new, misfits = admit_types(distinct_rows, types, batch, landing)
+    admitted, images, misfits = admit_types(distinct_rows, types, batch, landing)
+    new = stored_changes(admitted, images, types, stored_columns(changes_path))
     n_rejected = quarantine(table, table_dir, pa.concat_tables([unreadable.cast(misfits.schema), misfits]),
                             batch.seq, log)
     metrics = {

@@ -10,10 +10,10 @@ import time
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..core.changes import RECORD_FIELDS
 from ..core.config import Config, TableConfig
 from . import delta
 from .landing import Batch, is_done_or_next
+from .records import read_records
 from .tables import CHANGES, STAGING, path
 
 
@@ -49,7 +49,7 @@ def stage_batch(cfg: Config, table: TableConfig, batch: Batch) -> dict:
     if delta.step_version(path(table_dir, CHANGES), CHANGES) < batch.seq:
         raise RuntimeError(f"table {table.name}: batch {batch.id} has no committed changes yet: materialize changes first")
     # The batch's changes only: delta-rs skips the files of other batches by their statistics.
-    batch_changes = delta.select(path(table_dir, CHANGES), RECORD_FIELDS, f"_cdc_batch_seq = {batch.seq}")
+    batch_changes = read_records(path(table_dir, CHANGES), f"_cdc_batch_seq = {batch.seq}")
     staged = latest_of_batch(batch_changes)
     n_changes = batch_changes.num_rows
     metrics = {"changes": n_changes, "staged": staged.num_rows, "superseded_in_batch": n_changes - staged.num_rows}

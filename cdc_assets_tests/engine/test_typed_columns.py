@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import json
 import os
 from decimal import Decimal
 
@@ -169,3 +170,42 @@ def test_datastream_json_payload_with_declared_types(spark, workdir):
     run_ok(cfg, "DSJ")
     (row,) = target_rows(cfg, "DSJ")
     assert row["total"] == Decimal("20.01") and row["placed"] == dt.datetime(2024, 3, 1, 10, 5, tzinfo=UTC)
+
+
+def test_changes_and_staging_hold_typed_source_columns_any_reader_can_filter(spark, workdir):
+    """A Parquet file's columns are typed columns of `changes` and `staging` too, so a Delta
+    reader filters them by value; a JSON change with inferred types keeps its row image; a
+    value too wide for a column's stored type keeps its image and still reaches the target."""
+    cfg = write_config(workdir, [{"name": "STORED", "keys": ["id"], "format": "changeset", "options": CHANGESET}])
+    land(cfg, "STORED", "batch-1", {"part.parquet": parquet(pa.table({
+        "op": ["I", "I"], "id": pa.array([1, 2], pa.int64()), "seq": [1, 1],
+        "amount": pa.array([Decimal("12.50"), Decimal("-0.01")], pa.decimal128(12, 2)),
+        "at": pa.array([dt.datetime(2024, 1, 1, 9, tzinfo=UTC), None], pa.timestamp("us", tz="UTC")),
+        "n": pa.array([1, 2], pa.int32())}))})
+    run_ok(cfg, "STORED")
+    for table in ("changes", "staging"):
+        data = DeltaTable(os.path.join(cfg.table_dir("STORED"), table)).to_pyarrow_table(
+            filters=[("amount", "<", Decimal("0"))])
+        assert data["id"].to_pylist() == [2], table
+        assert data.schema.field("amount").type == pa.decimal128(12, 2)
+        assert data.schema.field("at").type == pa.timestamp("us", tz="UTC")
+        assert data["_cdc_row"].to_pylist() == [None]
+    land(cfg, "STORED", "batch-2", {
+        "part.parquet": parquet(pa.table({"op": ["U"], "id": pa.array([1], pa.int64()), "seq": [2],
+                                          "amount": pa.array([Decimal("12.50")], pa.decimal128(12, 2)),
+                                          "n": pa.array([1 << 40], pa.int64())})),
+        "z.jsonl": jsonl([{"op": "I", "id": 3, "seq": 1, "amount": 4.5, "note": "hi"},
+                          {"op": "I", "id": 4, "seq": 1, "amount": 0.25}]),
+    })
+    run_ok(cfg, "STORED")
+    second = {r["_cdc_key"]: r for r in DeltaTable(os.path.join(cfg.table_dir("STORED"), "changes")).to_pyarrow_table(
+        filters=[("_cdc_batch_seq", "=", 2)]).to_pylist()}
+    second = {int(json.loads(k)[0]): r for k, r in second.items()}
+    assert second[1]["_cdc_row"] is not None and second[1]["n"] is None  # 2**40 does not fit the stored int
+    assert second[3]["_cdc_row"] is not None and second[3]["amount"] is None  # an inferred value ("note")
+    assert second[4]["_cdc_row"] is None and second[4]["amount"] == Decimal("0.25")  # every column typed
+    rows = by_key(target_rows(cfg, "STORED"), "id")
+    assert rows[(1,)]["n"] == 1 << 40 and rows[(1,)]["amount"] == Decimal("12.50")
+    assert rows[(3,)]["amount"] == Decimal("4.50") and rows[(3,)]["note"] == "hi"
+    assert rows[(4,)]["amount"] == Decimal("0.25") and rows[(2,)]["at"] is None
+    assert schema_of(cfg, "STORED")["n"] == pa.int64()
