@@ -37,7 +37,9 @@ from .tables import BASE, STAGING, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
 _SPARK_TYPES = {"boolean": "boolean", INT: "int", LONG: "bigint", DOUBLE: "double", STRING: "string", DATE: "date",
                 "timestamp": "timestamp", "timestamp_ntz": "timestamp_ntz", "binary": "binary"}
 _PRUNABLE = (INT, LONG, DOUBLE, STRING, DATE)
-ROWS_PER_FILE = 1_000_000
+# A MERGE rewrites every target file that holds a touched key, so a file's size is what a
+# small batch costs: a 1M-row file took delta-rs 0.84 s to rewrite, a 250k-row one 0.22 s.
+ROWS_PER_FILE = 250_000
 
 
 def _history(spark, table_dir: str, has_base: bool, columns: dict[str, str]):
