@@ -593,9 +593,10 @@ def _mb(step: Step) -> int | None:
 
 class Bench:
     def __init__(self, work: str, seed: int = 7, step_timeout: float = 300, modes=("cold", "warm"),
-                 echo=print, driver_memory: str = "2g"):
+                 echo=print, driver_memory: str = "2g", run_spark: dict | None = None):
         self.work, self.seed, self.timeout, self.modes, self.echo = work, seed, step_timeout, tuple(modes), echo
         self.driver_memory = driver_memory
+        self.run_spark = run_spark or {}  # cdc.yaml `spark:` of the runs (import and cold apply)
         self.server: ConnectServer | None = None
         self.server_error = ""
         self._product_bases: dict[tuple, tuple[str, Step]] = {}
@@ -639,7 +640,10 @@ class Bench:
         os.makedirs(os.path.join(ws, "landing"), exist_ok=True)
         path = os.path.join(ws, file_name)
         with open(path, "w") as fh:
-            json.dump({"warehouse": "./warehouse", "landing": "./landing", "tables": tables}, fh, indent=2)
+            config = {"warehouse": "./warehouse", "landing": "./landing", "tables": tables}
+            if self.run_spark:
+                config["spark"] = self.run_spark
+            json.dump(config, fh, indent=2)
         return path
 
     def product_base(self, case: Case) -> tuple[str, Step]:
@@ -1044,6 +1048,8 @@ def parse_args(argv=None):
     ap.add_argument("--work", help="generated data and warehouses (default: a new /tmp/bench-* folder)")
     ap.add_argument("--keep", action="store_true", help="keep the generated data and warehouses")
     ap.add_argument("--driver-memory", default="2g", help="the Spark Connect server's driver memory (warm runs)")
+    ap.add_argument("--run-driver-memory", help="cdc.yaml spark.driver.memory of the runs' own Spark (import, cold "
+                                                "apply), with spark.driver.maxResultSize 64m (default: the product's)")
     ap.add_argument("--replot", metavar="CSV", help="only redraw bench_apply.png from an earlier bench.csv (first argument)")
     args = ap.parse_args(argv)
     big = args.long
@@ -1060,8 +1066,10 @@ def parse_args(argv=None):
 
 def run(args, echo=print) -> list[Result]:
     work = args.work or tempfile.mkdtemp(prefix="bench-", dir="/tmp")
+    run_spark = {"spark.driver.memory": args.run_driver_memory, "spark.driver.maxResultSize": "64m"} \
+        if getattr(args, "run_driver_memory", None) else None
     bench = Bench(work, seed=args.seed, step_timeout=args.step_timeout, modes=args.modes, echo=echo,
-                  driver_memory=args.driver_memory)
+                  driver_memory=args.driver_memory, run_spark=run_spark)
     results: list[Result] = []
     echo(f"work folder {work}; step timeout {args.step_timeout:.0f} s", flush=True)
     try:
