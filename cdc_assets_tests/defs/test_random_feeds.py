@@ -18,7 +18,9 @@ without overrunning hypothesis' buffer):
   numbers); bigquery-append (change_sequence_number as an integer or a CSN
   string); bigquery-cdc (_CHANGE_SEQUENCE_NUMBER, 1-4 hex sections, any case);
   changeset CSV and JSON lines (sequence_by an integer column and/or a
-  timestamp column);
+  timestamp column), and changeset JSON lines whose columns are all declared
+  (`columns:`: long, double, string, timestamp), which changes and staging
+  store in typed columns;
 - a delivery: shuffled, split into files and batches, some events duplicated
   (same event id, in the same or another batch), some delayed into later
   batches; CSV base snapshots (source exports) for some tables.
@@ -28,7 +30,7 @@ apart), so one run of a table applies them all. Each batch is landed, then the
 table is run as `cdc-assets run` runs it (`cdc_assets.cli.runner.run_table`:
 the ledger entry, the Dagster base, ingest and apply jobs of
 `build_definitions`, their asset checks), in this process.
-Normal run: 2 examples x 6 tables x 18 feeds = 216 feeds; `--long`: 10 x 6 x 40 = 2400.
+Normal run: 2 examples x 7 tables x 18 feeds = 252 feeds; `--long`: 10 x 7 x 40 = 2800.
 RANDOM_FEEDS_EXAMPLES / RANDOM_FEEDS_PER_TABLE override both; RANDOM_FEEDS_THREADS (default 2)
 is how many tables run side by side.
 
@@ -216,6 +218,7 @@ class TablePlan:
     slots: list[list[str]]  # per batch: file names
     feeds: list[FeedPlan] = field(default_factory=list)
     partition_by: list[str] = field(default_factory=list)
+    columns: dict[str, str] = field(default_factory=dict)  # cdc.yaml `columns:`
 
     @property
     def batches(self) -> int:
@@ -229,6 +232,8 @@ class TablePlan:
         spec = {"format": self.format, "options": self.options, "base": self.base, "slots": self.slots}
         if self.partition_by:
             spec["partition_by"] = self.partition_by
+        if self.columns:
+            spec["columns"] = self.columns
         return spec
 
 
@@ -566,11 +571,12 @@ def _ts_text(rnd: random.Random, style: str, micros: int) -> str:
     return text + ("Z" if style == "iso_z" else "")
 
 
-def changeset_feed(rnd, pools, fid, initial: dict, sequence_by: list[str], flags: dict) -> list[dict]:
-    """Change sets with an op column and sequence columns (seed 002: FLAG, ID, VALUE, CDC_TIMESTAMP)."""
+def changeset_feed(rnd, pools, fid, initial: dict, sequence_by: list[str], flags: dict, typed: bool = False) -> list[dict]:
+    """Change sets with an op column and sequence columns (seed 002: FLAG, ID, VALUE, CDC_TIMESTAMP).
+    `typed`: the columns are declared, and the integer column is written as a number."""
     history = source_history(rnd, pools, fid, pairs=False, initial=initial)
     style = rnd.choice(["space", "iso_t", "iso_z", "offset"])
-    seq_as_text = rnd.random() < 0.35  # some writers (BigQuery JSON exports) write INT64 as text
+    seq_as_text = not typed and rnd.random() < 0.35  # some writers (BigQuery JSON exports) write INT64 as text
     micros = rnd.randint(0, 10 ** 6) * 10 ** 6
     seq = rnd.choice([rnd.randint(-20, 20), 7, 98, 999])
     sub_second = rnd.random() < 0.5
@@ -601,7 +607,11 @@ def changeset_feed(rnd, pools, fid, initial: dict, sequence_by: list[str], flags
 
 # ---- tables and deliveries ---------------------------------------------------------------
 
-TABLE_KINDS = ["ds", "ds_base", "bqa", "bqc", "cs_csv", "cs_json"]
+TABLE_KINDS = ["ds", "ds_base", "bqa", "bqc", "cs_csv", "cs_json", "cs_typed"]
+# cs_typed declares every column's type (`columns:`), so its JSON changes are stored in typed
+# columns of changes and staging, and its target holds longs, doubles and UTC timestamps.
+TYPED_COLUMNS = {"feed": "string", "kid": "long", "kname": "string", "n": "long", "x": "double", TEXT_COL: "string",
+                 REGION: "string", "late": "string", SEQ_COL: "long", TS_COL: "timestamp"}
 
 
 def plan_table(rnd: random.Random, pools: Pools, name: str, kind: str, n_feeds: int, long: bool,
@@ -609,16 +619,16 @@ def plan_table(rnd: random.Random, pools: Pools, name: str, kind: str, n_feeds: 
     n_batches = rnd.randint(2, 5 if long else 4)
     base = kind == "ds_base" or (kind != "ds" and rnd.random() < 0.5)
     fmt = {"ds": "datastream-json", "ds_base": "datastream-json", "bqa": "bigquery-append",
-           "bqc": "bigquery-cdc", "cs_csv": "changeset", "cs_json": "changeset"}[kind]
+           "bqc": "bigquery-cdc", "cs_csv": "changeset", "cs_json": "changeset", "cs_typed": "changeset"}[kind]
     options, flags, sequence_by = {}, {}, []
     if fmt == "changeset":
         # the CSV table always orders by the integer column (alone or after the timestamp)
-        sequence_by = rnd.choice([[SEQ_COL], [TS_COL, SEQ_COL]] + ([[TS_COL]] if kind == "cs_json" else []))
+        sequence_by = rnd.choice([[SEQ_COL], [TS_COL, SEQ_COL]] + ([[TS_COL]] if kind != "cs_csv" else []))
         flags = rnd.choice([{"I": "I", "U": "U", "D": "D"}, {"I": 0, "U": 1, "D": 2}])
         options = {"op_column": OP_COL, "sequence_by": sequence_by, "inserts": [flags["I"]],
                    "updates": [flags["U"]], "deletes": [flags["D"]]}
     main_ext = "csv" if kind == "cs_csv" else "jsonl"
-    other_ext = "jsonl" if kind == "cs_csv" else ("csv" if kind == "cs_json" else "jsonl")
+    other_ext = "jsonl" if kind == "cs_csv" else ("csv" if kind in ("cs_json", "cs_typed") else "jsonl")
     slots = []
     for b in range(n_batches):
         names = []
@@ -628,7 +638,8 @@ def plan_table(rnd: random.Random, pools: Pools, name: str, kind: str, n_feeds: 
                 ext += ".gz"
             names.append(f"batch-{b + 1:02d}/part-{s:04d}.{ext}")
         slots.append(names)
-    table = TablePlan(name, fmt, options, base, slots, partition_by=[REGION] if partitioned else [])
+    table = TablePlan(name, fmt, options, base, slots, partition_by=[REGION] if partitioned else [],
+                      columns=dict(TYPED_COLUMNS) if kind == "cs_typed" else {})
     sources = ["oracle", "mysql", "postgres", "sqlserver"]
     rnd.shuffle(sources)
     for i in range(n_feeds):
@@ -654,7 +665,7 @@ def plan_feed(rnd, pools, table: TablePlan, fid: str, kind: str, sequence_by, fl
         source, changes = "bigquery-cdc", bigquery_cdc_feed(rnd, pools, fid, initial)
     else:
         source = f"changeset {'+'.join(sequence_by)}"
-        changes = changeset_feed(rnd, pools, fid, initial, sequence_by, flags)
+        changes = changeset_feed(rnd, pools, fid, initial, sequence_by, flags, typed=bool(table.columns))
     base = []
     if with_base:
         for row in initial.values():
@@ -778,6 +789,8 @@ def table_entry(root: str, t: TablePlan) -> dict:
         entry["options"] = t.options
     if t.partition_by:
         entry["partition_by"] = t.partition_by
+    if t.columns:
+        entry["columns"] = t.columns
     if t.base:
         entry["base_snapshot"] = os.path.join(root, "exports", f"{t.name}.csv")
     return entry
@@ -979,7 +992,7 @@ def _failures(spark, table: TablePlan, candidates: list[FeedPlan]) -> list[str |
     """Run candidate feeds side by side in one table (one run per batch); each one's first failure."""
     shell = TablePlan(table.name, table.format, table.options, table.base, table.slots,
                       [relabel(c, f"{table.name.lower()}-s{i:03d}") for i, c in enumerate(candidates)],
-                      table.partition_by)
+                      table.partition_by, table.columns)
     res = run_plans(spark, [shell], random.Random(0), threads=1)
     return [res[(shell.name, f.fid)] for f in shell.feeds]
 
@@ -1115,7 +1128,7 @@ def test_random_feed_regressions(spark):
     for gi, (spec_text, members) in enumerate(sorted(groups.items())):
         spec = json.loads(spec_text)
         t = TablePlan(f"REG{gi:03d}", spec["format"], spec["options"], spec["base"], spec["slots"],
-                      partition_by=spec.get("partition_by", []))
+                      partition_by=spec.get("partition_by", []), columns=spec.get("columns", {}))
         for mi, (name, e) in enumerate(members):
             fid = f"reg{gi:03d}-{mi:03d}"
             t.feeds.append(relabel(FeedPlan(**e["feed"]), fid))
