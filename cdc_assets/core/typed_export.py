@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.types as pt
 
 from . import ordering
-from .changes import RECORD_FIELDS, UPSERT
+from .changes import RECORD_FIELDS, UPSERT, storable_name
 from .formats import RAW_PREVIEW, scalar_column_type
 from .values import key_text, source_value
 
@@ -32,7 +32,7 @@ def export_columns(schema: pa.Schema, keys, partition_by=()) -> dict[str, str] |
         if pt.is_null(f.type):
             continue
         t = scalar_column_type(f.type)
-        if t is None or f.name.startswith("_cdc_") or "`" in f.name or f.name in out:
+        if t is None or not storable_name(f.name) or f.name in out:
             return None
         out[f.name] = t
     if any(k not in out for k in list(keys) + list(partition_by)):

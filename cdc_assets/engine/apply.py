@@ -348,8 +348,7 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
         if partition_keys is not None:
             wanted = [shape.partition_text(shape.partition_values(k)) for k in partition_keys]
             live = live.where(F.col("_cdc_partition").isin(wanted))
-        schema = ", ".join(f"`{c}` {spark_type(t)}" for c, t in columns.items()) + ", " + \
-            ", ".join(f"`{m}` string" for m in shape.META_COLUMNS)
+        schema = _spark_columns(columns) + ", " + ", ".join(f"`{m}` string" for m in shape.META_COLUMNS)
         typed = _typed_frame(live, columns, schema)
         # Files of about ROWS_PER_FILE rows, each holding one range of keys (within a partition),
         # so that a MERGE's key range rules most of them out by their statistics.
