@@ -130,6 +130,27 @@ def admit(types: dict[str, str], row: dict, text_source: bool, row_types: dict |
     return None
 
 
+def admit_columns(types: dict[str, str], rows: list[dict], row_types: dict) -> bool:
+    """Admit rows of one typed file (Avro, Parquet: every value has its column's file type) all
+    at once, when whether each fits depends only on the column types, not on the values: then
+    one row holding a value of each column admits all of them, and `types` ends as if each row
+    had been admitted in turn. False (and `types` unchanged) when a value could decide, or a
+    column misfits: the rows are then admitted one by one, which names each misfit."""
+    sample: dict = {}
+    for row in rows:
+        for col, value in row.items():
+            if value is not None and col not in sample:
+                sample[col] = value
+    for col in sample:
+        typed = row_types.get(col)
+        if typed is None:
+            return False
+        mark, have = split(types.get(col, SOFT + NULL))
+        if mark == STRICT and widen(have, typed) is None:
+            return False  # whether a value converts to the column's own type depends on the value
+    return admit(types, sample, False, row_types) is None
+
+
 def _misfit(col: str, have: str, got: str) -> str:
     return f"column {col!r} holds {_name(have)} values; this change has {_name(got)} there, which cannot widen to it"
 

@@ -64,15 +64,36 @@ def _as_column_type(values: pa.Array, type_: str, arrow_type) -> pa.Array:
     return pc.cast(values, want)
 
 
-def _texts(arrays: list) -> list[str | None] | pa.Array:
+def key_texts(arrays: list) -> list[str | None] | pa.Array:
     """Key or partition text per row, from the values as the row-by-row reader holds them."""
     if not arrays:
         return []
-    if all(pt.is_integer(a.type) and a.null_count == 0 for a in arrays):
-        # key_text of integers, built by Arrow: ["12","-3"] (canonical text of an integer is its digits)
-        parts = [pc.binary_join_element_wise('"', pc.cast(a, pa.string()), '"', "") for a in arrays]
+    parts = [_canonical_json(a) for a in arrays]
+    if all(p is not None for p in parts):
         return pc.binary_join_element_wise("[", pc.binary_join_element_wise(*parts, ","), "]", "")
     return [key_text(vs) for vs in zip(*([source_value(v) for v in a.to_pylist()] for a in arrays))]
+
+
+# Text that `values.canonical_text` keeps as it is: not a number written as text, and nothing
+# json.dumps writes as an escape other than a quote or a backslash.
+_NUMBER_LIKE_OR_CONTROL = r"^[+-]?[0-9]|[\x00-\x1f]"
+
+
+def _canonical_json(values) -> pa.Array | None:
+    """`values.canonical_text` of each value as a JSON string, built by Arrow for integers and
+    plain text without nulls; None for the others, which are built value by value."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if values.null_count:
+        return None
+    if pt.is_integer(values.type):
+        return pc.binary_join_element_wise('"', pc.cast(values, pa.string()), '"', "")
+    if pt.is_string(values.type) or pt.is_large_string(values.type):
+        if pc.any(pc.match_substring_regex(values, _NUMBER_LIKE_OR_CONTROL)).as_py():
+            return None
+        escaped = pc.replace_substring(pc.replace_substring(values, "\\", "\\\\"), '"', '\\"')
+        return pc.binary_join_element_wise('"', escaped.cast(pa.string()), '"', "")
+    return None
 
 
 def _string_array(values) -> pa.Array:
@@ -101,16 +122,16 @@ def export_batch(data: pa.Table, first_line: int, keys, partition_by, file_name:
     raws: list[str | None] = [None] * n
     for i in bad:
         raws[i] = json.dumps(data.slice(i, 1).to_pylist()[0], default=str)[:RAW_PREVIEW]
-    key_texts = _texts([data.column(k) for k in keys])
+    keys_text = key_texts([data.column(k) for k in keys])
     if bad:
-        key_texts = key_texts if isinstance(key_texts, list) else key_texts.to_pylist()
+        keys_text = keys_text if isinstance(keys_text, list) else keys_text.to_pylist()
         for i in bad:
-            key_texts[i] = None
-    partitions = _texts([data.column(c) for c in partition_by]) if partition_by else [None] * n
+            keys_text[i] = None
+    partitions = key_texts([data.column(c) for c in partition_by]) if partition_by else [None] * n
     orders = [ordering.BASE_TIER + ordering.u64(int(line)) + "|" + ordering.arrival(0, 0, int(line)) for line in lines]
     constant = lambda v, t=pa.string(): pa.array([v] * n, t)  # noqa: E731
     meta = {
-        "_cdc_key": _string_array(key_texts), "_cdc_op": constant(UPSERT), "_cdc_order": pa.array(orders),
+        "_cdc_key": _string_array(keys_text), "_cdc_op": constant(UPSERT), "_cdc_order": pa.array(orders),
         "_cdc_event_id": constant(None), "_cdc_row": constant(None), "_cdc_partition": _string_array(partitions),
         "_cdc_change_type": constant(SNAPSHOT), "_cdc_batch_seq": constant(0, pa.int64()),
         "_cdc_batch": constant("base"), "_cdc_file": constant(file_name), "_cdc_line": pa.array(lines),

@@ -14,8 +14,9 @@ from ..core.changes import (RECORD_FIELDS, REJECT_FIELDS, UPSERT, Change, Reject
                             to_reject)
 from ..core.config import Config, TableConfig
 from ..core.formats import parquet_row_group, parse_file, parse_snapshot, raw_line
-from ..core.schema import admit, is_text_source, joined, plain
-from ..core.values import decode_row
+from ..core.schema import admit, admit_columns, is_text_source, joined, plain
+from ..core.typed_changes import TypedFile, read_typed_change_file
+from ..core.values import decode_row, encode_row
 from . import delta, faults
 from .landing import Batch, inside, is_done_or_next
 from .spark import session_of
@@ -149,32 +150,63 @@ def column_types(table_dir: str, marked: bool = True) -> dict[str, str]:
     return ledger if marked else plain(ledger)
 
 
-def admit_rows(types: dict, rows: pa.Table, text_source_of) -> tuple[list[str | None], list[dict]]:
+def admit_rows(types: dict, rows: pa.Table, text_source_of, images_of=None) -> tuple[list[str | None], list[dict]]:
     """Admit each row (in the given order) to the column types: the reason for each misfit,
-    and each row's image."""
+    and each row's image. `images_of`: the image of a row without `_cdc_row` (a typed file's,
+    whose rows are admitted a file at a time where `schema.admit_columns` can)."""
     reasons, images = [], []
-    for r in rows.select(["_cdc_op", "_cdc_row", "_cdc_file", "_cdc_types"]).to_pylist():
-        image = decode_row(r["_cdc_row"]) if r["_cdc_row"] is not None else {}
-        images.append(image)
-        if r["_cdc_op"] != UPSERT:
-            reasons.append(None)  # a delete's image never reaches the target
-            continue
-        row_types = json.loads(r["_cdc_types"]) if r["_cdc_types"] else None
-        reasons.append(admit(types, image, text_source_of(r["_cdc_file"]), row_types))
+    types_of: dict = {}  # a file's rows share one types text
+    listed = rows.select(["_cdc_op", "_cdc_row", "_cdc_file", "_cdc_line", "_cdc_types"]).to_pylist()
+    i = 0
+    while i < len(listed):
+        r = listed[i]
+        text = r["_cdc_types"]
+        if text not in types_of:
+            types_of[text] = json.loads(text) if text else None
+        j = i + 1
+        if r["_cdc_row"] is None:
+            while j < len(listed) and listed[j]["_cdc_row"] is None and listed[j]["_cdc_file"] == r["_cdc_file"]:
+                j += 1
+            run = [images_of(x["_cdc_file"], x["_cdc_line"]) for x in listed[i:j]]
+            upserts = [image for x, image in zip(listed[i:j], run) if x["_cdc_op"] == UPSERT]
+            if types_of[text] and admit_columns(types, upserts, types_of[text]):
+                reasons += [None] * (j - i)
+                images += run
+                i = j
+                continue
+        else:
+            run = [decode_row(r["_cdc_row"])]
+        for x, image in zip(listed[i:j], run):
+            images.append(image)
+            reasons.append(None if x["_cdc_op"] != UPSERT  # a delete's image never reaches the target
+                           else admit(types, image, text_source_of(x["_cdc_file"]), types_of[text]))
+        i = j
     return reasons, images
 
 
-def admit_types(new: pa.Table, types: dict, batch: Batch, landing: str) -> tuple[pa.Table, list[dict], pa.Table]:
+def _images_of(values: dict[str, pa.Table]):
+    """The row image of line `line` of a typed file, from the values read beside its records."""
+    rows: dict[str, list[dict]] = {}
+
+    def image(file_name: str, line: int) -> dict:
+        if file_name not in rows:
+            rows[file_name] = values[file_name].to_pylist()
+        return dict(rows[file_name][line - 1])
+    return image
+
+
+def admit_types(new: pa.Table, types: dict, batch: Batch, landing: str,
+                values: dict[str, pa.Table] | None = None) -> tuple[pa.Table, list[dict], pa.Table]:
     """Split the batch's new changes into those whose values fit the column types (which they
     widen, in arrival order), with their row images, and rejections for those that cannot
-    widen them."""
-    index = {f: i for i, f in enumerate(batch.files)}
-    arrival = sorted(range(new.num_rows), key=lambda i: (index.get(new["_cdc_file"][i].as_py(), 0),
-                                                          new["_cdc_line"][i].as_py()))
-    in_order = new.take(pa.array(arrival, pa.int64()))
+    widen them. `values`: the source columns of typed files, whose records have no `_cdc_row`."""
+    files = pc.fill_null(pc.index_in(new["_cdc_file"], value_set=pa.array(batch.files, pa.string())), 0)
+    arrival = pc.sort_indices(pa.table({"file": files, "line": new["_cdc_line"]}),  # a stable sort
+                              sort_keys=[("file", "ascending"), ("line", "ascending")])
+    in_order = new.take(arrival)
     rows = in_order.select(["_cdc_row", "_cdc_file", "_cdc_line"]).to_pylist()
     keep, rejects, texts = [True] * len(rows), [], {}
-    reasons, images = admit_rows(types, in_order, is_text_source)
+    reasons, images = admit_rows(types, in_order, is_text_source, _images_of(values or {}))
     for i, reason in enumerate(reasons):
         r = rows[i]
         if reason:
@@ -183,7 +215,7 @@ def admit_types(new: pa.Table, types: dict, batch: Batch, landing: str) -> tuple
             if f not in texts:
                 with open(os.path.join(landing, f), "rb") as fh:
                     texts[f] = fh.read()
-            raw = raw_line(f, texts[f], r["_cdc_line"]) or r["_cdc_row"]
+            raw = raw_line(f, texts[f], r["_cdc_line"]) or r["_cdc_row"] or encode_row(images[i])
             rejects.append(to_reject(Rejection(r["_cdc_line"], reason, raw), batch_seq=batch.seq,
                                      batch_id=batch.id, file_name=f))
     kept = in_order.filter(pa.array(keep, pa.bool_())).select([n for n, _ in RECORD_FIELDS])
@@ -196,7 +228,10 @@ def stored_changes(records: pa.Table, images: list[dict], ledger: dict, stored: 
     types allow it (`core.changes.stored_form`), row images kept where they do not."""
     from_text = [is_text_source(f) for f in records["_cdc_file"].to_pylist()]
     columns, imaged = stored_form(images, from_text, ledger, stored)
-    rows = pc.if_else(pa.array(imaged, pa.bool_()), records["_cdc_row"], pa.nulls(records.num_rows, pa.string()))
+    # A typed file's change comes without its image; it is written only if the change needs it.
+    have = records["_cdc_row"].to_pylist()
+    rows = pa.array([(text if text is not None else encode_row(image)) if keep else None
+                     for keep, text, image in zip(imaged, have, images)], pa.string())
     records = records.set_column(records.schema.get_field_index("_cdc_row"), "_cdc_row", rows)
     for column, values in columns.items():
         records = records.append_column(column, values)
@@ -219,14 +254,38 @@ def _bytes_of(files: list[dict]) -> int:
     return total
 
 
-def parse_batch(spark, table: TableConfig, files: list[dict], root: str) -> pa.Table:
-    """Every record of a batch's files, parsed (rejections have `_cdc_reason`): batch-sized.
-    `spark`: a session, or a function that starts one; called only for a large batch."""
+def parse_batch(spark, table: TableConfig, files: list[dict], root: str) -> tuple[pa.Table, dict[str, pa.Table]]:
+    """Every record of a batch's files, parsed (rejections have `_cdc_reason`): batch-sized;
+    and the source columns of the files read column by column (`core.typed_changes`), whose
+    records have no `_cdc_row`. `spark`: a session, or a function that starts one; called
+    only for a large batch."""
     schema = delta.arrow_schema(PARSED_FIELDS)
-    if _bytes_of(files) <= LOCAL_PARSE_BYTES:
-        listing = pa.RecordBatch.from_pylist([{**f, "row_group": None} for f in files])
-        return pa.Table.from_batches(list(_parse_partition(table, False, root)([listing])), schema=schema)
-    return parse_files(session_of(spark), table, files, root=root).toArrow().cast(schema)
+    if _bytes_of(files) > LOCAL_PARSE_BYTES:
+        return parse_files(session_of(spark), table, files, root=root).toArrow().cast(schema), {}
+    parts, values, by_record = [], {}, []
+    for f in files:
+        typed = _typed_file(table, f, root, schema)
+        if typed is None:
+            by_record.append({**f, "row_group": None})
+        else:
+            parts.append(typed.records)
+            values[f["file"]] = typed.values
+    if by_record:
+        listing = pa.RecordBatch.from_pylist(by_record)
+        parts.append(pa.Table.from_batches(list(_parse_partition(table, False, root)([listing])), schema=schema))
+    return pa.concat_tables(parts), values
+
+
+def _typed_file(table: TableConfig, f: dict, root: str, schema: pa.Schema) -> TypedFile | None:
+    if table.format != "changeset" or not f["file"].lower().endswith(".parquet"):
+        return None
+    try:
+        data = read_landed(f["path"], root)
+    except UnreadableFile:
+        return None  # read again, and quarantined, record by record
+    return read_typed_change_file(table.format, table.options, list(table.keys), f["file"], data, table.columns,
+                                  list(table.partition_by), batch_seq=f["batch_seq"], batch_id=f["batch_id"],
+                                  file_index=f["file_index"], schema=schema)
 
 
 def _first_of_each_event(good: pa.Table) -> tuple[pa.Table, pa.Table]:
@@ -276,7 +335,7 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
     landing = cfg.landing_dir(table.name)
     files = [{"path": os.path.join(landing, f), "file": f, "file_index": i, "batch_seq": batch.seq,
               "batch_id": batch.id} for i, f in enumerate(batch.files)]
-    parsed = parse_batch(spark, table, files, root=landing)
+    parsed, values = parse_batch(spark, table, files, root=landing)
     records_read = parsed.num_rows
     faults.point("changes.parsed")
     rejected = pc.is_valid(parsed["_cdc_reason"])
@@ -289,7 +348,7 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
         with_id = with_id.filter(pc.invert(pc.is_in(with_id["_cdc_event_id"], value_set=seen)))
     distinct_rows = pa.concat_tables([with_id, without_id])
     types = column_types(table_dir)
-    admitted, images, misfits = admit_types(distinct_rows, types, batch, landing)
+    admitted, images, misfits = admit_types(distinct_rows, types, batch, landing, values)
     new = stored_changes(admitted, images, types, stored_columns(changes_path))
     n_rejected = quarantine(table, table_dir, pa.concat_tables([unreadable.cast(misfits.schema), misfits]),
                             batch.seq, log)

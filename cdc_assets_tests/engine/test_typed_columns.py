@@ -209,3 +209,33 @@ def test_changes_and_staging_hold_typed_source_columns_any_reader_can_filter(spa
     assert rows[(3,)]["amount"] == Decimal("4.50") and rows[(3,)]["note"] == "hi"
     assert rows[(4,)]["amount"] == Decimal("0.25") and rows[(2,)]["at"] is None
     assert schema_of(cfg, "STORED")["n"] == pa.int64()
+
+
+def test_a_parquet_value_that_misfits_its_column_is_quarantined_by_line_and_a_redelivered_file_counts_once(
+        spark, workdir):
+    """A Parquet change set is read column by column; where a column's file type cannot widen
+    the column's own (text into a timestamp column), each value is admitted on its own: the one
+    that does not convert goes to quarantine with its file, line and column, the others apply.
+    The same file landed again adds nothing but the same misfit."""
+    cfg = write_config(workdir, [{"name": "MIS", "keys": ["id"], "format": "changeset", "options": CHANGESET,
+                                  "columns": {"at": "timestamp"}}])
+    land(cfg, "MIS", "batch-1", {"part.jsonl": jsonl([{"op": "I", "id": 1, "seq": 1, "at": "2024-01-01T10:00:00Z"}])})
+    run_ok(cfg, "MIS")
+    changes = parquet(pa.table({"op": ["I", "I", "U"], "id": pa.array([2, 3, 4], pa.int64()), "seq": [1, 1, 1],
+                                "at": ["2024-01-02T10:00:00Z", "soon", None]}))
+    land(cfg, "MIS", "batch-2", {"part.parquet": changes})
+    run_ok(cfg, "MIS")
+    rows = by_key(target_rows(cfg, "MIS"), "id")
+    assert sorted(rows) == [(1,), (2,), (4,)]
+    assert rows[(2,)]["at"] == dt.datetime(2024, 1, 2, 10, tzinfo=UTC) and rows[(4,)]["at"] is None
+    assert schema_of(cfg, "MIS")["at"] == pa.timestamp("us", tz="UTC")
+    (q,) = delta_rows(cfg, "MIS", "quarantine")
+    assert (q["_cdc_file"], q["_cdc_line"]) == ("batch-2/part.parquet", 2)
+    assert "'at'" in q["_cdc_reason"] and '"soon"' in q["_cdc_raw"]
+
+    land(cfg, "MIS", "batch-3", {"part.parquet": changes})
+    run_ok(cfg, "MIS")
+    assert [r for r in delta_rows(cfg, "MIS", "changes") if r["_cdc_batch_seq"] == 3] == []
+    assert sorted((q["_cdc_file"], q["_cdc_line"]) for q in delta_rows(cfg, "MIS", "quarantine")) == [
+        ("batch-2/part.parquet", 2), ("batch-3/part.parquet", 2)]
+    assert by_key(target_rows(cfg, "MIS"), "id") == rows

@@ -1,0 +1,179 @@
+"""A typed change file (Parquet, format `changeset`) as change records, column by column.
+
+A Parquet change set already says each column's type, so the ordering key, the key and
+partition text and the content event id of every change can be computed a column at a
+time instead of a record at a time. The records are exactly those `formats.parse_file`
+and `changes.to_record` make of the same file (a property test holds the two side by side),
+except that the row image is not written as JSON: the file's values travel beside the
+records (`TypedFile.values`, row i holding line i + 1) and become a JSON image only for a
+change that cannot be stored in typed columns.
+
+A file takes the record-at-a-time path instead when any of its records would be rejected
+(a null key, an unknown op), when a column has no column type of its own (nested values,
+time of day, nanosecond timestamps, unsigned 64-bit integers, a non-finite float) or when a
+sequence column cannot order changes: that path names each bad record in quarantine.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.types as pt
+
+from . import ordering
+from .changes import DELETE, UPSERT
+from .formats import arrow_column_type, scalar_column_type
+from .ordering import OrderingError
+from .typed_export import key_texts
+from .values import _encode_value
+
+_encode_text = json.encoder.encode_basestring  # json.dumps(text, ensure_ascii=False), without the call
+
+
+@dataclass
+class TypedFile:
+    records: pa.Table  # the parsed records (ingest.PARSED_FIELDS), `_cdc_row` null
+    values: pa.Table   # the source columns of each record, in the file's order, line i + 1 at row i
+
+
+def read_typed_change_file(fmt: str, options: dict, keys, name: str, data: bytes, declared: dict | None,
+                           partition_by, *, batch_seq: int, batch_id: str, file_index: int,
+                           schema: pa.Schema) -> TypedFile | None:
+    """The file's records computed column by column, or None when the file must be read
+    record by record (see the module's docstring)."""
+    if fmt != "changeset" or not name.lower().endswith(".parquet"):
+        return None
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(io.BytesIO(data))
+    except Exception:  # noqa: BLE001 - the record-at-a-time reader quarantines it with its reason
+        return None
+    return typed_change_records(table, options, keys, name, declared, partition_by, batch_seq=batch_seq,
+                                batch_id=batch_id, file_index=file_index, schema=schema)
+
+
+def _usable(table: pa.Table) -> bool:
+    names = table.column_names
+    if len(set(names)) != len(names) or table.num_rows == 0:
+        return False
+    for f in table.schema:
+        t = f.type.value_type if pt.is_dictionary(f.type) else f.type
+        if pt.is_null(t):
+            continue
+        if scalar_column_type(t) is None or pt.is_uint64(t) or (pt.is_timestamp(t) and t.unit == "ns"):
+            return False
+        if pt.is_floating(t):
+            column = table.column(f.name)
+            if pc.any(pc.invert(pc.is_finite(column))).as_py():  # NaN and infinities become text
+                return False
+    return True
+
+
+def _plain_column(column: pa.ChunkedArray) -> pa.Array:
+    column = column.combine_chunks()
+    return column.dictionary_decode() if pt.is_dictionary(column.type) else column
+
+
+def typed_change_records(table: pa.Table, options: dict, keys, name: str, declared: dict | None, partition_by, *,
+                         batch_seq: int, batch_id: str, file_index: int, schema: pa.Schema) -> TypedFile | None:
+    op_column, sequence_by = options["op_column"], list(options.get("sequence_by", []))
+    if not _usable(table) or op_column not in table.column_names:
+        return None
+    if any(c not in table.column_names for c in [*keys, *sequence_by]):
+        return None
+    columns = {c: _plain_column(table.column(c)) for c in table.column_names}
+    n = table.num_rows
+    flags = ["" if v is None else str(v) for v in columns[op_column].to_pylist()]
+    deletes = set(map(str, options.get("deletes", [])))
+    upserts = set(map(str, options.get("inserts", []))) | set(map(str, options.get("updates", [])))
+    ops = [DELETE if f in deletes else UPSERT if f in upserts else None for f in flags]
+    if None in ops or any(columns[k].null_count for k in keys):
+        return None
+    try:
+        source_orders = _source_orders([columns[c] for c in sequence_by], n)
+    except OrderingError:
+        return None
+    values = pa.table({c: a for c, a in columns.items() if c != op_column})
+    key_text = _strings(key_texts([values.column(k) for k in keys]))
+    # "|" + ordering.arrival(batch_seq, file_index, line): the line is its last 16 hex digits
+    head = "|" + ordering.arrival(batch_seq, file_index, 0)[:-16]
+    arrivals = pa.array([f"{head}{line:016x}" for line in range(1, n + 1)], pa.string())
+    orders = pc.binary_join_element_wise(ordering.CHANGE_TIER, source_orders, arrivals, "")
+    op_array = pa.array(ops, pa.string())
+    event_ids = _content_ids(key_text, op_array, source_orders, values) if sequence_by else pa.nulls(n, pa.string())
+    file_types = {f.name: t for f in table.schema if (t := arrow_column_type(f.type))}
+    types = {**(declared or {}), **file_types}
+    partitions = _strings(key_texts([values.column(c) if c in values.column_names else pa.nulls(n)
+                                     for c in partition_by])) if partition_by else pa.nulls(n, pa.string())
+    constant = lambda v, t=pa.string(): pa.array([v] * n, t)  # noqa: E731
+    record = {
+        "_cdc_key": key_text, "_cdc_op": op_array, "_cdc_order": orders, "_cdc_event_id": event_ids,
+        "_cdc_row": pa.nulls(n, pa.string()), "_cdc_partition": partitions,
+        "_cdc_change_type": pa.array(flags, pa.string()), "_cdc_batch_seq": constant(batch_seq, pa.int64()),
+        "_cdc_batch": constant(batch_id), "_cdc_file": constant(name),
+        "_cdc_line": pa.array(range(1, n + 1), pa.int64()),
+        "_cdc_types": constant(json.dumps(types, sort_keys=True) if types else None),
+        "_cdc_reason": pa.nulls(n, pa.string()), "_cdc_raw": pa.nulls(n, pa.string()),
+    }
+    return TypedFile(pa.table({f.name: record[f.name] for f in schema}, schema=schema), values)
+
+
+def _strings(texts) -> pa.Array:
+    if isinstance(texts, pa.ChunkedArray):
+        texts = texts.combine_chunks()
+    return texts.cast(pa.string()) if isinstance(texts, pa.Array) else pa.array(texts, pa.string())
+
+
+def _source_orders(columns: list[pa.Array], n: int) -> pa.Array:
+    """The changeset ordering key of every record (`ordering.typed_value` per sequence column)."""
+    if not columns:
+        return pa.array([""] * n, pa.string())
+    return pc.binary_join_element_wise(*[_typed_values(c) for c in columns], "")
+
+
+def _typed_values(column: pa.Array) -> pa.Array:
+    """`ordering.typed_value` of each value; non-negative integers by Arrow: "1" + "6", the
+    exponent + 5000, and the digits without trailing zeros, then "." (zero is "15")."""
+    if pt.is_integer(column.type) and column.null_count == 0 and pc.min(column).as_py() >= 0:
+        digits = pc.cast(column, pa.string())
+        exponent = pc.cast(pc.add(pc.utf8_length(digits), 4999), pa.string())
+        positive = pc.binary_join_element_wise("16", exponent, pc.utf8_rtrim(digits, "0"), ".", "")
+        return pc.if_else(pc.equal(column, 0), "15", positive)
+    return pa.array([ordering.typed_value(v) for v in column.to_pylist()], pa.string())
+
+
+def _json_texts(column: pa.Array) -> pa.Array:
+    """Each value as `values.encode_row` writes it (JSON, with the tags of `_encode_value`)."""
+    t = column.type
+    values = column.to_pylist()
+    if pt.is_string(t) or pt.is_large_string(t):
+        texts = ["null" if v is None else _encode_text(v) for v in values]
+    elif pt.is_integer(t):
+        texts = ["null" if v is None else str(v) for v in values]
+    elif pt.is_decimal(t):
+        texts = ["null" if v is None else '{"$decimal": "' + str(v) + '"}' for v in values]
+    else:
+        texts = [json.dumps(_encode_value(v), ensure_ascii=False) for v in values]
+    return pa.array(texts, pa.string())
+
+
+def _json_string(texts: pa.Array) -> pa.Array:
+    """JSON text (no raw control characters) as a JSON string, as json.dumps quotes it."""
+    escaped = pc.replace_substring(pc.replace_substring(texts, "\\", "\\\\"), '"', '\\"')
+    return pc.binary_join_element_wise('"', escaped, '"', "")
+
+
+def _content_ids(keys: pa.Array, ops: pa.Array, source_orders: pa.Array, values: pa.Table) -> pa.Array:
+    """`changes.content_id` of every record: sha1 of [key text, op, source order, the sorted row image]."""
+    names = sorted(values.column_names)
+    parts = [pc.binary_join_element_wise(_encode_text(c) + ": ", _json_texts(values.column(c).combine_chunks()), "")
+             for c in names]
+    rows = pc.binary_join_element_wise("{", pc.binary_join_element_wise(*parts, ", ") if parts else "", "}", "")
+    texts = pc.binary_join_element_wise("[", _json_string(keys), ", ", _json_string(ops), ", ",
+                                        _json_string(source_orders), ", ", _json_string(rows), "]", "")
+    return pa.array(["sha1:" + hashlib.sha1(t.encode("utf-8")).hexdigest() for t in texts.to_pylist()], pa.string())
