@@ -20,7 +20,7 @@ without overrunning hypothesis' buffer):
   changeset CSV and JSON lines (sequence_by an integer column and/or a
   timestamp column), and changeset JSON lines whose columns are all declared
   (`columns:`: long, double, string, timestamp), which changes and staging
-  store in typed columns;
+  store in typed columns, some of their files Parquet (read column by column);
 - a delivery: shuffled, split into files and batches, some events duplicated
   (same event id, in the same or another batch), some delayed into later
   batches; CSV base snapshots (source exports) for some tables.
@@ -86,6 +86,7 @@ from decimal import Decimal, InvalidOperation
 
 import dagster as dg
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from hypothesis import HealthCheck, Phase, given, settings
@@ -634,7 +635,9 @@ def plan_table(rnd: random.Random, pools: Pools, name: str, kind: str, n_feeds: 
         names = []
         for s in range(rnd.randint(1, 3)):
             ext = main_ext if rnd.random() < 0.75 else other_ext
-            if rnd.random() < 0.15:
+            if kind == "cs_typed" and rnd.random() < 0.4:
+                ext = "parquet"
+            elif rnd.random() < 0.15:
                 ext += ".gz"
             names.append(f"batch-{b + 1:02d}/part-{s:04d}.{ext}")
         slots.append(names)
@@ -708,7 +711,33 @@ def _csv_text(value) -> str:
     return str(value)
 
 
+# A Parquet change file's column types: those cs_typed declares, the op column's inferred.
+PARQUET_TYPES = {"feed": pa.string(), "kid": pa.int64(), "kname": pa.string(), "n": pa.int64(), "x": pa.float64(),
+                 TEXT_COL: pa.string(), REGION: pa.string(), "late": pa.string(), SEQ_COL: pa.int64(),
+                 TS_COL: pa.timestamp("us", "UTC")}
+
+
+def _utc(text: str | None) -> dt.datetime | None:
+    if text is None:
+        return None
+    t = dt.datetime.fromisoformat(text)
+    return t.replace(tzinfo=dt.timezone.utc) if t.tzinfo is None else t
+
+
+def _parquet_file(records: list[dict]) -> bytes:
+    columns = list(dict.fromkeys(c for r in records for c in r))
+    arrays = {}
+    for c in columns:
+        values = [r.get(c) for r in records]
+        arrays[c] = pa.array([_utc(v) for v in values] if c == TS_COL else values, PARQUET_TYPES.get(c))
+    buf = io.BytesIO()
+    pq.write_table(pa.table(arrays), buf)
+    return buf.getvalue()
+
+
 def render_file(name: str, records: list[dict], rnd: random.Random) -> bytes:
+    if name.endswith(".parquet"):
+        return _parquet_file(records)
     if ".csv" in name:
         columns = list(dict.fromkeys(c for r in records for c in r))
         rnd.shuffle(columns)  # each writer its own column order
