@@ -84,8 +84,8 @@ def typed_change_records(table: pa.Table, options: dict, keys, name: str, declar
     op_column, sequence_by = options["op_column"], list(options.get("sequence_by", []))
     if not _usable(table) or op_column not in table.column_names:
         return None
-    if any(c not in table.column_names for c in [*keys, *sequence_by]):
-        return None
+    if any(c not in table.column_names for c in [*keys, *sequence_by]) or op_column in keys:
+        return None  # a key outside the row image (the op column) is rejected, record by record
     columns = {c: _plain_column(table.column(c)) for c in table.column_names}
     n = table.num_rows
     flags = ["" if v is None else str(v) for v in columns[op_column].to_pylist()]

@@ -98,6 +98,7 @@ def test_a_change_set_with_a_record_to_reject_is_left_to_the_record_reader():
     nested = pa.table({**base, "v": pa.array([[1], [2]]), "op": pa.array(["I", "U"])})
     for table in (unknown_op, null_key, nan, nested):
         assert by_column(parquet(table), ["id"], []) is None
+    assert by_column(parquet(pa.table({**base, "op": pa.array(["I", "U"])})), ["op"], []) is None
 
 
 TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=6) | \
