@@ -281,8 +281,9 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
         _build(spark, cfg, table, dt_, applied, None, first=False, columns=columns, widen=True)
         dt_ = DeltaTable(target_path)
     if DELETE in ops or tombs:
-        # Without a delete, or an upsert of a key that has a tombstone, tombstones would not change.
-        _merge_tombstones(table_dir, winners, reached)
+        # Only a delete, or an upsert of a key that has a tombstone, can change tombstones.
+        touching = [op == DELETE or k in tombs for k, op in zip(keys, ops)]
+        _merge_tombstones(table_dir, winners.filter(pa.array(touching, pa.bool_())), reached)
     files_before, version_before = len(dt_.file_uris()), dt_.version()
     extra = shape.META_COLUMNS + ("_cdc_apply",)
     source = pa.concat_tables([_target_rows(image_rows, columns, images, extra=("_cdc_apply",)),
