@@ -297,7 +297,8 @@ class ConnectServer:
 
     def start(self, timeout: float = 180) -> float:
         t0 = time.perf_counter()
-        subprocess.run([os.path.join(self.home, "sbin", "start-connect-server.sh"), "--master", "local[2]",
+        master = os.environ.get("CDC_ASSETS_SPARK_MASTER") or "local[2]"  # --master: a cluster's executors
+        subprocess.run([os.path.join(self.home, "sbin", "start-connect-server.sh"), "--master", master,
                         "--driver-memory", self.driver_memory,
                         "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
                         "--conf", f"spark.connect.grpc.binding.port={self.port}",
@@ -1050,6 +1051,8 @@ def parse_args(argv=None):
     ap.add_argument("--driver-memory", default="2g", help="the Spark Connect server's driver memory (warm runs)")
     ap.add_argument("--run-driver-memory", help="cdc.yaml spark.driver.memory of the runs' own Spark (import, cold "
                                                 "apply), with spark.driver.maxResultSize 64m (default: the product's)")
+    ap.add_argument("--master", help="the Spark master of the product's runs and of the Connect server, for "
+                    "example spark://127.0.0.1:7077 (cdc_assets_tests.benchmarks.cluster start); default local[2]")
     ap.add_argument("--replot", metavar="CSV", help="only redraw bench_apply.png from an earlier bench.csv (first argument)")
     args = ap.parse_args(argv)
     big = args.long
@@ -1066,6 +1069,8 @@ def parse_args(argv=None):
 
 def run(args, echo=print) -> list[Result]:
     work = args.work or tempfile.mkdtemp(prefix="bench-", dir="/tmp")
+    if getattr(args, "master", None):
+        os.environ["CDC_ASSETS_SPARK_MASTER"] = args.master  # the runs and the Connect server inherit it
     run_spark = {"spark.driver.memory": args.run_driver_memory, "spark.driver.maxResultSize": "64m"} \
         if getattr(args, "run_driver_memory", None) else None
     bench = Bench(work, seed=args.seed, step_timeout=args.step_timeout, modes=args.modes, echo=echo,
