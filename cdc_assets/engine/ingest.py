@@ -17,8 +17,8 @@ from ..core.formats import parquet_row_group, parse_file, parse_snapshot, raw_li
 from ..core.schema import admit, admit_columns, is_text_source, joined, plain
 from ..core.typed_changes import TypedFile, read_typed_change_file
 from ..core.values import decode_row, encode_row
-from . import delta, faults
-from .landing import Batch, inside, is_done_or_next
+from . import delta, faults, gcs
+from .landing import Batch, file_size, inside, is_done_or_next, read_file
 from .spark import session_of
 from .records import stored_columns
 from .stage import first_of_each
@@ -38,8 +38,7 @@ def read_landed(file_path: str, root: str | None) -> bytes:
     if root and not inside(file_path, root):
         raise UnreadableFile(f"the file links outside the landing area ({os.path.realpath(file_path)}); it was not read")
     try:
-        with open(file_path, "rb") as fh:
-            return fh.read()
+        return read_file(file_path)
     except OSError as e:
         raise UnreadableFile(f"cannot read the file: {e.strerror or e}") from None
 
@@ -49,6 +48,7 @@ def _parse_partition(table: TableConfig, snapshot: bool, root: str | None):
     schema = delta.arrow_schema(PARSED_FIELDS)
     keys, partition_by = list(table.keys), list(table.partition_by)
     tier = ordering.BASE_TIER if snapshot else ordering.CHANGE_TIER
+    store = gcs.settings()  # a gs:// landing's client settings, for the workers that read it
 
     def items(f):
         if snapshot and f["row_group"] is not None:
@@ -61,6 +61,7 @@ def _parse_partition(table: TableConfig, snapshot: bool, root: str | None):
     def run(batches):
         # An export's column types are widened here, in the task that reads the rows; each task
         # ends with one ledger record (op T) that the driver joins with the others.
+        gcs.use(store)
         ledger: dict = {}
         for files in batches:
             for f in files.to_pylist():
@@ -213,8 +214,7 @@ def admit_types(new: pa.Table, types: dict, batch: Batch, landing: str,
             keep[i] = False
             f = r["_cdc_file"]
             if f not in texts:
-                with open(os.path.join(landing, f), "rb") as fh:
-                    texts[f] = fh.read()
+                texts[f] = read_file(os.path.join(landing, f))
             raw = raw_line(f, texts[f], r["_cdc_line"]) or r["_cdc_row"] or encode_row(images[i])
             rejects.append(to_reject(Rejection(r["_cdc_line"], reason, raw), batch_seq=batch.seq,
                                      batch_id=batch.id, file_name=f))
@@ -248,7 +248,7 @@ def _bytes_of(files: list[dict]) -> int:
     total = 0
     for f in files:
         try:
-            total += os.path.getsize(f["path"])
+            total += file_size(f["path"])
         except OSError:
             pass  # read (and quarantined) by the parser, which names the problem
     return total

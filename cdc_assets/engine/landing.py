@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from . import delta
+from . import delta, gcs
 
 BATCH_FIELDS = (("batch_seq", "long"), ("batch_id", "string"), ("file", "string"),
                 ("bytes", "long"), ("registered_at", "string"))
@@ -54,7 +54,10 @@ def batches_path(table_dir: str) -> str:
 
 
 def complete_files(landing_dir: str) -> dict[str, int]:
-    """Relative path -> size of every complete file under the table's landing folder."""
+    """Relative path -> size of every complete file under the table's landing folder (a local
+    folder, or a gs:// one: engine/gcs.py)."""
+    if gcs.is_gcs(landing_dir):
+        return gcs.complete_objects(landing_dir)
     out = {}
     if not os.path.isdir(landing_dir):
         return out
@@ -75,8 +78,22 @@ def complete_files(landing_dir: str) -> dict[str, int]:
 
 
 def inside(path: str, root: str) -> bool:
-    """Whether `path`, links resolved, is within `root`."""
+    """Whether `path`, links resolved, is within `root` (an object store has no links)."""
+    if gcs.is_gcs(path):
+        return path.startswith(root.rstrip("/") + "/")
     return os.path.realpath(path).startswith(os.path.realpath(root) + os.sep)
+
+
+def read_file(file_path: str) -> bytes:
+    """A landed file's bytes, from a local folder or a gs:// one (OSError when unreadable)."""
+    if gcs.is_gcs(file_path):
+        return gcs.read(file_path)
+    with open(file_path, "rb") as fh:
+        return fh.read()
+
+
+def file_size(file_path: str) -> int:
+    return gcs.size(file_path) if gcs.is_gcs(file_path) else os.path.getsize(file_path)
 
 
 def registered(table_dir: str) -> list[Batch]:

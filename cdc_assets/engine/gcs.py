@@ -1,0 +1,118 @@
+"""A landing area in Google Cloud Storage: `landing: gs://bucket/prefix` in cdc.yaml.
+
+A table's change files are the objects under `gs://bucket/prefix/<TABLE>/`, at any depth
+(Datastream writes `<stream path>/yyyy/mm/dd/hh/mm/<file>`). An object is complete once it
+exists, since an object write is atomic, so no rename is needed; names whose last part starts
+with '.' or '_' (a `_SUCCESS` marker) are skipped, as in a local landing folder.
+
+The client is google-cloud-storage's, with its usual credentials: application default
+credentials, a service-account file named by GOOGLE_APPLICATION_CREDENTIALS, or the emulator
+named by STORAGE_EMULATOR_HOST. Each process (the run's, and each Spark Python worker that
+reads change files) makes its own; no credential is ever logged.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+SCHEME = "gs://"
+_clients: dict[tuple, object] = {}
+_lock = threading.Lock()
+
+
+class ObjectError(OSError):
+    """An object that cannot be listed or read; its message names the object and the cause."""
+
+
+def is_gcs(path: str) -> bool:
+    return path.startswith(SCHEME)
+
+
+def split(url: str) -> tuple[str, str]:
+    """('bucket', 'a/b') from 'gs://bucket/a/b/'."""
+    rest = url[len(SCHEME):]
+    bucket, _, prefix = rest.partition("/")
+    if not bucket:
+        raise ObjectError(f"{url}: no bucket named")
+    return bucket, prefix.strip("/")
+
+
+# Settings a Spark worker takes from the driver where its own environment lacks them (a worker
+# started before a test or a user set them). Credentials never travel this way.
+SHARED_SETTINGS = ("STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT")
+_shared: dict[str, str] = {}
+
+
+def settings() -> dict[str, str]:
+    """This process's client settings, for the tasks that read objects elsewhere: its own
+    environment's, else those the driver handed this worker."""
+    return {**_shared, **{k: os.environ[k] for k in SHARED_SETTINGS if os.environ.get(k)}}
+
+
+def use(shared: dict[str, str] | None) -> None:
+    """In a Spark worker: the driver's settings, for what this worker's environment lacks."""
+    global _shared
+    _shared = dict(shared or {})
+
+
+def client():
+    """A client for the current settings, one per process (a forked worker makes its own)."""
+    effective = settings()
+    key = (os.getpid(), tuple(sorted(effective.items())))
+    with _lock:
+        if key not in _clients:
+            from google.cloud import storage
+
+            project = effective.get("GOOGLE_CLOUD_PROJECT")
+            host = effective.get("STORAGE_EMULATOR_HOST")
+            if host:
+                from google.auth.credentials import AnonymousCredentials
+
+                _clients[key] = storage.Client(project=project or "emulator", credentials=AnonymousCredentials(),
+                                               client_options={"api_endpoint": host})
+            else:
+                _clients[key] = storage.Client(project=project)
+        return _clients[key]
+
+
+def _skipped(name: str) -> bool:
+    return any(part.startswith((".", "_")) for part in name.split("/"))
+
+
+def complete_objects(folder: str) -> dict[str, int]:
+    """Relative name -> size of every object under `folder` (a gs:// URL)."""
+    from google.api_core import exceptions
+
+    bucket, prefix = split(folder)
+    start = prefix + "/" if prefix else ""
+    try:
+        blobs = list(client().list_blobs(bucket, prefix=start))
+    except exceptions.GoogleAPICallError as e:
+        raise ObjectError(f"cannot list {folder}: {e.message or e}") from None
+    out = {}
+    for blob in blobs:
+        relative = blob.name[len(start):]
+        if relative and not relative.endswith("/") and not _skipped(relative):
+            out[relative] = int(blob.size or 0)
+    return out
+
+
+def read(url: str) -> bytes:
+    from google.api_core import exceptions
+
+    bucket, name = split(url)
+    try:
+        return client().bucket(bucket).blob(name).download_as_bytes()
+    except exceptions.GoogleAPICallError as e:
+        raise ObjectError(f"cannot read {url}: {e.message or e}") from None
+
+
+def size(url: str) -> int:
+    from google.api_core import exceptions
+
+    bucket, name = split(url)
+    try:
+        blob = client().bucket(bucket).get_blob(name)
+    except exceptions.GoogleAPICallError as e:
+        raise ObjectError(f"cannot read {url}: {e.message or e}") from None
+    return int(blob.size or 0) if blob is not None else 0
