@@ -1,6 +1,8 @@
 """`cdc-assets run --config PATH`: take what landed, materialize it, check it, one line per table."""
 from __future__ import annotations
 
+import sys
+
 from .common import config_or_none
 
 
@@ -14,6 +16,13 @@ def register(sub) -> None:
 def main(args) -> int:
     cfg = config_or_none(args.config)
     if cfg is None:
+        return 2
+    known = [t.name for t in cfg.tables]
+    unknown = [name for name in args.table or [] if name not in known]
+    if unknown:
+        # A misspelt name must not look like a run that found nothing to do.
+        print(f"cdc-assets: {cfg.path}: no table {', '.join(repr(n) for n in unknown)} "
+              f"(tables: {', '.join(known)})", file=sys.stderr)
         return 2
     outcomes = run_config(cfg, args.table)
     return 0 if all(o.ok for o in outcomes) else 1
