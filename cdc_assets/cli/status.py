@@ -31,8 +31,14 @@ def main(args) -> int:
         for r in rows:
             print(json.dumps(r))
         return 0
-    cells = [[h for _, h in COLUMNS]] + [["" if r.get(k) is None else str(r.get(k)) for k, _ in COLUMNS] for r in rows]
+    cells = [[h for _, h in COLUMNS]] + [[_cell(k, r.get(k)) for k, _ in COLUMNS] for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS))]
     for c in cells:
         print("  ".join(v.ljust(w) for v, w in zip(c, widths)).rstrip())
     return 0
+
+
+def _cell(key: str, value) -> str:
+    if value is None:
+        return "none" if key == "applied_through" else ""  # nothing applied yet, not batch -1
+    return str(value)

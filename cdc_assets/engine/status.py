@@ -34,6 +34,10 @@ def last_run(cfg: Config, table: TableConfig) -> dict | None:
         return None
 
 
+def _batch_or_none(seq: int) -> int | None:
+    return seq if seq >= 0 else None
+
+
 def table_status(cfg: Config, table: TableConfig) -> dict:
     table_dir = cfg.table_dir(table.name)
     batches = registered(table_dir)
@@ -46,9 +50,10 @@ def table_status(cfg: Config, table: TableConfig) -> dict:
         "format": table.format,
         "batches": len(batches),
         "last_batch": batches[-1].id if batches else None,
-        "ingested_through": delta.step_version(path(table_dir, CHANGES), CHANGES),
-        "staged_through": delta.step_version(path(table_dir, STAGING), STAGING),
-        "applied_through": applied,
+        # The last batch each step took (0: the base snapshot); None before the first.
+        "ingested_through": _batch_or_none(delta.step_version(path(table_dir, CHANGES), CHANGES)),
+        "staged_through": _batch_or_none(delta.step_version(path(table_dir, STAGING), STAGING)),
+        "applied_through": _batch_or_none(applied),
         "pending_files": len(pending_files(cfg.landing_dir(table.name), table_dir)),
         "rows": target.count() if target is not None else 0,
         "target_version": target.version() if target is not None else None,
