@@ -28,7 +28,7 @@ from . import ordering
 from .changes import DELETE, UPSERT
 from .formats import arrow_column_type, scalar_column_type
 from .ordering import OrderingError
-from .typed_export import key_texts
+from .typed_export import json_quoted, key_texts, string_array
 from .values import _encode_value
 
 _encode_text = json.encoder.encode_basestring  # json.dumps(text, ensure_ascii=False), without the call
@@ -40,12 +40,18 @@ class TypedFile:
     values: pa.Table   # the source columns of each record, in the file's order, line i + 1 at row i
 
 
+def read_by_column(fmt: str, name: str) -> bool:
+    """Whether a file of this format and name may be read column by column (worth reading its
+    bytes for: `read_typed_change_file` may still leave it to the record-at-a-time reader)."""
+    return fmt == "changeset" and name.lower().endswith(".parquet")
+
+
 def read_typed_change_file(fmt: str, options: dict, keys, name: str, data: bytes, declared: dict | None,
                            partition_by, *, batch_seq: int, batch_id: str, file_index: int,
                            schema: pa.Schema) -> TypedFile | None:
     """The file's records computed column by column, or None when the file must be read
     record by record (see the module's docstring)."""
-    if fmt != "changeset" or not name.lower().endswith(".parquet"):
+    if not read_by_column(fmt, name):
         return None
     import pyarrow.parquet as pq
 
@@ -99,7 +105,7 @@ def typed_change_records(table: pa.Table, options: dict, keys, name: str, declar
     except OrderingError:
         return None
     values = pa.table({c: a for c, a in columns.items() if c != op_column})
-    key_text = _strings(key_texts([values.column(k) for k in keys]))
+    key_text = string_array(key_texts([values.column(k) for k in keys]))
     # "|" + ordering.arrival(batch_seq, file_index, line): the line is its last 16 hex digits
     head = "|" + ordering.arrival(batch_seq, file_index, 0)[:-16]
     arrivals = pa.array([f"{head}{line:016x}" for line in range(1, n + 1)], pa.string())
@@ -108,7 +114,7 @@ def typed_change_records(table: pa.Table, options: dict, keys, name: str, declar
     event_ids = _content_ids(key_text, op_array, source_orders, values) if sequence_by else pa.nulls(n, pa.string())
     file_types = {f.name: t for f in table.schema if (t := arrow_column_type(f.type))}
     types = {**(declared or {}), **file_types}
-    partitions = _strings(key_texts([values.column(c) if c in values.column_names else pa.nulls(n)
+    partitions = string_array(key_texts([values.column(c) if c in values.column_names else pa.nulls(n)
                                      for c in partition_by])) if partition_by else pa.nulls(n, pa.string())
     constant = lambda v, t=pa.string(): pa.array([v] * n, t)  # noqa: E731
     record = {
@@ -121,12 +127,6 @@ def typed_change_records(table: pa.Table, options: dict, keys, name: str, declar
         "_cdc_reason": pa.nulls(n, pa.string()), "_cdc_raw": pa.nulls(n, pa.string()),
     }
     return TypedFile(pa.table({f.name: record[f.name] for f in schema}, schema=schema), values)
-
-
-def _strings(texts) -> pa.Array:
-    if isinstance(texts, pa.ChunkedArray):
-        texts = texts.combine_chunks()
-    return texts.cast(pa.string()) if isinstance(texts, pa.Array) else pa.array(texts, pa.string())
 
 
 def _source_orders(columns: list[pa.Array], n: int) -> pa.Array:
@@ -162,18 +162,12 @@ def _json_texts(column: pa.Array) -> pa.Array:
     return pa.array(texts, pa.string())
 
 
-def _json_string(texts: pa.Array) -> pa.Array:
-    """JSON text (no raw control characters) as a JSON string, as json.dumps quotes it."""
-    escaped = pc.replace_substring(pc.replace_substring(texts, "\\", "\\\\"), '"', '\\"')
-    return pc.binary_join_element_wise('"', escaped, '"', "")
-
-
 def _content_ids(keys: pa.Array, ops: pa.Array, source_orders: pa.Array, values: pa.Table) -> pa.Array:
     """`changes.content_id` of every record: sha1 of [key text, op, source order, the sorted row image]."""
     names = sorted(values.column_names)
     parts = [pc.binary_join_element_wise(_encode_text(c) + ": ", _json_texts(values.column(c).combine_chunks()), "")
              for c in names]
     rows = pc.binary_join_element_wise("{", pc.binary_join_element_wise(*parts, ", ") if parts else "", "}", "")
-    texts = pc.binary_join_element_wise("[", _json_string(keys), ", ", _json_string(ops), ", ",
-                                        _json_string(source_orders), ", ", _json_string(rows), "]", "")
+    texts = pc.binary_join_element_wise("[", json_quoted(keys), ", ", json_quoted(ops), ", ",
+                                        json_quoted(source_orders), ", ", json_quoted(rows), "]", "")
     return pa.array(["sha1:" + hashlib.sha1(t.encode("utf-8")).hexdigest() for t in texts.to_pylist()], pa.string())

@@ -91,12 +91,17 @@ def _canonical_json(values) -> pa.Array | None:
     if pt.is_string(values.type) or pt.is_large_string(values.type):
         if pc.any(pc.match_substring_regex(values, _NUMBER_LIKE_OR_CONTROL)).as_py():
             return None
-        escaped = pc.replace_substring(pc.replace_substring(values, "\\", "\\\\"), '"', '\\"')
-        return pc.binary_join_element_wise('"', escaped.cast(pa.string()), '"', "")
+        return json_quoted(values)
     return None
 
 
-def _string_array(values) -> pa.Array:
+def json_quoted(texts: pa.Array) -> pa.Array:
+    """Text without control characters as JSON strings, as json.dumps quotes them."""
+    escaped = pc.replace_substring(pc.replace_substring(texts, "\\", "\\\\"), '"', '\\"')
+    return pc.binary_join_element_wise('"', escaped.cast(pa.string()), '"', "")
+
+
+def string_array(values) -> pa.Array:
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     return values.cast(pa.string()) if isinstance(values, pa.Array) else pa.array(values, pa.string())
@@ -131,8 +136,8 @@ def export_batch(data: pa.Table, first_line: int, keys, partition_by, file_name:
     orders = [ordering.BASE_TIER + ordering.u64(int(line)) + "|" + ordering.arrival(0, 0, int(line)) for line in lines]
     constant = lambda v, t=pa.string(): pa.array([v] * n, t)  # noqa: E731
     meta = {
-        "_cdc_key": _string_array(keys_text), "_cdc_op": constant(UPSERT), "_cdc_order": pa.array(orders),
-        "_cdc_event_id": constant(None), "_cdc_row": constant(None), "_cdc_partition": _string_array(partitions),
+        "_cdc_key": string_array(keys_text), "_cdc_op": constant(UPSERT), "_cdc_order": pa.array(orders),
+        "_cdc_event_id": constant(None), "_cdc_row": constant(None), "_cdc_partition": string_array(partitions),
         "_cdc_change_type": constant(SNAPSHOT), "_cdc_batch_seq": constant(0, pa.int64()),
         "_cdc_batch": constant("base"), "_cdc_file": constant(file_name), "_cdc_line": pa.array(lines),
         "_cdc_reason": pa.array(reasons, pa.string()), "_cdc_raw": pa.array(raws, pa.string()),

@@ -15,7 +15,7 @@ from ..core.changes import (RECORD_FIELDS, REJECT_FIELDS, UPSERT, Change, Reject
 from ..core.config import Config, TableConfig
 from ..core.formats import parquet_row_group, parse_file, parse_snapshot, raw_line
 from ..core.schema import admit, admit_columns, is_text_source, joined, plain
-from ..core.typed_changes import TypedFile, read_typed_change_file
+from ..core.typed_changes import TypedFile, read_by_column, read_typed_change_file
 from ..core.values import decode_row, encode_row
 from . import delta, faults, gcs
 from .landing import Batch, file_size, inside, is_done_or_next, read_file
@@ -273,11 +273,11 @@ def parse_batch(spark, table: TableConfig, files: list[dict], root: str) -> tupl
     if by_record:
         listing = pa.RecordBatch.from_pylist(by_record)
         parts.append(pa.Table.from_batches(list(_parse_partition(table, False, root)([listing])), schema=schema))
-    return pa.concat_tables(parts), values
+    return (pa.concat_tables(parts) if parts else schema.empty_table()), values
 
 
 def _typed_file(table: TableConfig, f: dict, root: str, schema: pa.Schema) -> TypedFile | None:
-    if table.format != "changeset" or not f["file"].lower().endswith(".parquet"):
+    if not read_by_column(table.format, f["file"]):
         return None
     try:
         data = read_landed(f["path"], root)
