@@ -7,7 +7,7 @@ import dagster as dg
 
 from ..core.config import Config
 from .checks import table_checks
-from .resources import spark_resource
+from .resources import table_resources
 from .sensors import landing_sensor
 from .table_assets import table_assets, table_jobs
 
@@ -30,7 +30,7 @@ def build_definitions(cfg: Config) -> dg.Definitions:
         asset_checks=checks,
         jobs=jobs,
         sensors=sensors,
-        resources={"pyspark": spark_resource(cfg)},
+        resources=table_resources(cfg),
         # One process per run, so one Spark session per run, never one per step.
         executor=dg.in_process_executor,
     )

@@ -13,6 +13,7 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import PrivateAttr
 
 from ..core.config import Config, load_config
+from ..engine.gcs import is_gcs
 from ..engine.spark import choose_session
 
 
@@ -39,6 +40,19 @@ class CdcSparkResource(LazyPySparkResource):
 def spark_resource(cfg: Config) -> CdcSparkResource:
     # Lazy: sensors and checks that only read Delta never pay Spark's start-up.
     return CdcSparkResource(spark_config=dict(cfg.spark), config_path=cfg.path)
+
+
+def table_resources(cfg: Config) -> dict:
+    """The resources of every table's assets; a Google Cloud one only where the configuration uses
+    it, since importing dagster_gcp costs about a second in every run."""
+    out: dict = {"pyspark": spark_resource(cfg)}
+    if is_gcs(cfg.landing):
+        from dagster_gcp import GCSResource
+
+        # the landing area's client: application default credentials, a service-account file
+        # (GOOGLE_APPLICATION_CREDENTIALS) or the emulator (STORAGE_EMULATOR_HOST)
+        out["gcs"] = GCSResource()
+    return out
 
 
 def spark_session(resource: LazyPySparkResource):

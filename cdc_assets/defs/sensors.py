@@ -8,12 +8,14 @@ keys make each request once per batch and warehouse.
 
 import hashlib
 import os
+import time
 
 import dagster as dg
 
 from ..core.config import Config, TableConfig
 from ..engine import delta, faults
-from ..engine.landing import batches_path, register_new_batch, registered
+from ..engine import gcs as gcs_landing
+from ..engine.landing import ListingCursor, batches_path, register_new_batch, registered, scan_landing
 from ..engine.lock import table_lock
 from ..engine.retry import on_conflict
 from ..engine.tables import BASE, STAGING, TARGET, path
@@ -48,14 +50,20 @@ def run_key_scope(table_dir: str, name: str = "batches") -> str:
 def landing_sensor(cfg: Config, table: TableConfig, jobs: list) -> dg.SensorDefinition:
     names = TableNames(table.name)
     table_dir = cfg.table_dir(table.name)
+    landing = cfg.landing_dir(table.name)
+    on_gcs = gcs_landing.is_gcs(landing)
 
     @dg.sensor(name=f"{table.name}__landing_sensor", minimum_interval_seconds=30, jobs=jobs,
-               default_status=dg.DefaultSensorStatus.STOPPED,
+               default_status=dg.DefaultSensorStatus.STOPPED, required_resource_keys={"gcs"} if on_gcs else None,
                description=f"Watches {cfg.landing_dir(table.name)} for complete change files of {table.name}.")
     def sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        # On a gs:// landing a tick lists from its cursor on (engine/landing.py), by the client of
+        # the `gcs` resource (dagster_gcp's GCSResource).
+        storage_client = context.resources.gcs if on_gcs else None
+        scan = scan_landing(landing, ListingCursor.from_json(context.cursor), time.time(), storage_client)
         with table_lock(table_dir):
             # a registration that loses a commit race (an object store, no lock) is re-run, not failed
-            new = on_conflict(lambda: register_new_batch(cfg.landing_dir(table.name), table_dir),
+            new = on_conflict(lambda: register_new_batch(landing, table_dir, scan.found),
                               f"{table.name}/batches", context.log.warning)
         if new is not None:
             faults.point("sensor.batch_registered")  # in the ledger; no partition, no run request yet
@@ -91,7 +99,9 @@ def landing_sensor(cfg: Config, table: TableConfig, jobs: list) -> dg.SensorDefi
         return dg.SensorResult(
             run_requests=requests,
             dynamic_partitions_requests=[batch_partitions(table).build_add_request(missing)] if missing else [],
-            skip_reason=None if requests else f"nothing new for {table.name}" + (f" (registered {new.id})" if new else ""),
+            skip_reason=None if requests else f"nothing new for {table.name}" + (f" (registered {new.id})" if new else "")
+            + f"; listed {len(scan.found)} files" + ("" if scan.full else f" from {scan.cursor.start or 'the start'}"),
+            cursor=scan.cursor.to_json() if on_gcs else None,
         )
 
     return sensor

@@ -12,13 +12,14 @@ limit of 1 on the instance, runs of one table take turns while other tables run
 side by side. Each step is re-run when its Delta commit loses to another writer's.
 """
 
+import contextlib
 from dataclasses import dataclass
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 
 from ..core.config import Config, TableConfig
-from ..engine import apply, base, ingest, stage
+from ..engine import apply, base, gcs, ingest, stage
 from ..engine.landing import Batch, registered
 from ..engine.lock import table_lock
 from ..engine.partitions import staged_partition_keys
@@ -107,16 +108,31 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
     batches = batch_partitions(table)
     tags = {"format": table.format}
 
-    @dg.asset(key=names.key("changes"), partitions_def=batches, group_name=table.name, kinds={"spark", "delta"},
-              tags=tags, pool=names.pool,
-              description=f"Every distinct change record of {table.name}, one partition per landed batch; "
-                          "rejected records go to quarantine.")
-    def changes(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource) -> dg.MaterializeResult:
+    def take_batch(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource, storage_client=None):
         batch = _batch(cfg, table, context.partition_key)
         spark = lambda: spark_session(pyspark)  # noqa: E731 - a small batch never starts Spark
-        figures = _write(context, table_dir, f"{table.name}/changes {batch.id}",
-                         lambda: ingest.ingest_batch(spark, cfg, table, batch, log=context.log.warning))
+        # on a gs:// landing, the GCSResource's client reads the objects this run takes
+        with gcs.provided(storage_client) if storage_client is not None else contextlib.nullcontext():
+            figures = _write(context, table_dir, f"{table.name}/changes {batch.id}",
+                             lambda: ingest.ingest_batch(spark, cfg, table, batch, log=context.log.warning))
         return dg.MaterializeResult(metadata=as_metadata(figures))
+
+    changes_spec = dict(
+        key=names.key("changes"), partitions_def=batches, group_name=table.name, kinds={"spark", "delta"},
+        tags=tags, pool=names.pool,
+        description=f"Every distinct change record of {table.name}, one partition per landed batch; "
+                    "rejected records go to quarantine.")
+    if gcs.is_gcs(cfg.landing):
+        from dagster_gcp import GCSResource  # imported only where used: it costs about a second
+
+        @dg.asset(**changes_spec)
+        def changes(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource,
+                    gcs: GCSResource) -> dg.MaterializeResult:
+            return take_batch(context, pyspark, gcs.get_client())
+    else:
+        @dg.asset(**changes_spec)
+        def changes(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource) -> dg.MaterializeResult:
+            return take_batch(context, pyspark)
 
     @dg.asset(key=names.key("staging"), partitions_def=batches, group_name=table.name, kinds={"spark", "delta"},
               deps=[changes], tags=tags, pool=names.pool,

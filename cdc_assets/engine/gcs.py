@@ -12,8 +12,10 @@ reads change files) makes its own; no credential is ever logged.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from dataclasses import dataclass
 
 SCHEME = "gs://"
 _clients: dict[tuple, object] = {}
@@ -55,11 +57,33 @@ def use(shared: dict[str, str] | None) -> None:
     _shared = dict(shared or {})
 
 
+@contextlib.contextmanager
+def provided(storage_client):
+    """Within the block, this process's reads and listings use `storage_client` (a Dagster run's,
+    from its GCSResource); outside it, a client of the process's own settings."""
+    key = (os.getpid(), "provided")
+    with _lock:
+        before = _clients.get(key)
+        _clients[key] = storage_client
+    try:
+        yield storage_client
+    finally:
+        with _lock:
+            if before is None:
+                _clients.pop(key, None)
+            else:
+                _clients[key] = before
+
+
 def client():
-    """A client for the current settings, one per process (a forked worker makes its own)."""
+    """The client a Dagster resource provided to this process, else one for the current settings,
+    one per process (a forked worker makes its own)."""
     effective = settings()
     key = (os.getpid(), tuple(sorted(effective.items())))
     with _lock:
+        given = _clients.get((os.getpid(), "provided"))
+        if given is not None:
+            return given
         if key not in _clients:
             from google.cloud import storage
 
@@ -79,22 +103,39 @@ def _skipped(name: str) -> bool:
     return any(part.startswith((".", "_")) for part in name.split("/"))
 
 
-def complete_objects(folder: str) -> dict[str, int]:
-    """Relative name -> size of every object under `folder` (a gs:// URL)."""
+@dataclass(frozen=True)
+class Listed:
+    name: str  # relative to the listed folder
+    size: int
+    updated: float  # the object's write time, seconds since the epoch (the server's clock)
+
+
+def list_objects(folder: str, start: str | None = None, storage_client=None) -> list[Listed]:
+    """Every complete object under `folder` (a gs:// URL) whose relative name is `start` or
+    after it in name order (GCS lists in that order and starts there server-side), by the given
+    client (a Dagster GCSResource's) or this process's own."""
     from google.api_core import exceptions
 
     bucket, prefix = split(folder)
-    start = prefix + "/" if prefix else ""
+    base = prefix + "/" if prefix else ""
     try:
-        blobs = list(client().list_blobs(bucket, prefix=start))
+        blobs = list((storage_client or client()).list_blobs(
+            bucket, prefix=base, start_offset=base + start if start else None))
     except exceptions.GoogleAPICallError as e:
         raise ObjectError(f"cannot list {folder}: {e.message or e}") from None
-    out = {}
+    out = []
     for blob in blobs:
-        relative = blob.name[len(start):]
-        if relative and not relative.endswith("/") and not _skipped(relative):
-            out[relative] = int(blob.size or 0)
+        relative = blob.name[len(base):]
+        # (names before `start` are dropped here too: the emulator ignores startOffset)
+        if relative and not relative.endswith("/") and not _skipped(relative) and (not start or relative >= start):
+            updated = blob.updated.timestamp() if blob.updated is not None else 0.0
+            out.append(Listed(relative, int(blob.size or 0), updated))
     return out
+
+
+def complete_objects(folder: str, storage_client=None) -> dict[str, int]:
+    """Relative name -> size of every object under `folder` (a gs:// URL)."""
+    return {o.name: o.size for o in list_objects(folder, storage_client=storage_client)}
 
 
 def read(url: str) -> bytes:

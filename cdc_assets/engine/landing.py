@@ -8,6 +8,7 @@ what was taken, whichever Dagster instance or machine looks at it.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 from dataclasses import dataclass
 
@@ -111,11 +112,67 @@ def pending_files(landing_dir: str, table_dir: str) -> dict[str, int]:
     return {f: n for f, n in complete_files(landing_dir).items() if f not in taken}
 
 
-def register_new_batch(landing_dir: str, table_dir: str) -> Batch | None:
-    """Record the complete files no batch has taken as the next batch (one atomic commit)."""
+# A sensor on an object store lists from a cursor, not the whole landing area, each tick; a full
+# listing still runs this often, for an object whose name sorts before the cursor (a writer that
+# is late, or names that do not follow time).
+FULL_LISTING_SECONDS = 3600.0
+# Objects written this long before the newest one still decide where the next listing starts, so
+# a file that a writer finishes in a folder it opened a while ago is not skipped.
+LOOKBACK_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class ListingCursor:
+    start: str | None = None  # the next incremental listing starts at this relative name
+    full_at: float | None = None  # when the last full listing ran (seconds since the epoch)
+
+    def to_json(self) -> str:
+        return json.dumps({"start": self.start, "full_at": self.full_at})
+
+    @staticmethod
+    def from_json(text: str | None) -> "ListingCursor":
+        try:
+            raw = json.loads(text) if text else {}
+            return ListingCursor(raw.get("start"), raw.get("full_at"))
+        except (ValueError, AttributeError):
+            return ListingCursor()  # an unreadable cursor costs one full listing, nothing else
+
+
+@dataclass(frozen=True)
+class Scan:
+    found: dict[str, int]  # relative name -> size of what this listing saw
+    full: bool  # the whole landing folder was listed
+    cursor: ListingCursor
+
+
+def scan_landing(landing_dir: str, cursor: ListingCursor, now: float, storage_client=None) -> Scan:
+    """The complete files a sensor tick looks at: a local folder whole, a gs:// one from the
+    cursor on (and whole at least every FULL_LISTING_SECONDS). What was taken before is in the
+    batch ledger, so a listing that sees an object again never registers it twice."""
+    if not gcs.is_gcs(landing_dir):
+        return Scan(complete_files(landing_dir), True, ListingCursor())
+    full = cursor.start is None or cursor.full_at is None or now - cursor.full_at >= FULL_LISTING_SECONDS
+    objects = gcs.list_objects(landing_dir, None if full else cursor.start, storage_client)
+    start = next_listing_start(objects) if objects else cursor.start
+    return Scan({o.name: o.size for o in objects}, full, ListingCursor(start, now if full else cursor.full_at))
+
+
+def next_listing_start(objects: list) -> str:
+    """The folder of the earliest-named object among those written within LOOKBACK_SECONDS of
+    the newest write: Datastream writes a folder per minute, and files within one folder do not
+    arrive in name order."""
+    newest = max(o.updated for o in objects)
+    recent = [o.name for o in objects if o.updated >= newest - LOOKBACK_SECONDS]
+    return min(n.rsplit("/", 1)[0] + "/" if "/" in n else "" for n in recent)
+
+
+def register_new_batch(landing_dir: str, table_dir: str, found: dict[str, int] | None = None) -> Batch | None:
+    """Record the complete files no batch has taken as the next batch (one atomic commit);
+    `found` is what a listing saw, else the whole landing folder is listed."""
     known = registered(table_dir)
     taken = {f for b in known for f in b.files}
-    new = {f: n for f, n in complete_files(landing_dir).items() if f not in taken}
+    listing = complete_files(landing_dir) if found is None else found
+    new = {f: n for f, n in listing.items() if f not in taken}
     if not new:
         return None
     seq = (known[-1].seq if known else 0) + 1

@@ -33,13 +33,17 @@ class Daemon:
     def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance, table: str = TABLE):
         self.defs, self.instance = defs, instance
         self.sensor = defs.resolve_sensor_def(f"{table}__landing_sensor")
+        self.cursor: str | None = None
 
     def tick(self):
         # With an instance_ref, as the daemon's gRPC call builds it: run requests for dynamic
         # partitions are then resolved against the instance (and this tick's add requests).
+        # and with the definitions' resources, as the daemon gives them to a sensor
         context = dg.build_sensor_context(instance=self.instance, instance_ref=self.instance.get_ref(),
-                                          definitions=self.defs)
+                                          definitions=self.defs, cursor=self.cursor,
+                                          resources=self.defs.get_repository_def().get_top_level_resources())
         data = self.sensor.evaluate_tick(context)
+        self.cursor = data.cursor
         for req in data.dynamic_partitions_requests or []:
             assert isinstance(req, dg.AddDynamicPartitionsRequest)
             self.instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))

@@ -5,33 +5,14 @@ Spark's Python workers, and an unreachable landing area named in the failure."""
 from __future__ import annotations
 
 import pytest
-from gcp_storage_emulator.server import create_server
-from google.cloud import storage
 
 from cdc_assets.engine import ingest
+from cdc_assets_tests.emulators import GCS_BUCKET as BUCKET, put
 from cdc_assets_tests.helpers import jsonl, run_table, target_rows, write_config
 
 from .records import MARKS, delta_rows, mysql, run_ok, values
 
 pytestmark = MARKS
-BUCKET = "landing-bucket"
-
-
-@pytest.fixture
-def bucket(monkeypatch):
-    server = create_server("127.0.0.1", 0, in_memory=True, default_bucket=BUCKET)
-    server.start()
-    port = server._api._httpd.server_address[1]
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
-    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "cdc-assets-test")
-    try:
-        yield storage.Client().bucket(BUCKET)
-    finally:
-        server.stop()
-
-
-def put(bucket, name: str, text: str) -> None:
-    bucket.blob(name).upload_from_string(text.encode("utf-8"))
 
 
 def gcs_config(workdir, name: str):
@@ -40,15 +21,15 @@ def gcs_config(workdir, name: str):
 
 
 @pytest.mark.parametrize("by_spark", [False, True], ids=["read-by-the-run", "read-by-spark-workers"])
-def test_a_gcs_landing_takes_datastream_objects_at_any_depth(spark, workdir, bucket, monkeypatch, by_spark):
+def test_a_gcs_landing_takes_datastream_objects_at_any_depth(spark, workdir, gcs_bucket, monkeypatch, by_spark):
     if by_spark:
         monkeypatch.setattr(ingest, "LOCAL_PARSE_BYTES", 0)  # every batch parsed by Spark tasks
     cfg = gcs_config(workdir, "ORDERS")
     folder = "datastream/ORDERS/2024/01/01/10/00"
-    put(bucket, f"{folder}/part-1.jsonl", jsonl([
+    put(gcs_bucket, f"{folder}/part-1.jsonl", jsonl([
         mysql("INSERT", {"id": 1, "v": "a"}, 1, 1), mysql("INSERT", {"id": 2, "v": "a"}, 1, 2)]) + "not json\n")
-    put(bucket, f"{folder}/_SUCCESS", "")  # a marker, not a change file
-    put(bucket, "datastream/OTHER/2024/01/01/10/00/part-1.jsonl", jsonl([mysql("INSERT", {"id": 9}, 1, 1)]))
+    put(gcs_bucket, f"{folder}/_SUCCESS", "")  # a marker, not a change file
+    put(gcs_bucket, "datastream/OTHER/2024/01/01/10/00/part-1.jsonl", jsonl([mysql("INSERT", {"id": 9}, 1, 1)]))
     out = run_ok(cfg, "ORDERS")
     assert out.new_batch == "b000001"
     assert values(target_rows(cfg, "ORDERS"), "id", "v") == {1: "a", 2: "a"}
@@ -56,13 +37,13 @@ def test_a_gcs_landing_takes_datastream_objects_at_any_depth(spark, workdir, buc
     assert (q["_cdc_file"], q["_cdc_line"], q["_cdc_raw"]) == ("2024/01/01/10/00/part-1.jsonl", 3, "not json")
 
     assert run_ok(cfg, "ORDERS").new_batch is None  # nothing new: no object is taken twice
-    put(bucket, "datastream/ORDERS/2024/01/01/10/01/part-1.jsonl", jsonl([
+    put(gcs_bucket, "datastream/ORDERS/2024/01/01/10/01/part-1.jsonl", jsonl([
         mysql("UPDATE", {"id": 1, "v": "b"}, 1, 3), mysql("DELETE", {"id": 2, "v": "a"}, 1, 4)]))
     assert run_ok(cfg, "ORDERS").new_batch == "b000002"
     assert values(target_rows(cfg, "ORDERS"), "id", "v") == {1: "b"}
 
 
-def test_a_landing_bucket_that_does_not_exist_fails_the_run_naming_it(spark, workdir, bucket):
+def test_a_landing_bucket_that_does_not_exist_fails_the_run_naming_it(spark, workdir, gcs_bucket):
     cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "datastream-json"}],
                        landing="gs://no-such-bucket/datastream")
     outcome = run_table(cfg, "ORDERS")
