@@ -1,0 +1,38 @@
+"""The warehouse's tables for a user's own Dagster assets, as dagster-deltalake resources.
+
+    from cdc_assets.defs.warehouse import target_resource
+    resources={"orders": target_resource("cdc.yaml", "ORDERS")}   # a DeltaTableResource
+
+An asset then reads the current state of ORDERS with `orders.load()` (a deltalake DeltaTable),
+wherever the warehouse is: a local folder (LocalConfig) or a Cloud Storage bucket (GcsConfig), the
+storage options coming from the location and the usual environment variables.
+"""
+from __future__ import annotations
+
+import os
+
+from ..core.config import Config, ConfigError, load_config
+from ..engine.tables import TARGET, path
+
+
+def storage_config(location: str):
+    """dagster-deltalake's storage configuration for a warehouse location."""
+    from dagster_deltalake import GcsConfig, LocalConfig
+
+    if location.startswith("gs://"):
+        # application default credentials unless a service-account file is named
+        return GcsConfig(service_account=os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"))
+    return LocalConfig()
+
+
+def target_resource(config: str | Config, table: str, version: int | None = None):
+    """A DeltaTableResource on `table`'s target (at `version`, else the latest)."""
+    from dagster_deltalake import DeltaTableResource
+
+    cfg = load_config(config) if isinstance(config, str) else config
+    if table not in {t.name for t in cfg.tables}:
+        raise ConfigError(f"{os.path.basename(cfg.path)}: no table '{table}' "
+                          f"(tables: {', '.join(t.name for t in cfg.tables)})")
+    return DeltaTableResource(url=path(cfg.table_dir(table), TARGET), storage_options=storage_config(cfg.warehouse),
+                              version=version)
+
