@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 import dagster as dg
 
 from ..core.config import Config, TableConfig
+from ..defs.publish import publish_job_name
 from ..defs.sensors import apply_request_tags
 from ..defs.table_assets import TableNames, sync_target_partitions
-from ..engine import delta, faults
+from ..engine import bigquery as publishing
+from ..engine import bigquery_source, delta, faults
 from ..engine.errors import root_cause_of_exception, root_cause_of_info
 from ..engine.landing import register_new_batch, registered
 from ..engine.lock import table_lock
@@ -74,6 +76,9 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
     try:
         release_abandoned(inst, names.pool)
         with table_lock(table_dir):
+            if table.source:
+                with defs.resources["bigquery"].get_client() as client:
+                    bigquery_source.extract_new_rows(client, table, table_dir)
             batch = on_conflict(lambda: register_new_batch(cfg.landing_dir(table.name), table_dir),
                                 f"{table.name}/batches")
         outcome.new_batch = batch.id if batch else None
@@ -98,6 +103,9 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
             if apply_tags is not None:
                 _record(outcome, defs.resolve_job_def(names.apply_job).execute_in_process(
                     instance=inst, tags={**apply_tags, **tags}, raise_on_error=False, run_config=QUIET))
+        if outcome.ok and publishing.pending(cfg, table):  # also catches up after a failed publish
+            _record(outcome, defs.resolve_job_def(publish_job_name(table)).execute_in_process(
+                instance=inst, tags=tags, raise_on_error=False, run_config=QUIET))
     except Exception as e:  # noqa: BLE001 - one failing table never stops the others
         outcome.ok = False
         outcome.error = root_cause_of_exception(e)
@@ -120,6 +128,10 @@ def summary_line(o: TableOutcome) -> str:
         parts.append(f"target {tg.get('rows')} rows (+{tg.get('inserts')} ~{tg.get('updates')} -{tg.get('deletes')}, "
                      f"{tg.get('stale_skipped')} stale) v{tg.get('delta_version')}"
                      + (f" in {tg['seconds']}s" if tg.get("seconds") is not None else ""))
+    bq = o.figures.get("bigquery", {})
+    if bq and not bq.get("nothing_new"):
+        parts.append(f"published to BigQuery ({bq.get('mode')}): {bq.get('rows_sent')} rows sent, "
+                     f"{bq.get('deletes_sent')} deletes, {bq.get('rows_affected')} rows changed")
     if o.checks:
         bad = [c for c, ok in o.checks.items() if not ok]
         parts.append(f"checks {len(o.checks) - len(bad)}/{len(o.checks)} passed" + (f" (failed: {', '.join(bad)})" if bad else ""))

@@ -12,7 +12,14 @@ from .values import parse_type
 
 TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
 TOP_KEYS = {"warehouse", "landing", "tables", "spark"}
-TABLE_KEYS = {"name", "keys", "format", "options", "partition_by", "base_snapshot", "reconcile_with", "columns"}
+TABLE_KEYS = {"name", "keys", "format", "options", "partition_by", "base_snapshot", "reconcile_with", "columns",
+              "source", "source_position", "publish"}
+# Formats a table can read from a BigQuery table instead of landed files (`source: bigquery://...`).
+BIGQUERY_SOURCE_FORMATS = ("bigquery-append", "bigquery-cdc")
+BIGQUERY_SOURCE = re.compile(r"bigquery://[A-Za-z0-9][A-Za-z0-9_.:-]*\.[A-Za-z0-9_]+\.[A-Za-z0-9_$-]+")
+# `publish: {bigquery: project.dataset.table}`: where a table's target is copied after each apply.
+PUBLISH_KEYS = {"bigquery"}
+BIGQUERY_TABLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*\.[A-Za-z0-9_]+\.[A-Za-z0-9_-]+")
 CHANGESET_OPTIONS = {"op_column", "sequence_by", "inserts", "updates", "deletes"}
 MAX_KEYS = 16
 
@@ -31,6 +38,9 @@ class TableConfig:
     base_snapshot: str | None = None
     reconcile_with: str | None = None
     columns: dict = field(default_factory=dict, hash=False, compare=False)  # declared column types
+    source: str | None = None  # bigquery://project.dataset.table: the changes are that table's rows
+    source_position: str | None = None  # the source column that grows as rows are appended
+    publish: dict = field(default_factory=dict, hash=False, compare=False)  # {"bigquery": "project.dataset.table"}
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,10 @@ class Config:
         return os.path.join(self.warehouse, name)
 
     def landing_dir(self, name: str) -> str:
+        """Where the table's change files are: its landing folder, or for a table read from
+        BigQuery, the extracts of its source in the warehouse (engine/bigquery_source.py)."""
+        if any(t.name == name and t.source for t in self.tables):
+            return os.path.join(self.table_dir(name), "extracts")
         return os.path.join(self.landing, name)
 
 
@@ -77,6 +91,12 @@ def parse_config(raw, path: str) -> Config:
             raise ConfigError(f"{where}: field '{req}' is required")
     warehouse = _path(raw["warehouse"], base_dir, f"{where}: field 'warehouse'")
     landing = _path(raw["landing"], base_dir, f"{where}: field 'landing'")
+    if "://" in warehouse:
+        # the engine would write a local folder named after the URL: refuse it instead
+        raise ConfigError(f"{where}: field 'warehouse' {warehouse!r}: a warehouse in an object store is not "
+                          "supported yet; put it on a disk the runs share (README, \"On Google Cloud\")")
+    if "://" in landing and not landing.startswith("gs://"):
+        raise ConfigError(f"{where}: field 'landing' {landing!r}: a landing area is a folder or gs://bucket/prefix")
     if _nested(warehouse, landing):
         # run would take the warehouse's own Delta files as change files, or write into the landing area
         raise ConfigError(f"{where}: 'warehouse' ({warehouse}) and 'landing' ({landing}) must not contain each other")
@@ -154,12 +174,55 @@ def _table(t, i: int, where: str, base_dir: str) -> TableConfig:
     partition_by = _names(t.get("partition_by"), f"{here}: field 'partition_by'", required=False)
     base = t.get("base_snapshot")
     reconcile = t.get("reconcile_with")
+    source, position = _source(t.get("source"), t.get("source_position"), fmt, here)
     return TableConfig(
         name=name, keys=keys, format=fmt, options=options, partition_by=partition_by,
-        columns=_columns(t.get("columns"), here),
+        columns=_columns(t.get("columns"), here), source=source, source_position=position,
+        publish=_publish(t.get("publish"), source, here),
         base_snapshot=_path(base, base_dir, f"{here}: field 'base_snapshot'") if base is not None else None,
         reconcile_with=_path(reconcile, base_dir, f"{here}: field 'reconcile_with'") if reconcile is not None else None,
     )
+
+
+def _source(source, position, fmt: str, here: str) -> tuple[str | None, str | None]:
+    """`source: bigquery://project.dataset.table` and the column whose growth marks new rows."""
+    if source is None:
+        if position is not None:
+            raise ConfigError(f"{here}: field 'source_position' needs a 'source'")
+        return None, None
+    if not isinstance(source, str) or not BIGQUERY_SOURCE.fullmatch(source):
+        raise ConfigError(f"{here}: field 'source' {source!r} must be bigquery://project.dataset.table")
+    if fmt not in BIGQUERY_SOURCE_FORMATS:
+        raise ConfigError(f"{here}: field 'source': format '{fmt}' is read from files; a BigQuery source "
+                          f"takes format {' or '.join(BIGQUERY_SOURCE_FORMATS)}")
+    if position is None and fmt == "bigquery-cdc":
+        raise ConfigError(f"{here}: field 'source_position' is required for format 'bigquery-cdc': name the "
+                          "column that grows as rows are appended (an ingestion time or a sequence)")
+    if position is not None and not (isinstance(position, str)
+                                     and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", position)):
+        raise ConfigError(f"{here}: field 'source_position' {position!r} must be a column name (a.b for a field "
+                          "of a record)")
+    return source, position
+
+
+def _publish(value, source: str | None, here: str) -> dict:
+    """`publish: {bigquery: project.dataset.table}`: the BigQuery table kept equal to the target."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not value:
+        raise ConfigError(f"{here}: field 'publish' must be a mapping, "
+                          "e.g. publish: {bigquery: project.dataset.table}")
+    for k in value:
+        if k not in PUBLISH_KEYS:
+            raise ConfigError(f"{here}: field 'publish': unknown destination '{k}' "
+                              f"(allowed: {', '.join(sorted(PUBLISH_KEYS))})")
+    dest = value["bigquery"]
+    if not isinstance(dest, str) or not BIGQUERY_TABLE.fullmatch(dest):
+        raise ConfigError(f"{here}: field 'publish.bigquery' {dest!r} must be project.dataset.table")
+    if source is not None and source.split("://", 1)[-1] == dest:
+        # the published rows would come back as the table's own changes
+        raise ConfigError(f"{here}: field 'publish.bigquery' names the table's own source {dest!r}")
+    return {"bigquery": dest}
 
 
 def _columns(value, here: str) -> dict:

@@ -7,6 +7,7 @@ import dagster as dg
 
 from ..core.config import Config
 from .checks import table_checks
+from .publish import publish_definitions
 from .resources import table_resources
 from .sensors import landing_sensor
 from .table_assets import table_assets, table_jobs
@@ -22,7 +23,9 @@ def build_definitions(cfg: Config) -> dg.Definitions:
     for table in cfg.tables:
         assets += table_assets(cfg, table)
         checks += table_checks(cfg, table)
-        table_job_defs = table_jobs(table)
+        published = publish_definitions(cfg, table)  # `publish: {bigquery: ...}`; nothing otherwise
+        assets, checks = assets + published[0], checks + published[1]
+        table_job_defs = table_jobs(table) + published[2]
         jobs += table_job_defs
         sensors.append(landing_sensor(cfg, table, table_job_defs))
     return dg.Definitions(

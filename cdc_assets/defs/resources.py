@@ -47,11 +47,17 @@ def table_resources(cfg: Config) -> dict:
     it, since importing dagster_gcp costs about a second in every run."""
     out: dict = {"pyspark": spark_resource(cfg)}
     if is_gcs(cfg.landing):
-        from dagster_gcp import GCSResource
+        from .gcp_resources import GCSResource
 
         # the landing area's client: application default credentials, a service-account file
         # (GOOGLE_APPLICATION_CREDENTIALS) or the emulator (STORAGE_EMULATOR_HOST)
         out["gcs"] = GCSResource()
+    if any(t.source or t.publish for t in cfg.tables):
+        from .gcp_resources import CdcBigQueryResource
+
+        # the BigQuery client of tables read from or published to BigQuery: application default
+        # credentials, or the emulator (BIGQUERY_EMULATOR_HOST)
+        out["bigquery"] = CdcBigQueryResource()
     return out
 
 

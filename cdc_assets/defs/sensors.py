@@ -13,12 +13,14 @@ import time
 import dagster as dg
 
 from ..core.config import Config, TableConfig
-from ..engine import delta, faults
+from ..engine import bigquery as publishing
+from ..engine import bigquery_source, delta, faults
 from ..engine import gcs as gcs_landing
 from ..engine.landing import ListingCursor, batches_path, register_new_batch, registered, scan_landing
 from ..engine.lock import table_lock
 from ..engine.retry import on_conflict
 from ..engine.tables import BASE, STAGING, TARGET, path
+from .publish import publish_job_name
 from .table_assets import APPLY_TAG, INCREMENTAL, TableNames, batch_partitions, target_partitions
 
 
@@ -52,16 +54,19 @@ def landing_sensor(cfg: Config, table: TableConfig, jobs: list) -> dg.SensorDefi
     table_dir = cfg.table_dir(table.name)
     landing = cfg.landing_dir(table.name)
     on_gcs = gcs_landing.is_gcs(landing)
+    resource_keys = ({"gcs"} if on_gcs else set()) | ({"bigquery"} if table.source else set())
 
     @dg.sensor(name=f"{table.name}__landing_sensor", minimum_interval_seconds=30, jobs=jobs,
-               default_status=dg.DefaultSensorStatus.STOPPED, required_resource_keys={"gcs"} if on_gcs else None,
+               default_status=dg.DefaultSensorStatus.STOPPED, required_resource_keys=resource_keys or None,
                description=f"Watches {cfg.landing_dir(table.name)} for complete change files of {table.name}.")
     def sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         # On a gs:// landing a tick lists from its cursor on (engine/landing.py), by the client of
         # the `gcs` resource (dagster_gcp's GCSResource).
         storage_client = context.resources.gcs if on_gcs else None
-        scan = scan_landing(landing, ListingCursor.from_json(context.cursor), time.time(), storage_client)
         with table_lock(table_dir):
+            if table.source:  # the source's new rows become an extract, then a batch like a landed file
+                bigquery_source.extract_new_rows(context.resources.bigquery, table, table_dir)
+            scan = scan_landing(landing, ListingCursor.from_json(context.cursor), time.time(), storage_client)
             # a registration that loses a commit race (an object store, no lock) is re-run, not failed
             new = on_conflict(lambda: register_new_batch(landing, table_dir, scan.found),
                               f"{table.name}/batches", context.log.warning)
@@ -95,6 +100,11 @@ def landing_sensor(cfg: Config, table: TableConfig, jobs: list) -> dg.SensorDefi
                 scope = run_key_scope(table_dir, "batches" if batches else BASE)
                 requests.append(dg.RunRequest(run_key=f"{table.name}:{scope}:apply:{reached}",
                                               job_name=names.apply_job, tags=tags))
+        if base_done and not pending and applied >= reached and publishing.pending(cfg, table):
+            # the target is current and a BigQuery copy is behind it: one request per target version
+            version = delta.open_table(path(table_dir, TARGET)).version()
+            requests.append(dg.RunRequest(run_key=f"{table.name}:{run_key_scope(table_dir, TARGET)}:publish:{version}",
+                                          job_name=publish_job_name(table)))
         faults.point("sensor.before_result")  # requests decided, not yet handed to the daemon
         return dg.SensorResult(
             run_requests=requests,

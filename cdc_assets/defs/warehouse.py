@@ -3,9 +3,9 @@
     from cdc_assets.defs.warehouse import target_resource
     resources={"orders": target_resource("cdc.yaml", "ORDERS")}   # a DeltaTableResource
 
-An asset then reads the current state of ORDERS with `orders.load()` (a deltalake DeltaTable),
-wherever the warehouse is: a local folder (LocalConfig) or a Cloud Storage bucket (GcsConfig), the
-storage options coming from the location and the usual environment variables.
+An asset then reads the current state of ORDERS with `orders.load()` (a deltalake DeltaTable);
+the resource carries the warehouse's storage options, so the asset does not depend on where the
+warehouse is.
 """
 from __future__ import annotations
 
@@ -16,12 +16,10 @@ from ..engine.tables import TARGET, path
 
 
 def storage_config(location: str):
-    """dagster-deltalake's storage configuration for a warehouse location."""
-    from dagster_deltalake import GcsConfig, LocalConfig
+    """dagster-deltalake's storage configuration for a warehouse location: a local folder, the
+    only kind the configuration accepts today (README, "On Google Cloud")."""
+    from dagster_deltalake import LocalConfig
 
-    if location.startswith("gs://"):
-        # application default credentials unless a service-account file is named
-        return GcsConfig(service_account=os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"))
     return LocalConfig()
 
 

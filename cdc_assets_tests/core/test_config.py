@@ -78,11 +78,22 @@ def test_relative_paths_resolve_against_the_config_folder_not_the_cwd(tmp_path, 
 
 def test_absolute_and_object_store_paths_are_kept(tmp_path):
     raw = raw_config()
-    raw["warehouse"] = "gs://bucket/prefix"
-    raw["landing"] = str(tmp_path / "land")
+    raw["warehouse"] = str(tmp_path / "wh")
+    raw["landing"] = "gs://bucket/prefix"
     cfg = parse_config(raw, CONFIG_PATH)
-    assert cfg.warehouse == "gs://bucket/prefix"
-    assert cfg.landing == str(tmp_path / "land")
+    assert (cfg.warehouse, cfg.landing) == (str(tmp_path / "wh"), "gs://bucket/prefix")
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    ("warehouse", "gs://bucket/prefix", "a warehouse in an object store is not supported yet"),
+    ("warehouse", "s3://bucket/prefix", "a warehouse in an object store is not supported yet"),
+    ("landing", "s3://bucket/prefix", "a landing area is a folder or gs://bucket/prefix"),
+])
+def test_object_stores_the_engine_cannot_use_are_refused_by_name(field, value, expected):
+    raw = raw_config()
+    raw[field] = value
+    message = error(raw)
+    assert f"field '{field}' '{value}'" in message and expected in message
 
 
 def test_every_format_is_accepted():
@@ -270,3 +281,52 @@ def test_bad_column_types_name_table_column_and_type(columns, words):
     message = error(raw_config(columns=columns))
     for w in words:
         assert w in message, message
+
+
+def test_a_bigquery_source_reads_its_table_and_keeps_extracts_in_the_warehouse():
+    cfg = parse_config(raw_config(name="TABLE1", keys=["COL1"], format="bigquery-append",
+                                  source="bigquery://my-project.datastream.TABLE1"), CONFIG_PATH)
+    table = cfg.table("TABLE1")
+    assert (table.source, table.source_position) == ("bigquery://my-project.datastream.TABLE1", None)
+    assert cfg.landing_dir("TABLE1") == os.path.join(cfg.table_dir("TABLE1"), "extracts")
+    cdc = parse_config(raw_config(name="T", keys=["id"], format="bigquery-cdc", source="bigquery://p.d.t",
+                                  source_position="meta.ingested_at"), CONFIG_PATH)
+    assert cdc.table("T").source_position == "meta.ingested_at"
+
+
+@pytest.mark.parametrize("table, expected", [
+    ({"source": "bq://p.d.t"}, "field 'source' 'bq://p.d.t' must be bigquery://project.dataset.table"),
+    ({"source": "bigquery://p.d"}, "must be bigquery://project.dataset.table"),
+    ({"source": "bigquery://p.d.t", "format": "datastream-json"}, "format 'datastream-json' is read from files"),
+    ({"source": "bigquery://p.d.t", "format": "bigquery-cdc"}, "field 'source_position' is required"),
+    ({"source_position": "x"}, "field 'source_position' needs a 'source'"),
+    ({"source": "bigquery://p.d.t", "source_position": "a b"}, "field 'source_position' 'a b' must be a column"),
+])
+def test_bigquery_source_errors_name_table_and_field(table, expected):
+    raw = raw_config(**{"name": "T", "keys": ["id"], "format": "bigquery-append", **table})
+    message = error(raw)
+    assert "table 'T'" in message and expected in message
+
+
+def test_a_table_can_publish_its_target_to_a_bigquery_table():
+    table = parse_config(raw_config(publish={"bigquery": "my-project.analytics.orders"}), CONFIG_PATH).table("ORDERS")
+    assert table.publish == {"bigquery": "my-project.analytics.orders"}
+    assert parse_config(raw_config(), CONFIG_PATH).table("ORDERS").publish == {}
+
+
+@pytest.mark.parametrize("publish, expected", [
+    ("my-project.analytics.orders", "field 'publish' must be a mapping"),
+    ({}, "field 'publish' must be a mapping"),
+    ({"snowflake": "a.b.c"}, "field 'publish': unknown destination 'snowflake'"),
+    ({"bigquery": "analytics.orders"}, "field 'publish.bigquery' 'analytics.orders' must be project.dataset.table"),
+    ({"bigquery": "p.d.t;drop"}, "must be project.dataset.table"),
+    ({"bigquery": None}, "field 'publish.bigquery' None must be project.dataset.table"),
+])
+def test_publish_errors_name_table_and_field(publish, expected):
+    message = error(raw_config(publish=publish))
+    assert "table 'ORDERS'" in message and expected in message, message
+
+
+def test_a_table_cannot_publish_to_its_own_bigquery_source():
+    message = error(raw_config(format="bigquery-append", source="bigquery://p.d.t", publish={"bigquery": "p.d.t"}))
+    assert "table 'ORDERS'" in message and "field 'publish.bigquery' names the table's own source" in message

@@ -1,0 +1,84 @@
+"""Google Cloud's local emulators, started in this process from their PyPI packages (the `test`
+extra installs them): gcp-storage-emulator for Cloud Storage and bqemulator for BigQuery. The
+clients of this process and of its children (Spark's Python workers) find them through the
+variables each sets: STORAGE_EMULATOR_HOST and BIGQUERY_EMULATOR_HOST."""
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Iterator
+
+PROJECT = "cdc-assets-demo"
+NEEDS = "the Google Cloud emulators (gcp-storage-emulator, bqemulator) come with the test extra: " \
+        ".venv/bin/uv pip install -e '.[test]' (./bootstrap.sh installs it)"
+
+
+class EmulatorMissing(RuntimeError):
+    pass
+
+
+@contextlib.contextmanager
+def storage(bucket: str) -> Iterator[str]:
+    """A Cloud Storage emulator in memory with `bucket`; yields its address."""
+    try:
+        from gcp_storage_emulator.server import create_server
+    except ImportError:
+        raise EmulatorMissing(NEEDS) from None
+    server = create_server("127.0.0.1", 0, in_memory=True, default_bucket=bucket)
+    server.start()
+    address = f"http://127.0.0.1:{server._api._httpd.server_address[1]}"
+    try:
+        with _environment(STORAGE_EMULATOR_HOST=address):
+            yield address
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def bigquery() -> Iterator[str]:
+    """A BigQuery emulator in memory (DuckDB inside); yields its address."""
+    os.environ.setdefault("BQEMU_ENABLE_FORMAT_EXTENSIONS", "false")  # offline: no extension downloads
+    try:
+        import logging
+
+        import duckdb_extensions
+        import structlog
+        from bqemulator.config import LogLevel, PersistenceMode, Settings
+        from bqemulator.testing._thread_runner import ThreadedEmulator
+    except ImportError:
+        raise EmulatorMissing(NEEDS) from None
+    # The emulator loads DuckDB's spatial extension at start; offline it comes from this wheel.
+    duckdb_extensions.import_extension("spatial")
+    # its own debug lines would otherwise go to this command's output
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    server = ThreadedEmulator(Settings(persistence_mode=PersistenceMode.EPHEMERAL, rest_port=0, grpc_port=0,
+                                       log_level=LogLevel.WARNING))
+    server.start()
+    address = f"http://127.0.0.1:{server.server.rest_port}"
+    try:
+        with _environment(BIGQUERY_EMULATOR_HOST=address):
+            yield address
+    finally:
+        server.stop()
+
+
+def bigquery_client(address: str, project: str = PROJECT):
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import bigquery as bq
+
+    return bq.Client(project=project, credentials=AnonymousCredentials(), client_options=ClientOptions(api_endpoint=address))
+
+
+@contextlib.contextmanager
+def _environment(**values: str):
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

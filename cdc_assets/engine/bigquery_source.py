@@ -1,0 +1,161 @@
+"""A table whose changes are rows of a BigQuery table: `source: bigquery://project.dataset.table`.
+
+Seed 000's Datastream append-mode table (`format: bigquery-append`) and a table of BigQuery CDC
+rows (`format: bigquery-cdc`) are read the same way: each run extracts the rows it has not taken
+yet into one Parquet change file in the warehouse (`<warehouse>/<TABLE>/extracts/`), which then
+becomes a batch like any landed file, so ordering, deduplication and quarantine are those of
+files. A row is new when its position column (`source_position`; for bigquery-append
+`datastream_metadata.change_sequence_number` by default) is greater than the greatest position an
+earlier extract took. That position is written into each extract's own Parquet metadata, and the
+extract appears under its final name in one rename, so a crash either leaves a complete extract,
+which the next registration takes, or none, and the rows are read again: the warehouse alone says
+how far the source was read.
+
+An extract holds what a batch holds, and a first run over a long history holds that history:
+its rows are written page by page, never all held in memory.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import os
+from dataclasses import dataclass
+
+import pyarrow.parquet as pq
+
+from ..core.config import BIGQUERY_SOURCE, TableConfig
+
+SCHEME = "bigquery://"
+EXTRACTS = "extracts"
+POSITION_KEY = b"cdc_assets.source_position"
+DEFAULT_POSITION = {"bigquery-append": "datastream_metadata.change_sequence_number"}
+# BigQuery types a position can have: they compare as numbers or instants.
+POSITION_TYPES = {"INTEGER": "INT64", "INT64": "INT64", "NUMERIC": "NUMERIC", "BIGNUMERIC": "BIGNUMERIC",
+                  "TIMESTAMP": "TIMESTAMP", "DATETIME": "DATETIME", "DATE": "DATE"}
+
+
+class SourceError(RuntimeError):
+    """The BigQuery source cannot be read; the message names the table, the source and the cause."""
+
+
+@dataclass(frozen=True)
+class Extract:
+    file: str  # relative to the table's extracts folder
+    rows: int
+    after: object  # the position the extract started after (None: the first extract)
+    through: object  # the greatest position it holds
+
+
+def source_table(url: str) -> str:
+    """'project.dataset.table' from 'bigquery://project.dataset.table' (ValueError otherwise)."""
+    if not BIGQUERY_SOURCE.fullmatch(url):
+        raise ValueError(f"{url!r} is not bigquery://project.dataset.table")
+    return url[len(SCHEME):]
+
+
+def position_column(table: TableConfig) -> str:
+    return table.source_position or DEFAULT_POSITION[table.format]
+
+
+def extracts_dir(table_dir: str) -> str:
+    return os.path.join(table_dir, EXTRACTS)
+
+
+def last_extract(folder: str) -> tuple[int, object]:
+    """(how many extracts there are, the greatest position they took, or None)."""
+    if not os.path.isdir(folder):
+        return 0, None
+    names = sorted(n for n in os.listdir(folder) if n.endswith(".parquet") and not n.startswith((".", "_")))
+    if not names:
+        return 0, None
+    meta = pq.read_metadata(os.path.join(folder, names[-1])).metadata or {}
+    return len(names), _decode(json.loads(meta[POSITION_KEY])) if POSITION_KEY in meta else None
+
+
+def extract_new_rows(client, table: TableConfig, table_dir: str, page_rows: int = 100_000) -> Extract | None:
+    """Write the source rows after the last extract's position as the next extract (None: no new rows)."""
+    from google.api_core import exceptions
+    from google.cloud import bigquery
+
+    source = source_table(table.source)
+    column = position_column(table)
+    where = f"table {table.name}: source {table.source}"
+    try:
+        kind = _position_type(client.get_table(source).schema, column, where)
+        count, after = last_extract(extracts_dir(table_dir))
+        params = [bigquery.ScalarQueryParameter("after", kind, after)] if after is not None else []
+        newer = f" WHERE {_ref(column)} > @after" if after is not None else ""
+        bound = client.query(f"SELECT MAX({_ref(column)}) AS upto FROM `{source}`{newer}",
+                             job_config=bigquery.QueryJobConfig(query_parameters=params)).result()
+        upto = next(iter(bound))["upto"]
+        if upto is None:
+            return None
+        # A fixed upper bound: rows appended while this runs belong to the next extract, whole.
+        rows = client.query(
+            f"SELECT * FROM `{source}` WHERE {_ref(column)} <= @upto"
+            + (f" AND {_ref(column)} > @after" if after is not None else "") + f" ORDER BY {_ref(column)}",
+            job_config=bigquery.QueryJobConfig(
+                query_parameters=params + [bigquery.ScalarQueryParameter("upto", kind, upto)])).result(
+                page_size=page_rows)
+        return _write(rows, extracts_dir(table_dir), count + 1, after, upto)
+    except exceptions.GoogleAPICallError as e:
+        raise SourceError(f"{where}: {e.message or e}") from None
+
+
+def _write(rows, folder: str, number: int, after, upto) -> Extract:
+    os.makedirs(folder, exist_ok=True)
+    name = f"extract-{number:08d}.parquet"  # names sort in extraction order: arrival order (SPEC 3)
+    final, partial = os.path.join(folder, name), os.path.join(folder, f".{name}.partial")
+    writer, written = None, 0
+    try:
+        for page in rows.to_arrow_iterable():
+            if page.num_rows == 0:
+                continue
+            if writer is None:
+                schema = page.schema.with_metadata({POSITION_KEY: json.dumps(_encode(upto)).encode()})
+                writer = pq.ParquetWriter(partial, schema)
+            writer.write_batch(page.replace_schema_metadata(writer.schema.metadata))
+            written += page.num_rows
+    finally:
+        if writer is not None:
+            writer.close()
+    if writer is None:
+        raise SourceError(f"the source returned no rows up to position {upto!r}, which it reported as its greatest")
+    os.replace(partial, final)  # complete under its final name, or not there at all
+    return Extract(name, written, after, upto)
+
+
+def _position_type(schema, column: str, where: str) -> str:
+    fields, found = schema, None
+    for part in column.split("."):
+        found = next((f for f in fields if f.name == part), None)
+        if found is None:
+            raise SourceError(f"{where}: no column {column!r} to take the position from "
+                              f"(columns: {', '.join(f.name for f in schema)}); set source_position")
+        fields = found.fields or ()
+    kind = POSITION_TYPES.get(found.field_type)
+    if kind is None or found.mode == "REPEATED":
+        raise SourceError(f"{where}: position column {column!r} is {found.field_type}; it must be a number, "
+                          "a timestamp or a date that grows as rows are appended (set source_position)")
+    return kind
+
+
+def _ref(column: str) -> str:
+    return ".".join(f"`{p}`" for p in column.split("."))
+
+
+def _encode(value) -> dict:
+    if isinstance(value, dt.datetime):
+        return {"datetime": value.isoformat()}
+    if isinstance(value, dt.date):
+        return {"date": value.isoformat()}
+    if isinstance(value, decimal.Decimal):
+        return {"decimal": str(value)}
+    return {"int": int(value)}
+
+
+def _decode(raw: dict):
+    (kind, text), = raw.items()
+    return {"datetime": dt.datetime.fromisoformat, "date": dt.date.fromisoformat,
+            "decimal": decimal.Decimal, "int": int}[kind](text)
