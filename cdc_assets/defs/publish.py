@@ -25,15 +25,17 @@ def publish_definitions(cfg: Config, table: TableConfig) -> tuple[list, list, li
     key = names.key("bigquery")
     table_dir = cfg.table_dir(table.name)
 
+    standard = {"dagster/table_name": dest, "dagster/storage_kind": "bigquery", "dagster/uri": f"bigquery://{dest}"}
+
     @dg.asset(key=key, deps=[names.key("target")], group_name=table.name, kinds={"bigquery"}, pool=names.pool,
-              tags={"format": table.format},
+              tags={"format": table.format}, metadata=standard,
               description=f"{dest}: a copy of {table.name}'s target, brought up to it by one MERGE of the keys "
                           "the batches since the last publish changed.")
     def published(context: dg.AssetExecutionContext, bigquery: CdcBigQueryResource) -> dg.MaterializeResult:
         with bigquery.get_client() as client:
             figures = _write(context, table_dir, f"{table.name}/bigquery",
                              lambda: publishing.publish(client, cfg, table))
-        return dg.MaterializeResult(metadata=as_metadata(figures))
+        return dg.MaterializeResult(metadata={**as_metadata(figures), **standard})
 
     @dg.asset_check(asset=key, name="reconciles_with_target",
                     description="Row counts, and every row (or a sample of a large table) column by column, "

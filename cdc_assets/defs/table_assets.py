@@ -24,7 +24,8 @@ from ..engine.landing import Batch, registered
 from ..engine.lock import table_lock
 from ..engine.partitions import staged_partition_keys
 from ..engine.retry import on_conflict
-from .metadata import as_metadata
+from ..engine.tables import path
+from .metadata import as_metadata, delta_table_metadata
 from .resources import spark_session
 
 APPLY_TAG = "cdc/apply"
@@ -108,6 +109,13 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
     batches = batch_partitions(table)
     tags = {"format": table.format}
 
+    def table_metadata(step: str, partition_rows=None) -> dict:
+        return delta_table_metadata(path(table_dir, step), f"{table.name}.{step}", table.keys, partition_rows)
+
+    def named(step: str) -> dict:
+        """Definition metadata: the catalog names each table before its first materialization."""
+        return {"dagster/table_name": f"{table.name}.{step}", "dagster/storage_kind": "delta"}
+
     def take_batch(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource, storage_client=None):
         batch = _batch(cfg, table, context.partition_key)
         spark = lambda: spark_session(pyspark)  # noqa: E731 - a small batch never starts Spark
@@ -115,10 +123,12 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
         with gcs.provided(storage_client) if storage_client is not None else contextlib.nullcontext():
             figures = _write(context, table_dir, f"{table.name}/changes {batch.id}",
                              lambda: ingest.ingest_batch(spark, cfg, table, batch, log=context.log.warning))
-        return dg.MaterializeResult(metadata=as_metadata(figures))
+        metadata = {**as_metadata(figures), **table_metadata("changes", figures.get("changes_new"))}
+        return dg.MaterializeResult(metadata=metadata)
 
     changes_spec = dict(
         key=names.key("changes"), partitions_def=batches, group_name=table.name, kinds={"spark", "delta"},
+        metadata=named("changes"),
         tags=tags, pool=names.pool,
         description=f"Every distinct change record of {table.name}, one partition per landed batch; "
                     "rejected records go to quarantine.")
@@ -135,6 +145,7 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
             return take_batch(context, pyspark)
 
     @dg.asset(key=names.key("staging"), partitions_def=batches, group_name=table.name, kinds={"spark", "delta"},
+              metadata=named("staging"),
               deps=[changes], tags=tags, pool=names.pool,
               description=f"The consolidated change history of {table.name}: per key, each batch's latest change "
                           "(deletes included, as tombstones); rebuilds and backfills read it.")
@@ -143,13 +154,15 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
         figures = _write(context, table_dir, f"{table.name}/staging {batch.id}",
                          lambda: stage.stage_batch(cfg, table, batch))
         _register_target_partitions(context, cfg, table)
-        return dg.MaterializeResult(metadata=as_metadata(figures))
+        metadata = {**as_metadata(figures), **table_metadata("staging", figures.get("staged"))}
+        return dg.MaterializeResult(metadata=metadata)
 
     out = [changes, staging]
     target_deps = [dg.AssetDep(staging, partition_mapping=dg.AllPartitionMapping())]
 
     if table.base_snapshot:
         @dg.asset(key=names.key("base"), group_name=table.name, kinds={"spark", "delta"}, tags=tags,
+                  metadata=named("base"),
                   pool=names.pool,
                   description=f"The source export {table.name} starts from; its rows rank below every change.")
         def base_snapshot(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource) -> dg.MaterializeResult:
@@ -157,12 +170,13 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
             figures = _write(context, table_dir, f"{table.name}/base",
                              lambda: base.import_base(spark, cfg, table, log=context.log.warning))
             _register_target_partitions(context, cfg, table)
-            return dg.MaterializeResult(metadata=as_metadata(figures))
+            return dg.MaterializeResult(metadata={**as_metadata(figures), **table_metadata("base", None)})
 
         out.append(base_snapshot)
         target_deps.append(dg.AssetDep(base_snapshot))
 
     @dg.asset(key=names.key("target"), partitions_def=target_partitions(table), group_name=table.name,
+              metadata=named("target"),
               kinds={"spark", "delta"}, deps=target_deps, tags=tags, pool=names.pool,
               backfill_policy=dg.BackfillPolicy.single_run(),
               description=f"The current state of {table.name}: one row per live key"
@@ -176,7 +190,7 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
             keys = list(context.partition_keys)
             step = lambda: apply.rebuild(spark, cfg, table, keys)  # noqa: E731
         figures = _write(context, table_dir, f"{table.name}/target", step)
-        return dg.MaterializeResult(metadata=as_metadata(figures))
+        return dg.MaterializeResult(metadata={**as_metadata(figures), **table_metadata("target", None)})
 
     out.append(target)
     return out
