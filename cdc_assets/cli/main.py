@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
 
 from . import demo, generate, run, spark, status, ui
@@ -9,6 +10,8 @@ from . import demo, generate, run, spark, status, ui
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cdc-assets", description=__doc__)
+    parser.add_argument("--version", action="version",
+                        version=f"cdc-assets {importlib.metadata.version('cdc_assets')}")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in (run, status, generate, demo, ui, spark):
         module.register(sub)

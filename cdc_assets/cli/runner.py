@@ -40,6 +40,7 @@ class TableOutcome:
     checks: dict = field(default_factory=dict)  # check name -> passed
     error: str | None = None
     seconds: float = 0.0
+    warning: str | None = None  # said in the summary line; the table still succeeds
 
 
 def instance() -> dg.DagsterInstance:
@@ -82,6 +83,11 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
             batch = on_conflict(lambda: register_new_batch(cfg.landing_dir(table.name), table_dir),
                                 f"{table.name}/batches")
         outcome.new_batch = batch.id if batch else None
+        landing = cfg.landing_dir(table.name)
+        if batch is None and not table.source and "://" not in landing and not os.path.isdir(landing):
+            # A table whose first files have not arrived is normal, so not a failure; a typo in
+            # `landing` or in the table's name looks the same, so it is said, not hidden.
+            outcome.warning = f"landing folder {landing} does not exist (nothing taken)"
         batches = registered(table_dir)
         known = set(inst.get_dynamic_partitions(names.batches))
         missing = [b.id for b in batches if b.id not in known]
@@ -120,7 +126,7 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
 def summary_line(o: TableOutcome) -> str:
     ch, tg = o.figures.get("changes", {}), o.figures.get("target", {})
     parts = [f"{o.table}: {'ok' if o.ok else 'FAILED'}"]
-    parts.append(f"new batch {o.new_batch}" if o.new_batch else "nothing new landed")
+    parts.append(f"new batch {o.new_batch}" if o.new_batch else o.warning or "nothing new landed")
     if ch:
         parts.append(f"{ch.get('records_read', 0)} records, {ch.get('changes_new', 0)} new changes, "
                      f"{ch.get('duplicates_skipped', 0)} duplicates, {ch.get('quarantined', 0)} quarantined")

@@ -29,3 +29,28 @@ def test_status_of_a_table_that_applied_nothing_says_none_not_batch_minus_one(wo
     assert main(["status", "--config", cfg.path]) == 0
     header, line = capsys.readouterr().out.splitlines()
     assert line.split()[:3] == ["ORDERS", "0", "none"]  # table, batches, applied
+
+
+def test_version_names_the_installed_package(capsys):
+    import importlib.metadata
+
+    import pytest
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"cdc-assets {importlib.metadata.version('cdc_assets')}"
+
+
+def test_a_landing_folder_that_does_not_exist_is_said_in_the_summary_not_hidden(workdir):
+    from cdc_assets.cli.runner import summary_line
+    from cdc_assets_tests.helpers import run_table
+
+    cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "datastream-json"}])
+    outcome = run_table(cfg, "ORDERS")
+    assert outcome.ok  # the table's first files may simply not have arrived yet
+    line = summary_line(outcome)
+    assert f"landing folder {cfg.landing_dir('ORDERS')} does not exist (nothing taken)" in line
+    assert "nothing new landed" not in line
+    os.makedirs(cfg.landing_dir("ORDERS"))
+    assert "nothing new landed" in summary_line(run_table(cfg, "ORDERS"))
