@@ -24,6 +24,10 @@ from .publish import publish_job_name
 from .table_assets import APPLY_TAG, INCREMENTAL, TableNames, batch_partitions, target_partitions
 
 
+# How long a tick waits for the table before leaving registration to a later tick.
+TICK_LOCK_SECONDS = 5.0
+
+
 def apply_request_tags(instance, table: TableConfig) -> dict | None:
     """Tags for an incremental apply run: the whole target partition range when partitioned."""
     tags = {APPLY_TAG: INCREMENTAL}
@@ -63,13 +67,20 @@ def landing_sensor(cfg: Config, table: TableConfig, jobs: list) -> dg.SensorDefi
         # On a gs:// landing a tick lists from its cursor on (engine/landing.py), by the client of
         # the `gcs` resource (dagster_gcp's GCSResource).
         storage_client = context.resources.gcs if on_gcs else None
-        with table_lock(table_dir):
-            if table.source:  # the source's new rows become an extract, then a batch like a landed file
-                bigquery_source.extract_new_rows(context.resources.bigquery, table, table_dir)
-            scan = scan_landing(landing, ListingCursor.from_json(context.cursor), time.time(), storage_client)
-            # a registration that loses a commit race (an object store, no lock) is re-run, not failed
-            new = on_conflict(lambda: register_new_batch(landing, table_dir, scan.found),
-                              f"{table.name}/batches", context.log.warning)
+        new, busy, cursor = None, False, context.cursor
+        try:
+            # Dagster ends a tick after 60 s: a run holding the table (an apply can take minutes) is
+            # not waited for; what landed is registered by a later tick, the cursor left where it was.
+            with table_lock(table_dir, timeout=TICK_LOCK_SECONDS):
+                if table.source:  # the source's new rows become an extract, then a batch like a landed file
+                    bigquery_source.extract_new_rows(context.resources.bigquery, table, table_dir)
+                scan = scan_landing(landing, ListingCursor.from_json(context.cursor), time.time(), storage_client)
+                # a registration that loses a commit race (an object store, no lock) is re-run, not failed
+                new = on_conflict(lambda: register_new_batch(landing, table_dir, scan.found),
+                                  f"{table.name}/batches", context.log.warning)
+                cursor = scan.cursor.to_json() if on_gcs else None
+        except TimeoutError:
+            busy = True
         if new is not None:
             faults.point("sensor.batch_registered")  # in the ledger; no partition, no run request yet
         batches = registered(table_dir)
@@ -109,9 +120,10 @@ def landing_sensor(cfg: Config, table: TableConfig, jobs: list) -> dg.SensorDefi
         return dg.SensorResult(
             run_requests=requests,
             dynamic_partitions_requests=[batch_partitions(table).build_add_request(missing)] if missing else [],
-            skip_reason=None if requests else f"nothing new for {table.name}" + (f" (registered {new.id})" if new else "")
-            + f"; listed {len(scan.found)} files" + ("" if scan.full else f" from {scan.cursor.start or 'the start'}"),
-            cursor=scan.cursor.to_json() if on_gcs else None,
+            skip_reason=None if requests else (
+                f"{table.name} is busy (another run holds it): new files are registered by a later tick" if busy
+                else f"nothing new for {table.name}" + (f" (registered {new.id})" if new else "")),
+            cursor=cursor,
         )
 
     return sensor

@@ -246,3 +246,30 @@ def test_base_snapshot_first_then_apply_and_a_base_alone_is_applied(spark, tmp_p
     assert only.launched_jobs == ["ONLY_BASE_base_job", "ONLY_BASE_apply_job"]
     assert differences(target_table(cfg, "ONLY_BASE"), read_export(str(base_csv))) == []
     assert instance.get_dynamic_partitions("ONLY_BASE__target_partitions") == ["region=apac", "region=emea"]
+
+
+def test_a_tick_while_a_run_holds_the_table_does_not_wait_and_registers_later(spark, tmp_path, instance,
+                                                                            monkeypatch):
+    """Dagster ends a sensor evaluation after 60 s and an apply holds its table for minutes: a
+    tick that finds the table held gives up registering at once, still asks for the runs of
+    batches already registered, and a later tick registers what landed meanwhile."""
+    from cdc_assets.defs import sensors
+    from cdc_assets.engine.lock import table_lock
+
+    monkeypatch.setattr(sensors, "TICK_LOCK_SECONDS", 0.2)
+    feed = generate(tmp_path, changes=100, batches=2, files_per_batch=1, seed=43)
+    cfg = write_config(tmp_path, [{"name": TABLE, "keys": [KEY], "format": "datastream-json"}])
+    daemon = Daemon(build_definitions(cfg), instance)
+    publish(feed, cfg, TABLE, 1)
+    [ingest] = daemon.tick().run_requests
+    files2 = publish(feed, cfg, TABLE, 2)
+
+    with table_lock(cfg.table_dir(TABLE)):  # as an apply holds it
+        busy = daemon.tick()
+        assert [b.id for b in ledger(cfg)] == ["b000001"]  # nothing registered while the table is held
+        assert [r.run_key for r in busy.run_requests] == [ingest.run_key]  # the pending batch still asked for
+    assert [(b.id, list(b.files)) for b in ledger(cfg)][1:] == []
+    daemon.tick()
+    assert [(b.id, list(b.files)) for b in ledger(cfg)][1:] == [("b000002", files2)]
+    daemon.settle()
+    assert differences(target_table(cfg), read_export(feed["export"])) == []
