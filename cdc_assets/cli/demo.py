@@ -29,7 +29,7 @@ def register(sub) -> None:
                        description="Generate a feed for three tables, land it batch by batch, apply each landing "
                                    "and reconcile the targets with the generated source exports.")
     p.add_argument("--dir", default=None, help="demo folder (recreated; default ./demo, ./demo-gcp with --gcp)")
-    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--seed", type=int, default=7, help="seed of the generated feed (default 7)")
     p.add_argument("--gcp", action="store_true",
                    help="the same on Google Cloud's local emulators: files land in a Cloud Storage bucket, each "
                         "target is published to BigQuery, and files, targets and BigQuery tables are reconciled")

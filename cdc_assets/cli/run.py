@@ -7,7 +7,11 @@ from .common import config_or_none
 
 
 def register(sub) -> None:
-    p = sub.add_parser("run", help="apply every complete change file no earlier run took")
+    p = sub.add_parser("run", help="apply every complete change file no earlier run took",
+                       description="Register the complete change files no earlier run took as a batch per table, "
+                                   "materialize the tables' assets for it through the Dagster jobs, run the checks, "
+                                   "and print one line per table. Exit 0: every table succeeded; 1: a table failed; "
+                                   "2: cdc.yaml is not valid or --table names no table in it.")
     p.add_argument("--config", default="cdc.yaml", help="path of cdc.yaml (default ./cdc.yaml)")
     p.add_argument("--table", action="append", help="only this table (repeatable)")
     p.set_defaults(func=main)

@@ -5,9 +5,12 @@ from .common import config_or_none
 
 
 def register(sub) -> None:
-    p = sub.add_parser("spark", help="start, stop or show the Spark Connect server that runs use when it is up")
-    p.add_argument("action", choices=("start", "stop", "status"))
-    p.add_argument("--config", default="cdc.yaml")
+    p = sub.add_parser("spark", help="start, stop or show the Spark Connect server that runs use when it is up",
+                       description="A long-lived local Spark Connect server for this configuration: runs, the UI and "
+                                   "the sensor use it when it answers, and skip Spark's start-up.")
+    p.add_argument("action", choices=("start", "stop", "status"),
+                   help="start the server (and wait until it answers), stop it, or show whether it is up")
+    p.add_argument("--config", default="cdc.yaml", help="path of cdc.yaml (default ./cdc.yaml)")
     p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 for `start` (default: a free one)")
     p.set_defaults(func=main)
 

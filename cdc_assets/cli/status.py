@@ -11,8 +11,10 @@ COLUMNS = (("table", "table"), ("batches", "batches"), ("applied_through", "appl
 
 
 def register(sub) -> None:
-    p = sub.add_parser("status", help="per table: batches, last applied, rows, pending files, quarantine")
-    p.add_argument("--config", default="cdc.yaml")
+    p = sub.add_parser("status", help="per table: batches, last applied, rows, pending files, quarantine",
+                       description="Per table: batches registered, the last batch applied, pending files, rows, "
+                                   "the quarantine count, the last run and, when it failed, its root cause.")
+    p.add_argument("--config", default="cdc.yaml", help="path of cdc.yaml (default ./cdc.yaml)")
     p.add_argument("--json", action="store_true", help="one JSON object per table")
     p.set_defaults(func=main)
 

@@ -17,9 +17,11 @@ from .pools import ensure_settings
 
 
 def register(sub) -> None:
-    p = sub.add_parser("ui", help="open the Dagster UI (dagster dev) on the configured tables, on 127.0.0.1")
-    p.add_argument("--config", default="cdc.yaml")
-    p.add_argument("--port", type=int, default=3000)
+    p = sub.add_parser("ui", help="open the Dagster UI (dagster dev) on the configured tables, on 127.0.0.1",
+                       description="Run dagster dev on the tables of cdc.yaml, bound to 127.0.0.1, with the "
+                                   "configuration's Spark Connect server started unless --no-spark.")
+    p.add_argument("--config", default="cdc.yaml", help="path of cdc.yaml (default ./cdc.yaml)")
+    p.add_argument("--port", type=int, default=3000, help="port of the UI (default 3000)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--no-spark", action="store_true",
                    help="do not start a Spark Connect server; runs then start Spark in their own process")

@@ -54,3 +54,17 @@ def test_a_landing_folder_that_does_not_exist_is_said_in_the_summary_not_hidden(
     assert "nothing new landed" not in line
     os.makedirs(cfg.landing_dir("ORDERS"))
     assert "nothing new landed" in summary_line(run_table(cfg, "ORDERS"))
+
+
+def test_every_sub_command_describes_itself_and_each_of_its_options():
+    import argparse
+
+    from cdc_assets.cli.main import build_parser
+
+    parser = build_parser()
+    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert sorted(sub.choices) == ["demo", "generate", "run", "spark", "status", "ui"]
+    for name, command in sub.choices.items():
+        assert command.description, f"cdc-assets {name} --help has no description"
+        undocumented = [a.dest for a in command._actions if not a.help and a.dest != "help"]
+        assert undocumented == [], f"cdc-assets {name}: options without help: {undocumented}"
