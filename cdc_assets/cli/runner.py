@@ -55,7 +55,9 @@ def instance() -> dg.DagsterInstance:
 def _record(outcome: TableOutcome, result) -> None:
     for event in result.get_asset_materialization_events():
         mat = event.event_specific_data.materialization
-        outcome.figures[mat.asset_key.path[-1]] = {k: v.value for k, v in mat.metadata.items()}
+        # the step's own figures; Dagster's standard `dagster/...` entries are for the UI's catalog
+        outcome.figures[mat.asset_key.path[-1]] = {k: v.value for k, v in mat.metadata.items()
+                                                   if not k.startswith("dagster/")}
     for evaluation in result.get_asset_check_evaluations():
         outcome.checks[evaluation.check_name] = evaluation.passed
         if not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.ERROR:
