@@ -28,6 +28,18 @@ def put(bucket, name: str, data: str | bytes) -> None:
     bucket.blob(name).upload_from_string(data.encode("utf-8") if isinstance(data, str) else data)
 
 
+WAREHOUSE_BUCKET = "warehouse-bucket"
+
+
+@pytest.fixture
+def s3_warehouse():
+    """An in-memory S3-compatible server (moto) with one bucket; yields the URL of a warehouse in
+    it, s3://WAREHOUSE_BUCKET/<unique>. The AWS_* variables it sets reach delta-rs, Arrow, and the
+    child processes."""
+    with emulators.s3(WAREHOUSE_BUCKET):
+        yield f"s3://{WAREHOUSE_BUCKET}/wh-{uuid.uuid4().hex[:8]}"
+
+
 @pytest.fixture(scope="session")
 def _bigquery_server():
     """One in-memory BigQuery emulator (bqemulator, DuckDB inside) for the test session."""

@@ -62,6 +62,51 @@ def bigquery() -> Iterator[str]:
         server.stop()
 
 
+@contextlib.contextmanager
+def s3(bucket: str) -> Iterator[str]:
+    """An S3-compatible server in memory (moto's server mode) with `bucket`; yields its address.
+    It stands in for Cloud Storage as the warehouse's object store, since delta-rs cannot write to
+    the Cloud Storage emulator (FIELD_NOTES); it sets the AWS_* variables delta-rs and Arrow read.
+    It runs as a child process: some delta-rs calls hold Python's global lock while they wait
+    for the store, which a server thread in this process could then never answer."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    try:
+        import moto.server  # noqa: F401
+    except ImportError:
+        raise EmulatorMissing("moto's S3 server comes with the test extra: .venv/bin/uv pip install -e '.[test]'") \
+            from None
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    address = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{address}/moto-api/", timeout=1).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto's S3 server did not start on {address}") from None
+                time.sleep(0.2)
+        with _environment(AWS_ENDPOINT_URL=address, AWS_ACCESS_KEY_ID="emulator", AWS_SECRET_ACCESS_KEY="emulator",
+                          AWS_REGION="us-east-1", AWS_ALLOW_HTTP="true"):
+            import boto3
+
+            boto3.client("s3", endpoint_url=address).create_bucket(Bucket=bucket)
+            yield address
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def bigquery_client(address: str, project: str = PROJECT):
     from google.api_core.client_options import ClientOptions
     from google.auth.credentials import AnonymousCredentials

@@ -12,6 +12,8 @@ from .values import parse_type
 
 TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
 TOP_KEYS = {"warehouse", "landing", "tables", "spark"}
+# Object stores a warehouse can live in (engine/storage.py), besides a local folder.
+WAREHOUSE_SCHEMES = ("gs", "s3")
 TABLE_KEYS = {"name", "keys", "format", "options", "partition_by", "base_snapshot", "reconcile_with", "columns",
               "source", "source_position", "publish"}
 # Formats a table can read from a BigQuery table instead of landed files (`source: bigquery://...`).
@@ -91,10 +93,10 @@ def parse_config(raw, path: str) -> Config:
             raise ConfigError(f"{where}: field '{req}' is required")
     warehouse = _path(raw["warehouse"], base_dir, f"{where}: field 'warehouse'")
     landing = _path(raw["landing"], base_dir, f"{where}: field 'landing'")
-    if "://" in warehouse:
+    if "://" in warehouse and warehouse.split("://", 1)[0].lower() not in WAREHOUSE_SCHEMES:
         # the engine would write a local folder named after the URL: refuse it instead
-        raise ConfigError(f"{where}: field 'warehouse' {warehouse!r}: a warehouse in an object store is not "
-                          "supported yet; put it on a disk the runs share (README, \"On Google Cloud\")")
+        raise ConfigError(f"{where}: field 'warehouse' {warehouse!r}: a warehouse is a folder, gs://bucket/prefix "
+                          "or s3://bucket/prefix")
     if "://" in landing and not landing.startswith("gs://"):
         raise ConfigError(f"{where}: field 'landing' {landing!r}: a landing area is a folder or gs://bucket/prefix")
     if _nested(warehouse, landing):
@@ -112,6 +114,12 @@ def parse_config(raw, path: str) -> Config:
             raise ConfigError(f"{where}: table '{table.name}' is configured twice")
         seen.add(table.name.upper())
         tables.append(table)
+    if "://" in warehouse:
+        for t in tables:
+            if t.source:
+                # its extracts are the table's landing files, which are read from a folder or gs:// only
+                raise ConfigError(f"{where}: table '{t.name}': a BigQuery source needs a warehouse on a disk; "
+                                  f"'warehouse' is {warehouse!r} (README, \"On Google Cloud\")")
     return Config(path, warehouse, landing, tuple(tables), {str(k): str(v) for k, v in spark.items()})
 
 

@@ -12,14 +12,24 @@ from __future__ import annotations
 import os
 
 from ..core.config import Config, ConfigError, load_config
+from ..engine import storage
 from ..engine.tables import TARGET, path
 
 
 def storage_config(location: str):
-    """dagster-deltalake's storage configuration for a warehouse location: a local folder, the
-    only kind the configuration accepts today (README, "On Google Cloud")."""
-    from dagster_deltalake import LocalConfig
+    """dagster-deltalake's storage configuration for a warehouse location. It names the store and,
+    for an S3-compatible server, its endpoint and region, never a credential: resource
+    configuration shows in the UI, and delta-rs takes credentials from the environment (the
+    same variables the engine uses, engine/storage.py)."""
+    from dagster_deltalake import GcsConfig, LocalConfig, S3Config
 
+    kind = storage.scheme(location)
+    if kind == "gs":
+        return GcsConfig()
+    if kind == "s3":
+        s = storage.settings()
+        region = s.get("AWS_REGION") or s.get("AWS_DEFAULT_REGION")
+        return S3Config(endpoint=s.get("AWS_ENDPOINT_URL"), region=region)
     return LocalConfig()
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import os
 import time
 
 import pyarrow as pa
@@ -27,7 +26,7 @@ from ..core import target as shape
 from ..core.changes import DELETE, RECORD_FIELDS, UPSERT
 from ..core.config import Config, TableConfig
 from ..core.values import DATE, DOUBLE, INT, LONG, STRING, convert, decimal_parts, decode_row
-from . import delta, faults, spark_files
+from . import delta, faults, spark_files, storage
 from .spark import session_of
 from .ingest import column_types
 from .records import read_records, stored_columns
@@ -203,13 +202,15 @@ def key_range(source: pa.Table, table: TableConfig, columns: dict[str, str], ali
 def _commit_files(table_path: str, version: int) -> tuple[list[dict], list[dict]]:
     """The add and remove actions a commit holds, from its log entry."""
     adds, removes = [], []
-    with open(os.path.join(table_path, "_delta_log", f"{version:020d}.json"), encoding="utf-8") as fh:
-        for line in fh:
-            action = json.loads(line)
-            if "add" in action:
-                adds.append(action["add"])
-            elif "remove" in action:
-                removes.append(action["remove"])
+    log = storage.read_bytes(storage.join(table_path, "_delta_log", f"{version:020d}.json")).decode("utf-8")
+    for line in log.splitlines():
+        if not line.strip():
+            continue
+        action = json.loads(line)
+        if "add" in action:
+            adds.append(action["add"])
+        elif "remove" in action:
+            removes.append(action["remove"])
     return adds, removes
 
 
@@ -279,7 +280,7 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
         # A column widened: the target is rewritten once with the wider type, as of the batch
         # it reached; this apply then goes on from there.
         _build(spark, cfg, table, dt_, applied, None, first=False, columns=columns, widen=True)
-        dt_ = DeltaTable(target_path)
+        dt_ = delta.load(target_path)
     if DELETE in ops or tombs:
         # Only a delete, or an upsert of a key that has a tombstone, can change tombstones.
         touching = [op == DELETE or k in tombs for k, op in zip(keys, ops)]
@@ -301,7 +302,7 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
         .when_not_matched_insert_all(f"s._cdc_apply = '{UPSERT}'", except_cols=["_cdc_apply"]) \
         .execute()
     faults.point("target.committed")
-    final = DeltaTable(target_path)
+    final = delta.load(target_path)
     changed = result.get("num_target_rows_inserted", 0) + result.get("num_target_rows_updated", 0) \
         + result.get("num_target_rows_deleted", 0)
     adds, removes = _commit_files(target_path, final.version()) if final.version() > version_before else ([], [])

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 import uuid
 
@@ -27,7 +26,7 @@ from ..core.changes import RECORD_FIELDS, REJECT_FIELDS
 from ..core.config import Config, TableConfig
 from ..core.schema import STRICT, joined
 from ..core.typed_export import base_schema, export_batch, export_columns
-from . import delta, spark_files
+from . import delta, spark_files, storage
 from .ingest import LEDGER, MAX_TASKS, parse_files, quarantine, rejected_rows
 from .spark import session_of
 from .tables import BASE, path
@@ -115,6 +114,7 @@ def _export_tasks(table: TableConfig, columns: dict[str, str], folder: str):
     keys, partition_by, file_name = list(table.keys), list(table.partition_by), os.path.basename(table.base_snapshot)
     file_schema = base_schema(columns, shape.arrow_type)
     out_schema = delta.arrow_schema(TASK_RESULT_FIELDS)
+    settings = storage.settings()  # a warehouse in an object store: each task writes its file there
 
     def small(kind: str, text: str | None = None, reject: dict | None = None) -> dict:
         return {"kind": kind, "text": text, **(reject or {})}
@@ -125,9 +125,10 @@ def _export_tasks(table: TableConfig, columns: dict[str, str], folder: str):
                 pf = pq.ParquetFile(f["path"])
                 first = sum(pf.metadata.row_group(g).num_rows for g in range(f["row_group"])) + f["start"]
                 data = pf.read_row_group(f["row_group"], columns=list(columns)).slice(f["start"], f["rows"])
-                target = os.path.join(folder, f"part-{f['row_group']:05d}-{f['start']:012d}-{uuid.uuid4().hex}.parquet")
+                target = storage.join(folder, f"part-{f['row_group']:05d}-{f['start']:012d}-{uuid.uuid4().hex}.parquet")
                 out, partitions = [], set()
-                with pq.ParquetWriter(target, file_schema) as writer:
+                fs, target_path = storage.filesystem(target, settings)
+                with fs.open_output_stream(target_path) as stream, pq.ParquetWriter(stream, file_schema) as writer:
                     for start in range(0, max(data.num_rows, 1), SLICE_ROWS):
                         batch = export_batch(data.slice(start, SLICE_ROWS), first + start, keys, partition_by,
                                              file_name, columns, shape.arrow_type)
@@ -139,7 +140,7 @@ def _export_tasks(table: TableConfig, columns: dict[str, str], folder: str):
                             partitions.update(v for v in pc.unique(good.column("_cdc_partition")).to_pylist()
                                               if v is not None)
                         writer.write_batch(good)
-                out += [small("file", os.path.basename(target))] + [small("partition", p) for p in partitions]
+                out += [small("file", storage.basename(target))] + [small("partition", p) for p in partitions]
                 yield pa.RecordBatch.from_pylist(out, schema=out_schema)
     return run
 
@@ -148,7 +149,8 @@ def _import_typed(spark, table: TableConfig, table_dir: str, columns: dict[str, 
     base_path = path(table_dir, BASE)
     slices = _export_slices(table.base_snapshot)
     folder = spark_files.new_folder(base_path)
-    os.makedirs(folder)
+    if not storage.is_remote(folder):
+        os.makedirs(folder)
     listing = spark.createDataFrame(slices, "path string, row_group int, start long, rows long")
     ddl = delta.spark_schema(TASK_RESULT_FIELDS)
     try:
@@ -160,9 +162,9 @@ def _import_typed(spark, table: TableConfig, table_dir: str, columns: dict[str, 
         partitions = sorted(set(results.filter(pc.equal(kinds, "partition")).column("text").to_pylist()))
         names = sorted(results.filter(pc.equal(kinds, "file")).column("text").to_pylist())
         schema = base_schema(columns, shape.arrow_type)
-        adds = [spark_files.add_action(base_path, os.path.join(folder, n), schema) for n in names]
+        adds = [spark_files.add_action(base_path, storage.join(folder, n), schema) for n in names]
     except Exception:
-        shutil.rmtree(folder, ignore_errors=True)
+        storage.remove_tree(folder)
         raise
     rows = sum(json.loads(a.stats)["numRecords"] for a in adds)
     types = {c: STRICT + t for c, t in columns.items()}  # the export's own schema says them

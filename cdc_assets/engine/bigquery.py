@@ -42,7 +42,7 @@ from ..core import target as shape
 from ..core.config import Config, TableConfig
 from ..core.values import (BINARY, BOOLEAN, DATE, DOUBLE, INT, LONG, STRING, TIMESTAMP, TIMESTAMP_NTZ, decimal_parts,
                            decode_row)
-from . import delta, faults
+from . import delta, faults, storage
 from .records import read_records
 from .stage import latest_of_batch
 from .tables import STAGING, TARGET, path
@@ -215,7 +215,8 @@ def _record(cfg: Config, table: TableConfig, p: Plan, mode: str, figures: dict) 
         delta.create(ledger, data, commit_properties=props)
     else:
         # A whole-target publish after a rebuild records the batch it had reached already.
-        write_deltalake(ledger, data, mode="append", commit_properties=props)
+        write_deltalake(ledger, data, mode="append", commit_properties=props,
+                        storage_options=storage.delta_options(ledger))
     delta.compact_if_fragmented(ledger)  # one small file per publish would slow every later read
 
 
@@ -234,7 +235,8 @@ def _rows_with_keys(dt_: DeltaTable, columns: dict[str, str], keys: list[str]) -
         return schema.empty_table()
     if len(keys) > _SCAN_KEYS:
         wanted = pa.array(keys, pa.string())
-        dataset = ds.dataset(dt_.file_uris(), format="parquet", schema=schema)
+        fs, paths = storage.arrow_paths(dt_.file_uris())
+        dataset = ds.dataset(paths, format="parquet", schema=schema, filesystem=fs)
         return dataset.to_table(columns=schema.names, filter=pc.is_in(ds.field("_cdc_key"), value_set=wanted))
     keys = sorted(keys)
     parts = []
@@ -423,7 +425,7 @@ def publish(client, cfg: Config, table: TableConfig, timeout: float = TIMEOUT) -
     if p.mode == "nothing":
         return {"nothing_new": True, "published_batch": p.from_batch, "reason": p.reason}
     calls = _Calls(client, table, dest, timeout)
-    dt_ = DeltaTable(path(cfg.table_dir(table.name), TARGET), version=p.target_version)
+    dt_ = delta.load(path(cfg.table_dir(table.name), TARGET), version=p.target_version)
     columns = published_columns(dt_)
     missing = [k for k in table.keys if k not in columns]
     if missing:
@@ -467,7 +469,7 @@ def reconcile(client, cfg: Config, table: TableConfig, sample: int = SAMPLE_ROWS
         exists = delta.open_table(path(cfg.table_dir(table.name), TARGET)) is not None
         return {"published": False, "discrepancies": 1 if exists else 0}
     calls = _Calls(client, table, dest, timeout)
-    dt_ = DeltaTable(path(cfg.table_dir(table.name), TARGET), version=int(last["target_version"]))
+    dt_ = delta.load(path(cfg.table_dir(table.name), TARGET), version=int(last["target_version"]))
     columns = published_columns(dt_)
     keys = list(table.keys)
     n_target = dt_.count()

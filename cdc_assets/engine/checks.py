@@ -8,7 +8,7 @@ import pyarrow.compute as pc
 from ..core import reconcile
 from ..core.config import Config, TableConfig
 from ..core.formats import parse_snapshot
-from . import delta
+from . import delta, spark_files, storage
 from .tables import CHANGES, QUARANTINE, STAGING, TARGET, path
 
 
@@ -47,7 +47,10 @@ def _all_keys_unique(spark, dt) -> dict:
     files = dt.file_uris()
     if not files:
         return {"rows": 0, "keys_checked": 0, "duplicate_keys": 0, "sample_duplicate_keys": []}
-    keys = spark.read.parquet(*files).select("_cdc_key")
+    if storage.is_remote(files[0]):
+        keys = spark_files.read_files(spark, files, "_cdc_key string")
+    else:
+        keys = spark.read.parquet(*files).select("_cdc_key")
     dupes = keys.groupBy("_cdc_key").count().where(F.col("count") > 1)
     sample = [r["_cdc_key"] for r in dupes.limit(10).collect()]
     rows = keys.count()

@@ -6,7 +6,7 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from . import faults
+from . import faults, storage
 
 APP = "cdc_assets"
 
@@ -25,9 +25,14 @@ class CommitConflict(Exception):
     """Another writer committed to the table first: the step must re-run from its idempotence check."""
 
 
+def load(path: str, version: int | None = None) -> DeltaTable:
+    """The table at `path` (a folder or an object-store URL), with its store's options."""
+    return DeltaTable(path, version=version, storage_options=storage.delta_options(path))
+
+
 def open_table(path: str) -> DeltaTable | None:
     try:
-        return DeltaTable(path)
+        return load(path)
     except TableNotFoundError:
         return None
 
@@ -57,7 +62,8 @@ TABLE_CONFIGURATION = {"delta.checkpointInterval": "10"}
 def create(path: str, data: pa.Table, **kw) -> None:
     """Write a table's first version; the table appearing meanwhile is a commit conflict."""
     try:
-        write_deltalake(path, data, mode="error", configuration=TABLE_CONFIGURATION, **kw)
+        write_deltalake(path, data, mode="error", configuration=TABLE_CONFIGURATION,
+                        storage_options=storage.delta_options(path), **kw)
     except DeltaError as e:
         if "already exists" not in str(e):
             raise
@@ -76,7 +82,7 @@ def append(path: str, data: pa.Table, step: str, batch_seq: int, metadata: dict 
     props = commit_props(step, batch_seq, metadata)
     if dt is None:
         create(path, data, schema_mode="merge", commit_properties=props)
-        dt = DeltaTable(path)
+        dt = load(path)
     else:
         write_deltalake(dt, data, mode="append", schema_mode="merge", commit_properties=props)
     faults.point(f"{step}.committed")
@@ -142,7 +148,8 @@ def rows_with_keys(path: str, fields, keys: list[str], also: str | None = None) 
     # The schema is given and the keys are matched batch by batch: delta-rs writes strings as
     # string_view, Spark as string, and Arrow's scan filters cannot compare the two.
     wanted = pa.array(keys, pa.string())
-    dataset = ds.dataset(files, format="parquet", schema=arrow_schema(fields))
+    fs, paths = storage.arrow_paths(files)
+    dataset = ds.dataset(paths, format="parquet", schema=arrow_schema(fields), filesystem=fs)
     found = [b.filter(pc.is_in(b.column("_cdc_key"), value_set=wanted))
              for b in dataset.to_batches(columns=names)]
     return pa.Table.from_batches(found, schema=arrow_schema(fields))
@@ -158,6 +165,10 @@ def spark_frame(spark, path: str, fields):
     files = dt.file_uris() if dt is not None else []
     if not files:
         return spark.createDataFrame([], spark_schema(fields))
+    if storage.is_remote(path):
+        from .spark_files import read_files
+
+        return read_files(spark, files, spark_schema(fields))
     return spark.read.schema(spark_schema(fields)).parquet(*files)
 
 

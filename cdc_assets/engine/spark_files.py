@@ -11,17 +11,17 @@ import datetime as dt
 import json
 import math
 import os
-import shutil
 import time
 import uuid
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, Schema
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
-from . import delta, faults
+from . import delta, faults, storage
 
 # Spark's name for a null partition value in a folder name
 _NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
@@ -97,6 +97,8 @@ def _partition_values(rel_dir: str, partition_by: list[str]) -> dict:
 
 def write_files(frame, table_path: str, partition_by=(), sort_by=()) -> list[AddAction]:
     """Executors write `frame` as Parquet into a new folder of the table; the add actions for them."""
+    if storage.is_remote(table_path):
+        return _write_through_workers(frame, table_path, list(partition_by), list(sort_by))
     write_session_settings(frame.sparkSession)
     out = new_folder(table_path)
     if sort_by:
@@ -121,6 +123,11 @@ def write_files(frame, table_path: str, partition_by=(), sort_by=()) -> list[Add
 
 def add_action(table_path: str, full: str, schema: pa.Schema, partition_values: dict | None = None) -> AddAction:
     """The add action of a data file written into the table's folder, statistics from its footer."""
+    if storage.is_remote(table_path):
+        fs, p = storage.filesystem(full)
+        return AddAction(path=full[len(table_path.rstrip("/")) + 1:], size=fs.get_file_info(p).size,
+                         partition_values=partition_values or {}, modification_time=int(time.time() * 1000),
+                         data_change=True, stats=file_stats(pq.read_metadata(p, filesystem=fs), schema))
     info = os.stat(full)
     return AddAction(path=os.path.relpath(full, table_path).replace(os.sep, "/"), size=info.st_size,
                      partition_values=partition_values or {}, modification_time=int(info.st_mtime * 1000),
@@ -129,7 +136,128 @@ def add_action(table_path: str, full: str, schema: pa.Schema, partition_values: 
 
 def new_folder(table_path: str) -> str:
     """A fresh folder inside the table for one write's files (discarded whole if not committed)."""
-    return os.path.join(table_path, f"spark-{uuid.uuid4().hex}")
+    return storage.join(table_path, f"spark-{uuid.uuid4().hex}")
+
+
+# ---- tables in an object store: Spark's Python workers read and write the files ----------
+# Spark here has no Cloud Storage or S3 connector (FIELD_NOTES), so for a warehouse in an object
+# store each task reads or writes its own files through Arrow's filesystems, with the store's
+# settings carried in the task. The driver still sees only file names and footers' figures.
+
+WRITTEN = (("path", "string"), ("size", "long"), ("partition_values", "string"), ("stats", "string"))
+
+
+def partition_text(value) -> str | None:
+    """A partition value as the Delta log spells it (the protocol's partition value serialization)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        # as Spark names a timestamp's partition folder: seconds, then a fraction only if there is one
+        text = value.isoformat(sep=" ", timespec="microseconds")
+        return text.rstrip("0").rstrip(".") if value.microsecond else text[:19]
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return str(value)
+
+
+def _split_by_partition(table: pa.Table, partition_by: list[str]):
+    """(partition values, rows) for each distinct combination of `partition_by` in `table`."""
+    if not partition_by:
+        yield (), table
+        return
+    for combo in table.select(partition_by).group_by(partition_by, use_threads=False).aggregate([]).to_pylist():
+        mask = None
+        for c in partition_by:
+            v = combo[c]
+            m = pc.is_null(table.column(c)) if v is None else pc.fill_null(pc.equal(table.column(c), v), False)
+            mask = m if mask is None else pc.and_(mask, m)
+        yield tuple(combo[c] for c in partition_by), table.filter(mask)
+
+
+def _writer_task(table_path: str, folder: str, schema: pa.Schema, partition_by: list[str], settings: dict):
+    data_schema = pa.schema([f for f in schema if f.name not in partition_by])  # Delta keeps those in the log
+    out_schema = delta.arrow_schema(WRITTEN)
+
+    def run(batches):
+        fs, _ = storage.filesystem(table_path, settings)
+        task = uuid.uuid4().hex
+        writers = {}  # partition values -> (writer, location)
+        try:
+            for batch in batches:
+                rows = pa.Table.from_batches([batch]).cast(schema)
+                for values, part in _split_by_partition(rows, partition_by):
+                    if values not in writers:
+                        location = storage.join(folder, f"part-{task}-{len(writers):05d}.snappy.parquet")
+                        stream = fs.open_output_stream(storage.filesystem(location, settings)[1])
+                        writers[values] = (pq.ParquetWriter(stream, data_schema, compression="snappy",
+                                                            coerce_timestamps="us"), location, stream)
+                    writers[values][0].write_table(part.select(data_schema.names))
+            written = []
+            for values, (writer, location, stream) in writers.items():
+                writer.close()
+                stream.close()
+                meta = writer.writer.metadata
+                size = fs.get_file_info(storage.filesystem(location, settings)[1]).size
+                written.append({"path": location[len(table_path.rstrip("/")) + 1:], "size": size,
+                                "partition_values": json.dumps({c: partition_text(v)
+                                                                for c, v in zip(partition_by, values)}),
+                                "stats": file_stats(meta, data_schema)})
+            writers.clear()
+        finally:
+            for writer, _location, stream in writers.values():
+                writer.close()
+                stream.close()
+        if written:
+            yield pa.RecordBatch.from_pylist(written, schema=out_schema)
+    return run
+
+
+def _write_through_workers(frame, table_path: str, partition_by: list[str], sort_by: list[str]) -> list[AddAction]:
+    schema = arrow_schema_of(frame)
+    folder = new_folder(table_path)
+    order = partition_by + sort_by
+    if order:
+        frame = frame.sortWithinPartitions(*order)  # one file per partition value per task; key ranges
+    try:
+        written = frame.mapInArrow(_writer_task(table_path, folder, schema, partition_by, storage.settings()),
+                                   delta.spark_schema(WRITTEN)).toArrow()
+    except Exception:
+        storage.remove_tree(folder)
+        raise
+    now = int(time.time() * 1000)
+    return [AddAction(path=w["path"], size=w["size"], partition_values=json.loads(w["partition_values"]),
+                      modification_time=now, data_change=True, stats=w["stats"])
+            for w in sorted(written.to_pylist(), key=lambda w: w["path"])]
+
+
+def _reader_task(schema: pa.Schema, settings: dict):
+    def run(batches):
+        for listing in batches:
+            for uri in listing.column(0).to_pylist():
+                fs, p = storage.filesystem(uri, settings)
+                pf = pq.ParquetFile(fs.open_input_file(p))
+                have = set(pf.schema_arrow.names)
+                for rb in pf.iter_batches(columns=[n for n in schema.names if n in have]):
+                    # A column the file lacks (added later) reads as nulls, as Spark's reader does.
+                    yield pa.RecordBatch.from_arrays(
+                        [rb.column(f.name).cast(f.type) if f.name in have else pa.nulls(rb.num_rows, f.type)
+                         for f in schema], schema=schema)
+    return run
+
+
+def read_files(spark, uris: list[str], ddl: str):
+    """The Parquet files `uris` of a table in an object store as one DataFrame with schema `ddl`,
+    read by the executors' Python workers."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    listing = spark.createDataFrame([(u,) for u in uris], "uri string")
+    schema = to_arrow_schema(listing.sparkSession.createDataFrame([], ddl).schema, timezone="UTC",
+                             prefers_large_types=False)
+    return listing.repartition(max(1, min(len(uris), 200))).mapInArrow(_reader_task(schema, storage.settings()), ddl)
 
 
 def removes_for(dt_: DeltaTable, keep=lambda partition_values: False) -> list[RemoveAction]:
@@ -141,8 +269,9 @@ def removes_for(dt_: DeltaTable, keep=lambda partition_values: False) -> list[Re
         if keep(values):
             continue
         # get_add_actions gives paths URI-encoded once more than the log holds them (FIELD_NOTES)
+        # get_add_actions types the partition values; a remove action carries them as the log's text
         out.append(RemoveAction(path=unquote(a["path"]), data_change=True, deletion_timestamp=now, size=a["size_bytes"],
-                                partition_values=values or None))
+                                partition_values={c: partition_text(v) for c, v in values.items()} or None))
     return out
 
 
@@ -156,7 +285,8 @@ def commit(table_path: str, dt_: DeltaTable | None, schema: pa.Schema, adds: lis
         if dt_ is None:
             create_table_with_add_actions(table_path, Schema.from_arrow(schema), adds, mode="error",
                                           partition_by=list(partition_by) or None,
-                                          configuration=delta.TABLE_CONFIGURATION, commit_properties=props)
+                                          configuration=delta.TABLE_CONFIGURATION, commit_properties=props,
+                                          storage_options=storage.delta_options(table_path))
         elif removes is None:
             dt_.create_write_transaction(list(adds), mode="overwrite", schema=Schema.from_arrow(schema),
                                          partition_by=list(partition_by) or None, commit_properties=props)
@@ -167,10 +297,10 @@ def commit(table_path: str, dt_: DeltaTable | None, schema: pa.Schema, adds: lis
         if dt_ is None and "already exists" in str(e):
             raise delta.CommitConflict(f"{table_path}: another writer created the table first") from e
         raise
-    return DeltaTable(table_path)
+    return delta.load(table_path)
 
 
 def discard(table_path: str, adds: list[AddAction]) -> None:
     """Files of a write that was not committed (a lost race): nothing references them."""
     for folder in {unquote(a.path).split("/")[0] for a in adds}:
-        shutil.rmtree(os.path.join(table_path, folder), ignore_errors=True)
+        storage.remove_tree(storage.join(table_path, folder))

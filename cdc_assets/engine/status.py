@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 
 from ..core.config import Config, TableConfig
-from . import delta
+from . import delta, storage
 from .errors import root_cause_of_exception
 from .landing import pending_files, registered
 from .tables import CHANGES, QUARANTINE, STAGING, TARGET, path
@@ -17,19 +16,13 @@ LAST_RUN = "_cdc_last_run.json"  # beside the table's Delta tables; '_' keeps De
 
 def record_run(cfg: Config, table: TableConfig, ok: bool, error: str | None) -> None:
     """Note how the table's latest `run` ended, so `status` can name a failure's root cause."""
-    table_dir = cfg.table_dir(table.name)
-    os.makedirs(table_dir, exist_ok=True)
     note = {"at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "ok": ok, "error": error}
-    tmp = os.path.join(table_dir, "." + LAST_RUN + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(note, fh)
-    os.replace(tmp, os.path.join(table_dir, LAST_RUN))
+    storage.write_bytes(storage.join(cfg.table_dir(table.name), LAST_RUN), json.dumps(note).encode("utf-8"))
 
 
 def last_run(cfg: Config, table: TableConfig) -> dict | None:
     try:
-        with open(os.path.join(cfg.table_dir(table.name), LAST_RUN), encoding="utf-8") as fh:
-            return json.load(fh)
+        return json.loads(storage.read_bytes(storage.join(cfg.table_dir(table.name), LAST_RUN)))
     except (OSError, ValueError):
         return None
 

@@ -84,9 +84,23 @@ def test_absolute_and_object_store_paths_are_kept(tmp_path):
     assert (cfg.warehouse, cfg.landing) == (str(tmp_path / "wh"), "gs://bucket/prefix")
 
 
+def test_a_warehouse_in_cloud_storage_or_s3_is_kept_as_its_url():
+    for url in ("gs://bucket/warehouse", "s3://bucket/warehouse"):
+        raw = raw_config()
+        raw["warehouse"] = url
+        cfg = parse_config(raw, CONFIG_PATH)
+        assert cfg.warehouse == url and cfg.table_dir("ORDERS") == url + "/ORDERS"
+
+
+def test_a_bigquery_source_with_a_warehouse_in_an_object_store_is_refused_by_table():
+    raw = raw_config(format="bigquery-append", source="bigquery://p.d.t")
+    raw["warehouse"] = "s3://bucket/warehouse"
+    message = error(raw)
+    assert "table 'ORDERS'" in message and "a BigQuery source needs a warehouse on a disk" in message
+
+
 @pytest.mark.parametrize("field, value, expected", [
-    ("warehouse", "gs://bucket/prefix", "a warehouse in an object store is not supported yet"),
-    ("warehouse", "s3://bucket/prefix", "a warehouse in an object store is not supported yet"),
+    ("warehouse", "abfss://container/prefix", "a warehouse is a folder, gs://bucket/prefix or s3://bucket/prefix"),
     ("landing", "s3://bucket/prefix", "a landing area is a folder or gs://bucket/prefix"),
 ])
 def test_object_stores_the_engine_cannot_use_are_refused_by_name(field, value, expected):

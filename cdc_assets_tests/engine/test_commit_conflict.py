@@ -61,14 +61,24 @@ def conflicts(monkeypatch) -> Race:
     return race
 
 
+@pytest.fixture(params=["local", "object_store"])
+def warehouse(request, workdir) -> str:
+    """Where the warehouse is: a local folder, or a bucket of an S3-compatible server, where no
+    file lock exists and delta-rs's conditional writes decide which commit wins."""
+    if request.param == "local":
+        return str(workdir / "warehouse")
+    return request.getfixturevalue("s3_warehouse")
+
+
 def commits(cfg, table: str, name: str, step: str) -> list[int]:
     """The batch of every commit `step` made to the table, in order (a doubled batch shows twice)."""
     hist = DeltaTable(path(cfg.table_dir(table), name)).history()
     return sorted(int(h["cdc.batch_seq"]) for h in hist if h.get("cdc.step") == step)
 
 
-def test_apply_that_loses_to_another_run_of_the_same_batch_becomes_a_no_op(spark, workdir, conflicts):
-    cfg = write_config(workdir, [{"name": "RACE", "keys": ["id"], "format": "datastream-json"}])
+def test_apply_that_loses_to_another_run_of_the_same_batch_becomes_a_no_op(spark, workdir, warehouse, conflicts):
+    cfg = write_config(workdir, [{"name": "RACE", "keys": ["id"], "format": "datastream-json"}],
+                       warehouse=warehouse)
     table = cfg.table("RACE")
     other_run = lambda: apply_pending(spark, cfg, table)  # noqa: E731
 
@@ -93,9 +103,10 @@ def test_apply_that_loses_to_another_run_of_the_same_batch_becomes_a_no_op(spark
     assert commits(cfg, "RACE", TARGET, TARGET) == [1, 2]  # each batch applied once
 
 
-def test_apply_that_loses_to_a_rebuild_recomputes_and_commits(spark, workdir, conflicts):
+def test_apply_that_loses_to_a_rebuild_recomputes_and_commits(spark, workdir, warehouse, conflicts):
     """The other writer changes target without applying the batch: the re-run must apply it."""
-    cfg = write_config(workdir, [{"name": "REBUILT", "keys": ["id"], "format": "datastream-json"}])
+    cfg = write_config(workdir, [{"name": "REBUILT", "keys": ["id"], "format": "datastream-json"}],
+                       warehouse=warehouse)
     table = cfg.table("REBUILT")
     land(cfg, "REBUILT", "batch-1", {"p.jsonl": jsonl([
         mysql("INSERT", {"id": 1, "v": "a"}, 1, 1), mysql("INSERT", {"id": 2, "v": "a"}, 1, 2)])})
@@ -111,10 +122,11 @@ def test_apply_that_loses_to_a_rebuild_recomputes_and_commits(spark, workdir, co
     assert commits(cfg, "REBUILT", TARGET, TARGET) == [1, 2]
 
 
-def test_staging_append_that_loses_to_the_same_batch_is_not_doubled(spark, workdir, conflicts):
+def test_staging_append_that_loses_to_the_same_batch_is_not_doubled(spark, workdir, warehouse, conflicts):
     """An append does not conflict with another append in itself; committing through the snapshot
     the watermark was checked on makes delta-rs refuse a second commit of the same app id."""
-    cfg = write_config(workdir, [{"name": "TWICE", "keys": ["id"], "format": "datastream-json"}])
+    cfg = write_config(workdir, [{"name": "TWICE", "keys": ["id"], "format": "datastream-json"}],
+                       warehouse=warehouse)
     table = cfg.table("TWICE")
 
     def other_run():
