@@ -14,7 +14,7 @@ from deltalake.exceptions import CommitFailedError
 
 from cdc_assets.engine import faults, retry
 from cdc_assets.engine.apply import apply_pending, rebuild
-from cdc_assets.engine.landing import registered
+from cdc_assets.engine.landing import complete_files, register_new_batch, registered
 from cdc_assets.engine.retry import is_conflict
 from cdc_assets.engine.stage import stage_batch
 from cdc_assets.engine.tables import STAGING, TARGET, path
@@ -148,6 +148,37 @@ def test_staging_append_that_loses_to_the_same_batch_is_not_doubled(spark, workd
     assert staged == [(1, '["1"]'), (1, '["2"]'), (2, '["1"]'), (2, '["3"]')]
     assert commits(cfg, "TWICE", STAGING, STAGING) == [1, 2]
     assert values(target_rows(cfg, "TWICE"), "id", "v") == {1: "b", 2: "a", 3: "a"}
+
+
+def test_registration_that_loses_to_another_run_takes_each_file_once(spark, workdir, warehouse, conflicts):
+    """Two runs list the landing area at once: the one that commits its batch second re-lists,
+    so a file lands in exactly one batch and the rest becomes the next batch."""
+    cfg = write_config(workdir, [{"name": "LISTED", "keys": ["id"], "format": "datastream-json"}],
+                       warehouse=warehouse)
+    table_dir, landing = cfg.table_dir("LISTED"), cfg.landing_dir("LISTED")
+
+    def other_run_registers(*names):
+        return lambda: register_new_batch(landing, table_dir, {n: complete_files(landing)[n] for n in names})
+
+    # batch 1: both runs saw the same file; the other run creates the ledger first
+    land(cfg, "LISTED", "batch-1", {"p.jsonl": jsonl([mysql("INSERT", {"id": 1, "v": "a"}, 1, 1)])})
+    conflicts.arm("register.before_commit", other_run_registers("batch-1/p.jsonl"))
+    out = run_ok(cfg, "LISTED")
+    assert out.new_batch is None  # the re-run found the file taken: nothing new to register
+    assert any("another writer created the table first" in c for c in conflicts)
+
+    # batch 2: this run saw two files, the other run took one of them first
+    land(cfg, "LISTED", "batch-2", {"p.jsonl": jsonl([mysql("UPDATE", {"id": 1, "v": "b"}, 1, 2)])})
+    land(cfg, "LISTED", "batch-3", {"p.jsonl": jsonl([mysql("INSERT", {"id": 2, "v": "c"}, 1, 3)])})
+    conflicts.arm("register.before_commit", other_run_registers("batch-2/p.jsonl"))
+    out = run_ok(cfg, "LISTED")
+    assert conflicts and all("Concurrent transaction failed" in c for c in conflicts)
+    assert out.new_batch == registered(table_dir)[-1].id
+
+    assert [list(b.files) for b in registered(table_dir)] == [
+        ["batch-1/p.jsonl"], ["batch-2/p.jsonl"], ["batch-3/p.jsonl"]]
+    assert values(target_rows(cfg, "LISTED"), "id", "v") == {1: "b", 2: "c"}
+    assert commits(cfg, "LISTED", STAGING, STAGING) == [1, 2, 3]
 
 
 def test_without_the_retry_the_losing_run_fails_and_the_next_one_finishes(spark, workdir, conflicts, monkeypatch):
