@@ -89,6 +89,10 @@ def _filesystem(pid: int, kind: str, frozen: tuple):
     if kind == "s3":
         return _s3_filesystem(s)
     if kind == "gs":
+        # Arrow's Cloud Storage client finds a key file only through the environment, and a
+        # Spark worker's environment is not the driver's.
+        if s.get("GOOGLE_APPLICATION_CREDENTIALS") and not os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"):
+            os.environ["GOOGLE_APPLICATION_CREDENTIALS"] = s["GOOGLE_APPLICATION_CREDENTIALS"]
         return fs.GcsFileSystem(project_id=s.get("GOOGLE_CLOUD_PROJECT"))
     return fs.LocalFileSystem()
 
