@@ -1,6 +1,7 @@
 """The README's example of a user's own asset downstream of a target runs as written: its code,
 taken from the README, loads the ORDERS target through dagster-deltalake's DeltaTableResource
-after a `cdc-assets run`, in a Dagster materialization."""
+after a `cdc-assets run`, in a Dagster materialization, with a local warehouse and with one in
+an object store."""
 from __future__ import annotations
 
 import os
@@ -25,8 +26,14 @@ def readme_example() -> str:
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
-def test_the_readme_downstream_asset_reads_the_target(spark, workdir, monkeypatch):
-    cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "datastream-json"}])
+@pytest.fixture(params=["local", "object_store"])
+def warehouse(request, workdir) -> str:
+    """The same example, the warehouse a folder or a bucket (moto's S3): the resource, not the asset, knows which."""
+    return str(workdir / "warehouse") if request.param == "local" else request.getfixturevalue("s3_warehouse")
+
+
+def test_the_readme_downstream_asset_reads_the_target(spark, workdir, warehouse, monkeypatch):
+    cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "datastream-json"}], warehouse=warehouse)
     land(cfg, "ORDERS", "batch-0001", {"part-1.jsonl": jsonl([
         mysql("INSERT", {"id": 1, "status": "open"}, 1, 1), mysql("INSERT", {"id": 2, "status": "open"}, 1, 2),
         mysql("INSERT", {"id": 3, "status": "shipped"}, 1, 3), mysql("DELETE", {"id": 2, "status": "open"}, 1, 4)])})
