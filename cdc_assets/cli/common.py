@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from ..core.config import Config, ConfigError, load_config
+from ..core.config import Config, ConfigError, TableConfig, load_config
 
 
 def config_or_none(path: str) -> Config | None:
@@ -13,3 +13,13 @@ def config_or_none(path: str) -> Config | None:
     except ConfigError as e:
         print(f"cdc-assets: {e}", file=sys.stderr)
         return None
+
+
+def table_or_none(cfg: Config, name: str) -> TableConfig | None:
+    """The table named `name`, or None after printing the tables there are (the command then exits 2)."""
+    for table in cfg.tables:
+        if table.name == name:
+            return table
+    print(f"cdc-assets: {cfg.path}: no table {name!r} (tables: {', '.join(t.name for t in cfg.tables)})",
+          file=sys.stderr)
+    return None

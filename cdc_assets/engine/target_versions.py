@@ -1,0 +1,151 @@
+"""A target's versions, and putting a target back to one of them.
+
+Every commit to a target is a Delta version, kept until a vacuum removes its files. Each
+version says which batch the target had reached: an apply's commit records it as its Delta
+transaction id (`txn`), atomically with its data, and a rebuild or a widening keeps it.
+
+A restore is one new commit with the old version's files and that version's `txn`: the
+warehouse then says the target reached the older batch, so the next apply takes every later
+batch from staging again and nothing staged is lost. Staging, tombstones and the ledger stay
+as they are: tombstones only ever hold a key's greatest delete, which the re-applied batches
+reach again.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+from deltalake import CommitProperties, Transaction
+
+from . import delta
+from .tables import TARGET, path
+
+RESTORE = "restore"
+
+# What each kind of commit is, in the words of the domain.
+_KINDS = {TARGET: "apply", "rebuild": "rebuild", "widen": "widen", RESTORE: RESTORE, "compaction": "compaction"}
+
+
+class RestoreError(ValueError):
+    """A restore that cannot be done as asked; the message names the table and the versions there are."""
+
+
+class RestoreFailed(RestoreError):
+    """delta-rs refused the restore's commit (a data file vacuumed away, a run committing meanwhile)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetVersion:
+    version: int
+    committed_at: dt.datetime  # UTC
+    kind: str  # first build, apply, rebuild, widen, restore, compaction, or delta-rs' operation name
+    batch: int | None  # the last batch the target holds at this version; None before the first
+    from_batch: int | None  # an apply's first batch
+    rows_inserted: int | None
+    rows_updated: int | None
+    rows_deleted: int | None
+    files_added: int | None
+    files_removed: int | None
+    restored_from: int | None  # a restore's source version
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["committed_at"] = self.committed_at.isoformat(timespec="milliseconds")
+        return d
+
+
+def _int(value) -> int | None:
+    return None if value in (None, "") else int(value)
+
+
+def _kind(entry: dict) -> str:
+    step = entry.get("cdc.step")
+    if step == TARGET and entry.get("cdc.build") == "full":
+        return "first build" if _int(entry.get("cdc.from_batch")) in (0, None) else "build"
+    return _KINDS.get(step, str(entry.get("operation", "")).lower() or "unknown")
+
+
+def _metric(metrics: dict, *names: str) -> int | None:
+    for name in names:
+        if name in metrics:
+            return _int(metrics[name])
+    return None
+
+
+def versions(table_dir: str) -> list[TargetVersion]:
+    """The target's versions, oldest first ([] without a target)."""
+    dt_ = delta.open_table(path(table_dir, TARGET))
+    if dt_ is None:
+        return []
+    out: list[TargetVersion] = []
+    batch = None
+    for entry in sorted(dt_.history(), key=lambda h: h["version"]):
+        step = entry.get("cdc.step")
+        if step in (TARGET, RESTORE):
+            batch = _int(entry.get("cdc.batch_seq"))
+        elif entry.get("cdc.reached") is not None:
+            batch = _int(entry["cdc.reached"])
+        m = entry.get("operationMetrics") or {}
+        out.append(TargetVersion(
+            version=int(entry["version"]),
+            committed_at=dt.datetime.fromtimestamp(entry["timestamp"] / 1000, dt.timezone.utc),
+            kind=_kind(entry),
+            batch=batch if batch is None or batch >= 0 else None,
+            from_batch=_int(entry.get("cdc.from_batch")) if step == TARGET else None,
+            rows_inserted=_metric(m, "num_target_rows_inserted"),
+            rows_updated=_metric(m, "num_target_rows_updated"),
+            rows_deleted=_metric(m, "num_target_rows_deleted"),
+            files_added=_metric(m, "num_target_files_added", "num_added_files", "numRestoredFile", "numFilesAdded"),
+            files_removed=_metric(m, "num_target_files_removed", "num_removed_files", "numRemovedFile",
+                                  "numFilesRemoved"),
+            restored_from=_int(entry.get("cdc.restored_version")),
+        ))
+    return out
+
+
+def version_as_of(table: str, known: list[TargetVersion], when: dt.datetime) -> int:
+    """The newest version committed at or before `when`."""
+    if when.tzinfo is None:
+        raise RestoreError(f"table {table}: --as-of {when.isoformat()} has no time zone (add Z or +hh:mm)")
+    if not known:
+        raise RestoreError(f"table {table}: no target to restore (nothing applied yet)")
+    earlier = [v.version for v in known if v.committed_at <= when]
+    if not earlier:
+        raise RestoreError(f"table {table}: no target version was committed by {when.isoformat()} "
+                           f"(the first is {known[0].committed_at.isoformat()})")
+    return earlier[-1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Restored:
+    table: str
+    restored_from: int  # the version put back
+    version: int  # the restore's own commit, the target's new version (the old one when nothing changed)
+    batch: int | None  # the batch the target now holds; the next apply re-applies the later ones
+    files_removed: int
+    files_restored: int
+
+
+def restore(table: str, table_dir: str, version: int) -> Restored:
+    """Put `table`'s target back to `version`, as one new commit that records the batch it held."""
+    target_path = path(table_dir, TARGET)
+    current = delta.open_table(target_path)
+    if current is None:
+        raise RestoreError(f"table {table}: no target to restore (nothing applied yet)")
+    latest = current.version()
+    if not 0 <= version <= latest:
+        raise RestoreError(f"table {table}: the target has no version {version} (it has 0..{latest})")
+    batch = delta.txn_version(delta.load(target_path, version), TARGET)
+    if version == latest:
+        return Restored(table, version, latest, batch if batch >= 0 else None, 0, 0)
+    meta = {"cdc.step": RESTORE, "cdc.batch_seq": str(batch), "cdc.restored_version": str(version)}
+    props = CommitProperties(app_transactions=[Transaction(f"{delta.APP}.{TARGET}", batch)], custom_metadata=meta)
+    try:
+        # Restoring through the snapshot just read: a run committing meanwhile fails this restore
+        # (a conflict) rather than have its batch silently dropped from the watermark.
+        metrics = current.restore(version, commit_properties=props)
+    except Exception as e:  # noqa: BLE001 - delta-rs' own text names the missing file or the conflict
+        raise RestoreFailed(f"table {table}: restoring target version {version} failed: "
+                           f"{str(e).strip().splitlines()[0]}") from e
+    return Restored(table, version, delta.load(target_path).version(), batch if batch >= 0 else None,
+                    int(metrics.get("numRemovedFile", 0)), int(metrics.get("numRestoredFile", 0)))
