@@ -15,7 +15,7 @@ TOP_KEYS = {"warehouse", "landing", "tables", "spark"}
 # Object stores a warehouse can live in (engine/storage.py), besides a local folder.
 WAREHOUSE_SCHEMES = ("gs", "s3")
 TABLE_KEYS = {"name", "keys", "format", "options", "partition_by", "base_snapshot", "reconcile_with", "columns",
-              "source", "source_position", "publish"}
+              "source", "source_position", "publish", "change_feed"}
 # Formats a table can read from a BigQuery table instead of landed files (`source: bigquery://...`).
 BIGQUERY_SOURCE_FORMATS = ("bigquery-append", "bigquery-cdc")
 BIGQUERY_SOURCE = re.compile(r"bigquery://[A-Za-z0-9][A-Za-z0-9_.:-]*\.[A-Za-z0-9_]+\.[A-Za-z0-9_$-]+")
@@ -43,6 +43,7 @@ class TableConfig:
     source: str | None = None  # bigquery://project.dataset.table: the changes are that table's rows
     source_position: str | None = None  # the source column that grows as rows are appended
     publish: dict = field(default_factory=dict, hash=False, compare=False)  # {"bigquery": "project.dataset.table"}
+    change_feed: bool = False  # the target records Delta's change data feed: row-level changes per version
 
 
 @dataclass(frozen=True)
@@ -183,10 +184,13 @@ def _table(t, i: int, where: str, base_dir: str) -> TableConfig:
     base = t.get("base_snapshot")
     reconcile = t.get("reconcile_with")
     source, position = _source(t.get("source"), t.get("source_position"), fmt, here)
+    change_feed = t.get("change_feed", False)
+    if not isinstance(change_feed, bool):
+        raise ConfigError(f"{here}: field 'change_feed' must be true or false, not {change_feed!r}")
     return TableConfig(
         name=name, keys=keys, format=fmt, options=options, partition_by=partition_by,
         columns=_columns(t.get("columns"), here), source=source, source_position=position,
-        publish=_publish(t.get("publish"), source, here),
+        publish=_publish(t.get("publish"), source, here), change_feed=change_feed,
         base_snapshot=_path(base, base_dir, f"{here}: field 'base_snapshot'") if base is not None else None,
         reconcile_with=_path(reconcile, base_dir, f"{here}: field 'reconcile_with'") if reconcile is not None else None,
     )

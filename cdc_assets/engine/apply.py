@@ -285,6 +285,7 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
         # Only a delete, or an upsert of a key that has a tombstone, can change tombstones.
         touching = [op == DELETE or k in tombs for k, op in zip(keys, ops)]
         _merge_tombstones(table_dir, winners.filter(pa.array(touching, pa.bool_())), reached)
+    dt_ = delta.keep_change_feed(target_path, dt_, table.change_feed)  # before the MERGE that it is to record
     files_before, version_before = len(dt_.file_uris()), dt_.version()
     extra = shape.META_COLUMNS + ("_cdc_apply",)
     source = pa.concat_tables([_target_rows(image_rows, columns, images, extra=("_cdc_apply",)),
@@ -375,7 +376,8 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
             props = delta.CommitProperties(custom_metadata={"cdc.step": step, "cdc.reached": str(reached)})
         faults.point("target.computed")
         try:
-            final = spark_files.commit(target_path, dt_, arrow_schema, adds, removes, table.partition_by, props)
+            final = spark_files.commit(target_path, dt_, arrow_schema, adds, removes, table.partition_by, props,
+                                       delta.target_configuration(table.change_feed))
         except Exception:
             spark_files.discard(target_path, adds)
             raise

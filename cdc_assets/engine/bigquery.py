@@ -189,7 +189,8 @@ def plan(cfg: Config, table: TableConfig) -> Plan:
         return Plan("nothing", reached, version, done_batch, "published up to date")
     # Commits since the last publish: an apply's commits say which batches changed which keys;
     # any other commit (a rebuild, a widening) may have changed any row.
-    steps = {h.get("cdc.step") for h in target.history(version - done_version)}
+    # A change of table properties (the change data feed switched) changes no row.
+    steps = {h.get("cdc.step") for h in target.history(version - done_version)} - {"properties"}
     if steps - {TARGET}:
         other = ", ".join(sorted(map(str, steps - {TARGET})))
         return Plan("all", reached, version, done_batch, f"target rewritten since ({other})")

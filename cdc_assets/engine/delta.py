@@ -57,6 +57,24 @@ def commit_props(step: str, batch_seq: int, metadata: dict | None = None) -> Com
 # A checkpoint every 10 commits (delta-rs' default is 100): opening a table replays the JSON
 # commits since the last checkpoint, and a run opens its tables a few dozen times.
 TABLE_CONFIGURATION = {"delta.checkpointInterval": "10"}
+CHANGE_FEED = "delta.enableChangeDataFeed"
+
+
+def target_configuration(change_feed: bool) -> dict:
+    """A new target's table properties: with the change data feed, a MERGE also writes each
+    changed row's before and after image, which readers get with `load_cdf`."""
+    return {**TABLE_CONFIGURATION, CHANGE_FEED: "true"} if change_feed else dict(TABLE_CONFIGURATION)
+
+
+def keep_change_feed(path: str, dt: DeltaTable, change_feed: bool) -> DeltaTable:
+    """Switch the table's change data feed on or off as configured (one metadata commit when it
+    differs); the table as it is then."""
+    on = (dt.metadata().configuration or {}).get(CHANGE_FEED, "false").lower() == "true"
+    if on == change_feed:
+        return dt
+    dt.alter.set_table_properties({CHANGE_FEED: "true" if change_feed else "false"},
+                                  commit_properties=CommitProperties(custom_metadata={"cdc.step": "properties"}))
+    return load(path)
 
 
 def create(path: str, data: pa.Table, **kw) -> None:

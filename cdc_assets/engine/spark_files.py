@@ -276,16 +276,18 @@ def removes_for(dt_: DeltaTable, keep=lambda partition_values: False) -> list[Re
 
 
 def commit(table_path: str, dt_: DeltaTable | None, schema: pa.Schema, adds: list[AddAction],
-           removes: list[RemoveAction] | None, partition_by, props) -> DeltaTable:
+           removes: list[RemoveAction] | None, partition_by, props, configuration: dict | None = None) -> DeltaTable:
     """One Delta version with these adds and removes (a new table when `dt_` is None; with
     `removes` None, the adds replace every file and the schema). Through the snapshot `dt_`
-    the caller checked, so a concurrent writer's commit makes ours fail."""
+    the caller checked, so a concurrent writer's commit makes ours fail. `configuration`: a new
+    table's properties (delta.TABLE_CONFIGURATION by default)."""
     faults.point("spark_files.before_commit")
     try:
         if dt_ is None:
             create_table_with_add_actions(table_path, Schema.from_arrow(schema), adds, mode="error",
                                           partition_by=list(partition_by) or None,
-                                          configuration=delta.TABLE_CONFIGURATION, commit_properties=props,
+                                          configuration=configuration or delta.TABLE_CONFIGURATION,
+                                          commit_properties=props,
                                           storage_options=storage.delta_options(table_path))
         elif removes is None:
             dt_.create_write_transaction(list(adds), mode="overwrite", schema=Schema.from_arrow(schema),

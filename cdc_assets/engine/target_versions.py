@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
+import pyarrow as pa
 from deltalake import CommitProperties, Transaction
 
 from . import delta
@@ -23,10 +24,15 @@ from .tables import TARGET, path
 RESTORE = "restore"
 
 # What each kind of commit is, in the words of the domain.
-_KINDS = {TARGET: "apply", "rebuild": "rebuild", "widen": "widen", RESTORE: RESTORE, "compaction": "compaction"}
+_KINDS = {TARGET: "apply", "rebuild": "rebuild", "widen": "widen", RESTORE: RESTORE, "compaction": "compaction",
+          "properties": "properties"}
 
 
-class RestoreError(ValueError):
+class TargetVersionError(ValueError):
+    """A target version, or a change feed, that is not there; the message names the table."""
+
+
+class RestoreError(TargetVersionError):
     """A restore that cannot be done as asked; the message names the table and the versions there are."""
 
 
@@ -149,3 +155,22 @@ def restore(table: str, table_dir: str, version: int) -> Restored:
                            f"{str(e).strip().splitlines()[0]}") from e
     return Restored(table, version, delta.load(target_path).version(), batch if batch >= 0 else None,
                     int(metrics.get("numRemovedFile", 0)), int(metrics.get("numRestoredFile", 0)))
+
+
+def changes(table: str, table_dir: str, starting_version: int, ending_version: int | None = None) -> pa.Table:
+    """The target's row-level changes from `starting_version` to `ending_version` (the latest when
+    None), both included, from Delta's change data feed (`change_feed: true`): each row with
+    `_change_type` (insert, update_preimage, update_postimage, delete), `_commit_version` and
+    `_commit_timestamp`. A first build and a rebuild record their rows as inserts and deletes
+    of the files they add and remove."""
+    target_path = path(table_dir, TARGET)
+    dt_ = delta.open_table(target_path)
+    if dt_ is None:
+        raise TargetVersionError(f"table {table}: no target yet (nothing applied)")
+    if (dt_.metadata().configuration or {}).get(delta.CHANGE_FEED, "false").lower() != "true":
+        raise TargetVersionError(f"table {table}: the target records no change feed (set change_feed: true)")
+    reader = dt_.load_cdf(starting_version=starting_version, ending_version=ending_version)
+    data = pa.table(reader.read_all())
+    # delta-rs hands strings over as string_view, which several pyarrow kernels (sorting) refuse
+    fields = [pa.field(f.name, pa.string() if f.type == pa.string_view() else f.type) for f in data.schema]
+    return data.cast(pa.schema(fields))

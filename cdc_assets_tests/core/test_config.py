@@ -167,6 +167,7 @@ def test_several_tables():
         ({"format": "changeset", "options": {**CHANGESET, "inserts": [], "updates": []}}, "inserts"),
         ({"format": "changeset", "options": {**CHANGESET, "deletes": {"D": 1}}}, "deletes"),
         ({"format": "changeset", "options": {**CHANGESET, "sequence_by": [1]}}, "sequence_by"),
+        ({"change_feed": "yes"}, "change_feed"),
     ],
 )
 def test_table_errors_name_table_and_field(table, field):
