@@ -57,6 +57,9 @@ class Change:
     change_type: str
     _id_from_content: bool = field(default=False, repr=False)
     types: dict | None = field(default=None, repr=False, kw_only=True)  # the file's or declared column types
+    # The change's own tier when its format says it (a Debezium snapshot read ranks as a base row,
+    # rule 3); None takes the tier of the file it came in.
+    tier: str | None = field(default=None, repr=False, kw_only=True)
 
 
 @dataclass
@@ -77,7 +80,8 @@ def to_record(change: Change, *, batch_seq: int, batch_id: str, file_name: str, 
     return {
         "_cdc_key": key_text(change.key),
         "_cdc_op": change.op,
-        "_cdc_order": tier + change.order + "|" + ordering.arrival(batch_seq, file_index, change.line),
+        "_cdc_order": (tier if change.tier is None else change.tier) + change.order + "|"
+                      + ordering.arrival(batch_seq, file_index, change.line),
         "_cdc_event_id": change.event_id,
         "_cdc_row": encode_row(change.row),
         "_cdc_partition": key_text([change.row.get(c) for c in partition_by]) if partition_by else None,

@@ -6,21 +6,24 @@ good ones around it.
 """
 from __future__ import annotations
 
+import base64
 import csv
+import datetime as dt
 import gzip
 import io
 import json
 import re
 import zlib
 from collections.abc import Iterator
+from decimal import Decimal
 
 from . import ordering
 from .changes import DELETE, UPSERT, Change, Rejection, content_id
 from .ordering import OrderingError
 from .values import (BINARY, BOOLEAN, DATE, DOUBLE, INT, LONG, MAX_PRECISION, STRING, TIMESTAMP, TIMESTAMP_NTZ,
-                     Misfit, NumberText, convert, decimal_type, infer_text, source_value)
+                     Misfit, NumberText, convert, decimal_type, infer_text, parse_type, source_value)
 
-FORMATS = ("datastream-json", "datastream-avro", "bigquery-append", "bigquery-cdc", "changeset")
+FORMATS = ("datastream-json", "datastream-avro", "bigquery-append", "bigquery-cdc", "changeset", "debezium-json")
 
 DATASTREAM_TYPES = {"INSERT": UPSERT, "UPDATE": UPSERT, "UPDATE-INSERT": UPSERT, "DELETE": DELETE, "UPDATE-DELETE": DELETE}
 CDC_TYPES = {"UPSERT": UPSERT, "DELETE": DELETE}
@@ -72,7 +75,10 @@ def parse_file(fmt: str, options: dict, keys: list[str], name: str, data: bytes,
         except (RecordError, OrderingError) as e:
             yield Rejection(line, str(e), _text_of(raw))
             continue
-        change.types = typing.types
+        if change is None:
+            continue  # a record that is no change (a Kafka tombstone)
+        if change.types is None:  # a format whose records carry their own schema has set them
+            change.types = typing.types
         yield change
 
 
@@ -111,10 +117,10 @@ def _records(name: str, data: bytes, fmt: str, file_types: dict | None = None, h
     elif lower.endswith(".csv"):
         yield from _csv_records(data, header_needs)
     else:
-        yield from _json_lines(data)
+        yield from _json_lines(data, kafka_tombstones=fmt == "debezium-json")
 
 
-def _json_lines(data: bytes):
+def _json_lines(data: bytes, kafka_tombstones: bool = False):
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]  # a byte-order mark is an editor's habit, not data
     for n, raw in enumerate(data.split(b"\n"), start=1):
@@ -135,6 +141,8 @@ def _json_lines(data: bytes):
         except json.JSONDecodeError as e:
             yield n, RecordError(f"not valid JSON: {e.msg} at column {e.colno}"), text
             continue
+        if record is None and kafka_tombstones:
+            continue  # a Kafka tombstone (a null value) only lets Kafka compact the key away: no change
         if not isinstance(record, dict):
             yield n, RecordError(f"a JSON {type(record).__name__} where an object was expected"), text
             continue
@@ -392,7 +400,7 @@ def _int(meta: dict, name: str) -> int:
     v = meta.get(name)
     if isinstance(v, bool) or v is None:
         raise RecordError(f"source position {name!r} is missing")
-    if isinstance(v, str) and v.strip().isdigit():
+    if isinstance(v, str) and v.strip().isascii() and v.strip().isdigit():  # int() refuses other digits
         v = int(v)
     if not isinstance(v, int):
         raise RecordError(f"source position {name!r} is not an integer: {str(v)[:40]!r}")
@@ -418,17 +426,194 @@ def _source_position(meta: dict, read_method: str) -> str:
         rs_parts = _hex_parts(rs, "rs_id", ".") if isinstance(rs, str) and rs.strip() else [0, 0, 0]
         return _sections([_int(meta, "scn"), *rs_parts, _int(meta, "ssn") if meta.get("ssn") is not None else 0])
     if "log_file" in meta and "log_position" in meta or read_method.startswith("mysql"):
-        log_file = str(meta.get("log_file") or "")
-        digits = log_file.rsplit(".", 1)[-1]
-        if not digits.isdigit():
-            raise RecordError(f"MySQL log_file {log_file[:60]!r} has no file number")
-        return _sections([int(digits), _int(meta, "log_position")])
+        return _sections([_binlog_number(meta, "log_file"), _int(meta, "log_position")])
     if "lsn" in meta:
         lsn = meta.get("lsn")
         if isinstance(lsn, int) and not isinstance(lsn, bool):
             return _sections([lsn])
         return _sections(_hex_parts(lsn, "lsn", "/:."))
     raise RecordError(f"no source position for read_method {read_method!r} (expected scn, log_file/log_position or lsn)")
+
+
+def _binlog_number(meta: dict, name: str) -> int:
+    """A MySQL binlog file's number, which orders the files: `mysql-bin.1000000` follows `mysql-bin.999999`."""
+    log_file = str(meta.get(name) or "")
+    digits = log_file.rsplit(".", 1)[-1]
+    if not (digits.isascii() and digits.isdigit()):
+        raise RecordError(f"MySQL {name} {log_file[:60]!r} has no file number")
+    return int(digits)
+
+
+DEBEZIUM_OPS = {"c": UPSERT, "u": UPSERT, "r": UPSERT, "d": DELETE}
+SNAPSHOT_READ = "r"
+# The position fields that say which connector wrote an event without `source.connector`.
+_CONNECTOR_FIELDS = (("commit_lsn", "sqlserver"), ("change_lsn", "sqlserver"), ("scn", "oracle"),
+                     ("file", "mysql"), ("lsn", "postgresql"))
+
+
+def _debezium(record: dict, keys, options, line, typing: Typing | None = None) -> Change | None:
+    """A Debezium change event: the bare envelope, or the envelope as the `payload` of Kafka's
+    JsonConverter with schemas.enable=true, whose `schema` then types the row image's columns."""
+    schema = None
+    if "payload" in record and "op" not in record:
+        schema, record = record.get("schema"), record["payload"]
+        if record is None:
+            return None  # a Kafka tombstone written with its (null) schema
+        if not isinstance(record, dict):
+            raise RecordError("event's 'payload' is not an object")
+    op = record.get("op")
+    if op not in DEBEZIUM_OPS:
+        if "op" not in record:
+            raise RecordError("event has no 'op': not a Debezium change event envelope")
+        if op == "t":
+            raise RecordError("Debezium op 't' (truncate) is not applied: it empties the table without naming a key")
+        raise RecordError(f"unknown Debezium op {op!r} (expected c, u, r or d)")
+    image_name = "before" if op == "d" else "after"  # a delete's `after` is null
+    image = record.get(image_name)
+    if not isinstance(image, dict):
+        raise RecordError(f"op {op!r} event has no {image_name!r} row image")
+    source = record.get("source")
+    if not isinstance(source, dict):
+        raise RecordError("event has no 'source' object")
+    if source.get("ts_ms") is None:
+        raise RecordError("event has no 'source.ts_ms'")
+    try:
+        order = ordering.timestamp(source["ts_ms"])
+    except OrderingError as e:
+        raise RecordError(f"source.ts_ms: {e}") from None
+    order += _debezium_position(source, snapshot_read=op == SNAPSHOT_READ)
+    row, types = _debezium_row(image, _connect_columns(schema, image_name), typing)
+    # Rule 3: a snapshot read is the connector's base snapshot, below every streamed change of its key.
+    # In the base tier it ranks above a `base_snapshot` export's row, whose order is its line number
+    # (any ts_ms after 1970 encodes greater).
+    tier = ordering.BASE_TIER if op == SNAPSHOT_READ else ordering.CHANGE_TIER
+    change = _change(line, _key(row, keys), DEBEZIUM_OPS[op], row, order, None, op, tier=tier)
+    change.types = types
+    return change
+
+
+def _debezium_position(source: dict, snapshot_read: bool) -> str:
+    """The connector's log position (SPEC section 3), after `source.ts_ms`. A snapshot read may
+    lack position fields (they count as 0): it is ordered only among the snapshot reads."""
+    connector = source.get("connector")
+    if connector is None:
+        connector = next((c for f, c in _CONNECTOR_FIELDS if source.get(f) is not None), None)
+        if connector is None:
+            raise RecordError("source has no 'connector' and no position (lsn, file and pos, commit_lsn or scn)")
+
+    def number(name: str) -> int:
+        return 0 if snapshot_read and source.get(name) is None else _int(source, name)
+
+    def sql_server_lsn(name: str) -> list[int]:
+        if snapshot_read and source.get(name) is None:
+            return [0, 0, 0]
+        parts = _hex_parts(source.get(name), name, ":")
+        if len(parts) != 3:
+            raise RecordError(f"source position {name!r} is not three ':'-separated hexadecimal numbers")
+        return parts
+
+    connector = str(connector).lower()
+    if connector == "postgresql":
+        # Debezium writes the LSN as one integer. A later transaction's change of a key follows the
+        # commit of the one before it (the row is locked until then), so the LSN orders one key.
+        return _sections([number("lsn")])
+    if connector in ("mysql", "mariadb"):  # MariaDB's connector writes MySQL's binlog fields
+        binlog = 0 if snapshot_read and source.get("file") is None else _binlog_number(source, "file")
+        return _sections([binlog, number("pos"), number("row")])
+    if connector == "sqlserver":
+        serial = [] if source.get("event_serial_no") is None else [_int(source, "event_serial_no")]
+        return _sections([*sql_server_lsn("commit_lsn"), *sql_server_lsn("change_lsn"), *serial])
+    if connector == "oracle":
+        # `scn` alone: `commit_scn` orders one key's changes no differently (a second transaction
+        # changes the row only after the first commits, at a greater scn), and snapshot reads and
+        # older connector versions do not write it. Changes at one scn rank by arrival.
+        return _sections([number("scn")])
+    raise RecordError(f"unsupported Debezium connector {connector[:40]!r} (expected postgresql, mysql, sqlserver "
+                      "or oracle)")
+
+
+def _connect_columns(schema, image_name: str) -> dict:
+    """The Kafka Connect schema of each column of the envelope's `before` or `after` struct."""
+    if isinstance(schema, dict) and isinstance(schema.get("fields"), list):
+        for f in schema["fields"]:
+            if isinstance(f, dict) and f.get("field") == image_name and isinstance(f.get("fields"), list):
+                return {c["field"]: c for c in f["fields"] if isinstance(c, dict) and isinstance(c.get("field"), str)}
+    return {}
+
+
+_EPOCH = dt.datetime(1970, 1, 1)
+CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
+# Logical types written as a number since the epoch, as microseconds; their values are wall-clock times.
+_CONNECT_TIMESTAMPS = {
+    "io.debezium.time.Timestamp": lambda n: n * 1000,
+    "org.apache.kafka.connect.data.Timestamp": lambda n: n * 1000,
+    "io.debezium.time.MicroTimestamp": lambda n: n,
+    "io.debezium.time.NanoTimestamp": lambda n: n // 1000,  # Delta keeps microseconds
+}
+_CONNECT_DATES = ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date")
+
+
+def _whole(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("not an integer")
+    return value
+
+
+def _connect_decimal(scale: int):
+    def decode(value) -> Decimal:
+        if isinstance(value, str):  # base64 of the unscaled value, big-endian two's complement
+            unscaled = int.from_bytes(base64.b64decode(value, validate=True), "big", signed=True)
+            return Decimal(f"{unscaled}e{-scale}")  # exact: no context rounds a decimal made from text
+        if isinstance(value, (int, Decimal)) and not isinstance(value, bool):  # JsonConverter decimal.format=NUMERIC
+            return Decimal(value)
+        raise ValueError("not base64 bytes or a number")
+    return decode
+
+
+def _connect_column(field: dict):
+    """A column's type and decoder from its Kafka Connect schema, or (None, None) when its value
+    is taken as written (the table's `columns:` or inference types it then)."""
+    name = field.get("name")
+    if name == CONNECT_DECIMAL:
+        params = field.get("parameters") or {}
+        scale = int(params.get("scale", 0))
+        try:  # without a precision (or past 38 digits) the exact value is typed like a written number
+            type_ = parse_type(decimal_type(int(params["connect.decimal.precision"]), scale))
+        except (KeyError, ValueError):
+            type_ = None
+        return type_, _connect_decimal(scale)
+    if name in _CONNECT_TIMESTAMPS:
+        micros = _CONNECT_TIMESTAMPS[name]
+        return TIMESTAMP_NTZ, lambda v: _EPOCH + dt.timedelta(microseconds=micros(_whole(v)))
+    if name in _CONNECT_DATES:
+        return DATE, lambda v: _EPOCH.date() + dt.timedelta(days=_whole(v))
+    if name == "io.debezium.time.ZonedTimestamp":
+        return TIMESTAMP, lambda v: convert(v, TIMESTAMP)
+    if field.get("type") == "bytes":
+        return BINARY, lambda v: convert(v, BINARY)
+    return None, None
+
+
+def _debezium_row(image: dict, fields: dict, typing: Typing | None) -> tuple[dict, dict | None]:
+    """The row image, and the column types when the envelope's schema gives some: a column typed
+    by the schema takes its type from it, the others the table's `columns:` types."""
+    if not fields:
+        return _row(image, typing), None
+    own = Typing(typing.declared if typing else None)  # the schema may change from one event to the next
+    values = dict(image)
+    for col, value in image.items():
+        if col not in fields:
+            continue
+        try:
+            type_, decode = _connect_column(fields[col])
+            if decode is not None and value is not None:
+                values[col] = decode(value)
+        except (ValueError, OverflowError) as e:
+            raise RecordError(f"column {col!r}: its value does not decode as Kafka Connect type "
+                              f"{str(fields[col].get('name') or fields[col].get('type'))[:80]!r} ({e})") from None
+        if type_:
+            own.file_types[col] = type_
+    return _row(values, own), own.types
 
 
 def _bigquery_append(record: dict, keys, options, line, typing: Typing | None = None) -> Change:
@@ -480,12 +665,13 @@ def _changeset(record: dict, keys, options, line, typing: Typing | None = None) 
                    content_ids=bool(options.get("sequence_by")))
 
 
-def _change(line, key, op, row, order, event_id, change_type, content_ids=True) -> Change:
+def _change(line, key, op, row, order, event_id, change_type, content_ids=True, tier=None) -> Change:
     if event_id is not None and not isinstance(event_id, str):
         event_id = str(event_id)
     if event_id is None and content_ids:
-        event_id = content_id(key, op, order, row)
-    return Change(line, key, op, row, order, event_id, change_type)
+        # A change's own tier is part of what it is: a snapshot read never collapses into a streamed change.
+        event_id = content_id(key, op, (tier or "") + order, row)
+    return Change(line, key, op, row, order, event_id, change_type, tier=tier)
 
 
 _RECORD_PARSERS = {
@@ -494,6 +680,7 @@ _RECORD_PARSERS = {
     "bigquery-append": _bigquery_append,
     "bigquery-cdc": _bigquery_cdc,
     "changeset": _changeset,
+    "debezium-json": _debezium,
 }
 
 
