@@ -203,7 +203,9 @@ def _commit_files(table_path: str, version: int) -> tuple[list[dict], list[dict]
     """The add and remove actions a commit holds, from its log entry."""
     adds, removes = [], []
     log = storage.read_bytes(storage.join(table_path, "_delta_log", f"{version:020d}.json")).decode("utf-8")
-    for line in log.splitlines():
+    # One action per "\n"-ended line; str.splitlines would also split inside a value holding
+    # U+2028 or U+0085, which delta-rs writes unescaped into a file's statistics.
+    for line in log.split("\n"):
         if not line.strip():
             continue
         action = json.loads(line)
