@@ -17,7 +17,7 @@ from ..defs.publish import publish_job_name
 from ..defs.sensors import apply_request_tags
 from ..defs.table_assets import TableNames, sync_target_partitions
 from ..engine import bigquery as publishing
-from ..engine import bigquery_source, delta, faults
+from ..engine import bigquery_source, delta, faults, fresh
 from ..engine.errors import root_cause_of_exception, root_cause_of_info
 from ..engine.landing import register_new_batch, registered
 from ..engine.lock import table_lock
@@ -41,6 +41,7 @@ class TableOutcome:
     error: str | None = None
     seconds: float = 0.0
     warning: str | None = None  # said in the summary line; the table still succeeds
+    waiting: str | None = None  # why the merge into target waits (apply: min_changes / max_staleness)
 
 
 def instance() -> dg.DagsterInstance:
@@ -105,7 +106,12 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
                     instance=inst, partition_key=b.id, tags=tags, raise_on_error=False, run_config=QUIET))
         staged = delta.step_version(path(table_dir, STAGING), STAGING)
         reached = max(staged, 0 if table.base_snapshot else -1)
+        due = None
         if outcome.ok and reached > delta.step_version(path(table_dir, TARGET), TARGET):
+            due, _ = fresh.decision(cfg, table)
+            if not due.due:
+                outcome.waiting = due.reason  # staged; a fresh read shows it (cdc-assets read)
+        if due is not None and due.due:
             sync_target_partitions(inst, cfg, table)  # staged by an earlier run, maybe on another instance
             apply_tags = apply_request_tags(inst, table)
             if apply_tags is not None:
@@ -136,6 +142,8 @@ def summary_line(o: TableOutcome) -> str:
         parts.append(f"target {tg.get('rows')} rows (+{tg.get('inserts')} ~{tg.get('updates')} -{tg.get('deletes')}, "
                      f"{tg.get('stale_skipped')} stale) v{tg.get('delta_version')}"
                      + (f" in {tg['seconds']}s" if tg.get("seconds") is not None else ""))
+    if o.waiting:
+        parts.append(o.waiting)
     bq = o.figures.get("bigquery", {})
     if bq and not bq.get("nothing_new"):
         parts.append(f"published to BigQuery ({bq.get('mode')}): {bq.get('rows_sent')} rows sent, "

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from .apply_policy import ApplyPolicy, parse_duration
 from .formats import FORMATS
 from .values import parse_type
 
@@ -15,7 +16,8 @@ TOP_KEYS = {"warehouse", "landing", "tables", "spark"}
 # Object stores a warehouse can live in (engine/storage.py), besides a local folder.
 WAREHOUSE_SCHEMES = ("gs", "s3")
 TABLE_KEYS = {"name", "keys", "format", "options", "partition_by", "base_snapshot", "reconcile_with", "columns",
-              "source", "source_position", "publish", "change_feed"}
+              "source", "source_position", "publish", "change_feed", "apply"}
+APPLY_KEYS = {"min_changes", "max_staleness"}
 # Formats a table can read from a BigQuery table instead of landed files (`source: bigquery://...`).
 BIGQUERY_SOURCE_FORMATS = ("bigquery-append", "bigquery-cdc")
 BIGQUERY_SOURCE = re.compile(r"bigquery://[A-Za-z0-9][A-Za-z0-9_.:-]*\.[A-Za-z0-9_]+\.[A-Za-z0-9_$-]+")
@@ -44,6 +46,7 @@ class TableConfig:
     source_position: str | None = None  # the source column that grows as rows are appended
     publish: dict = field(default_factory=dict, hash=False, compare=False)  # {"bigquery": "project.dataset.table"}
     change_feed: bool = False  # the target records Delta's change data feed: row-level changes per version
+    apply: ApplyPolicy = field(default_factory=ApplyPolicy)  # when pending changes are merged
 
 
 @dataclass(frozen=True)
@@ -191,6 +194,7 @@ def _table(t, i: int, where: str, base_dir: str) -> TableConfig:
         name=name, keys=keys, format=fmt, options=options, partition_by=partition_by,
         columns=_columns(t.get("columns"), here), source=source, source_position=position,
         publish=_publish(t.get("publish"), source, here), change_feed=change_feed,
+        apply=_apply_policy(t.get("apply"), here),
         base_snapshot=_path(base, base_dir, f"{here}: field 'base_snapshot'") if base is not None else None,
         reconcile_with=_path(reconcile, base_dir, f"{here}: field 'reconcile_with'") if reconcile is not None else None,
     )
@@ -235,6 +239,27 @@ def _publish(value, source: str | None, here: str) -> dict:
         # the published rows would come back as the table's own changes
         raise ConfigError(f"{here}: field 'publish.bigquery' names the table's own source {dest!r}")
     return {"bigquery": dest}
+
+
+def _apply_policy(value, here: str) -> ApplyPolicy:
+    """`apply: {min_changes: N, max_staleness: 15m}`: merge once either holds (core/apply_policy.py)."""
+    if value is None:
+        return ApplyPolicy()
+    if not isinstance(value, dict) or not value:
+        raise ConfigError(f"{here}: field 'apply' must be a mapping, e.g. apply: {{min_changes: 1000, "
+                          "max_staleness: 15m}")
+    for k in value:
+        if k not in APPLY_KEYS:
+            raise ConfigError(f"{here}: field 'apply': unknown setting '{k}' (allowed: {', '.join(sorted(APPLY_KEYS))})")
+    n = value.get("min_changes")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ConfigError(f"{here}: field 'apply.min_changes' {n!r} must be a whole number of changes, at least 1")
+    staleness = value.get("max_staleness")
+    try:
+        seconds = parse_duration(staleness) if staleness is not None else None
+    except ValueError as e:
+        raise ConfigError(f"{here}: field 'apply.max_staleness': {e}") from None
+    return ApplyPolicy(min_changes=n, max_staleness=seconds)
 
 
 def _columns(value, here: str) -> dict:

@@ -14,7 +14,7 @@ import dagster as dg
 
 from ..core.config import Config, TableConfig
 from ..engine import bigquery as publishing
-from ..engine import bigquery_source, delta, faults
+from ..engine import bigquery_source, delta, faults, fresh
 from ..engine import gcs as gcs_landing
 from ..engine.landing import ListingCursor, batches_path, register_new_batch, registered, scan_landing
 from ..engine.lock import table_lock
@@ -105,11 +105,14 @@ def landing_sensor(cfg: Config, table: TableConfig, jobs: list) -> dg.SensorDefi
         # so target stayed behind until the next batch), and apply a base snapshot on its own
         # as `run` does (batch 0) instead of waiting for a first batch.
         reached = max(staged, 0 if table.base_snapshot else -1)
-        if base_done and not pending and applied < reached:
+        due = fresh.decision(cfg, table)[0] if base_done and not pending and applied < reached else None
+        if due is not None and due.due:
             tags = apply_request_tags(context.instance, table)
             if tags is not None:
                 scope = run_key_scope(table_dir, "batches" if batches else BASE)
-                requests.append(dg.RunRequest(run_key=f"{table.name}:{scope}:apply:{reached}",
+                # the target's version too: after a restore the same batch is applied again
+                target_version = delta.table_version(path(table_dir, TARGET))
+                requests.append(dg.RunRequest(run_key=f"{table.name}:{scope}:apply:{reached}:v{target_version}",
                                               job_name=names.apply_job, tags=tags))
         if base_done and not pending and applied >= reached and publishing.pending(cfg, table):
             # the target is current and a BigQuery copy is behind it: one request per target version
@@ -122,6 +125,7 @@ def landing_sensor(cfg: Config, table: TableConfig, jobs: list) -> dg.SensorDefi
             dynamic_partitions_requests=[batch_partitions(table).build_add_request(missing)] if missing else [],
             skip_reason=None if requests else (
                 f"{table.name} is busy (another run holds it): new files are registered by a later tick" if busy
+                else f"{table.name}: {due.reason}" if due is not None and not due.due
                 else f"nothing new for {table.name}" + (f" (registered {new.id})" if new else "")),
             cursor=cursor,
         )

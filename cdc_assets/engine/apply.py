@@ -13,6 +13,7 @@ and base; Spark executors compute and write it, delta-rs commits the files (spar
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -241,6 +242,40 @@ def _merge_tombstones(table_dir: str, winners: pa.Table, reached: int) -> None:
         .execute()
 
 
+@dataclasses.dataclass
+class MergeSource:
+    """What an incremental apply merges: each pending key's latest change, typed as target rows."""
+    pending: pa.Table  # the staged records of the pending batches
+    winners: pa.Table  # each key's latest of them
+    keys: list[str]
+    ops: list[str]
+    tombstones: dict[str, str]  # the ordering key of each winner's key that has a tombstone
+    columns: dict[str, str]  # the target's columns and types once these rows are in
+    source: pa.Table  # the live winners as target rows, `_cdc_apply` saying upsert or delete
+
+
+def merge_source(table_dir: str, table: TableConfig, dt_: DeltaTable, applied: int, reached: int) -> MergeSource:
+    """The rows a MERGE of batches applied+1..reached compares with the target (and a fresh read
+    lays over it): batch-sized, read from staging and tombstones only."""
+    pending = read_records(path(table_dir, STAGING), f"_cdc_batch_seq > {applied} AND _cdc_batch_seq <= {reached}")
+    winners = latest_of_batch(pending)
+    keys, ops, orders = (winners[c].to_pylist() for c in ("_cdc_key", "_cdc_op", "_cdc_order"))
+    tombs = _tombstone_orders(table_dir, [k for k, op in zip(keys, ops) if op == UPSERT])
+    # An upsert older than its key's tombstone is stale (rule 2): it never reaches the MERGE.
+    alive = [not (op == UPSERT and k in tombs and tombs[k] > o) for k, op, o in zip(keys, ops, orders)]
+    live = winners.filter(pa.array(alive, pa.bool_()))
+    live = live.append_column("_cdc_apply", live["_cdc_op"])
+    imaged = pc.is_valid(live["_cdc_row"])
+    image_rows = live.filter(imaged).to_pylist()
+    images = [decode_row(w["_cdc_row"]) for w in image_rows]
+    columns = _columns(dt_, images, table_dir, table)
+    extra = shape.META_COLUMNS + ("_cdc_apply",)
+    source = pa.concat_tables([_target_rows(image_rows, columns, images, extra=("_cdc_apply",)),
+                               _cast_typed(live.filter(pc.invert(imaged)), columns, extra).cast(
+                                   _target_schema(columns, extra))])
+    return MergeSource(pending, winners, keys, ops, tombs, columns, source)
+
+
 def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
     """Apply the pending batches. `spark`: a session, or a function that starts one; an
     incremental apply never calls it (only a first apply or a type widening needs Spark)."""
@@ -265,19 +300,9 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
         figures["seconds"] = round(time.time() - t0, 2)
         return figures
 
-    pending = read_records(path(table_dir, STAGING), f"_cdc_batch_seq > {applied} AND _cdc_batch_seq <= {reached}")
-    winners = latest_of_batch(pending)
-    keys, ops, orders = (winners[c].to_pylist() for c in ("_cdc_key", "_cdc_op", "_cdc_order"))
-    tombs = _tombstone_orders(table_dir, [k for k, op in zip(keys, ops) if op == UPSERT])
-    # An upsert older than its key's tombstone is stale (rule 2): it never reaches the MERGE.
-    alive = [not (op == UPSERT and k in tombs and tombs[k] > o) for k, op, o in zip(keys, ops, orders)]
-    live = winners.filter(pa.array(alive, pa.bool_()))
-    live = live.append_column("_cdc_apply", live["_cdc_op"])
-    imaged = pc.is_valid(live["_cdc_row"])
-    image_rows = live.filter(imaged).to_pylist()
-    images = [decode_row(w["_cdc_row"]) for w in image_rows]
+    m = merge_source(table_dir, table, dt_, applied, reached)
+    pending, winners, keys, ops, tombs, columns = m.pending, m.winners, m.keys, m.ops, m.tombstones, m.columns
     faults.point("target.computed")  # decided; nothing is committed yet
-    columns = _columns(dt_, images, table_dir, table)
     if any(_existing_columns(dt_).get(c, t) != t for c, t in columns.items()):
         # A column widened: the target is rewritten once with the wider type, as of the batch
         # it reached; this apply then goes on from there.
@@ -289,10 +314,7 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
         _merge_tombstones(table_dir, winners.filter(pa.array(touching, pa.bool_())), reached)
     dt_ = delta.keep_change_feed(target_path, dt_, table.change_feed)  # before the MERGE that it is to record
     files_before, version_before = len(dt_.file_uris()), dt_.version()
-    extra = shape.META_COLUMNS + ("_cdc_apply",)
-    source = pa.concat_tables([_target_rows(image_rows, columns, images, extra=("_cdc_apply",)),
-                               _cast_typed(live.filter(pc.invert(imaged)), columns, extra).cast(
-                                   _target_schema(columns, extra))])
+    source = m.source
     in_range = key_range(source, table, columns, alias="t.")
     predicate = "t._cdc_key = s._cdc_key" + (f" AND {in_range}" if in_range else "")
     props = delta.commit_props(TARGET, reached, {"from_batch": applied + 1,

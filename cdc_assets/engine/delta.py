@@ -47,6 +47,12 @@ def step_version(path: str, step: str) -> int:
     return txn_version(open_table(path), step)
 
 
+def table_version(path: str) -> int:
+    """The table's latest version (-1 when there is no table)."""
+    dt = open_table(path)
+    return -1 if dt is None else dt.version()
+
+
 def commit_props(step: str, batch_seq: int, metadata: dict | None = None) -> CommitProperties:
     meta = {f"cdc.{k}": str(v) for k, v in (metadata or {}).items()}
     meta["cdc.step"] = step

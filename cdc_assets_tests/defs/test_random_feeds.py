@@ -36,13 +36,18 @@ is how many tables run side by side.
 
 The check: after every batch, the run succeeded with its checks passed, the
 quarantine is empty (every generated record is well-formed), and each feed's
-rows in `target` (its source columns, read with delta-rs) equal the state of
+rows in `target` (its source columns, read with delta-rs) -- in a deferred table
+(`apply: {min_changes: huge}`, about 40% of them), whose merges wait after the
+first build, the fresh read instead -- equal the state of
 `cdc_assets_tests.reference_model.ReferenceTable` fed with the changes
 delivered so far (by their true `seq`, never by the formats' encodings). In a
 partitioned table, partitions the batch does not touch keep their files. After
 the last batch, one more run with nothing landed commits no target version, and
 in a partitioned table a backfill of every partition (the apply job over the
-whole dynamic range) rebuilds from staging the state the batches built.
+whole dynamic range) rebuilds from staging the state the batches built. A deferred
+table is then applied once (its apply job, as the UI materializes target), and the
+target it commits must equal, row for row with the `_cdc_*` columns, the fresh read
+taken just before.
 Values compare by meaning (`same_by_meaning`): CSV input is typed by inference
 and the target's column types are the join of the values seen, so 5, '5' and
 5.0 are one value and, where CSV is involved, '' is NULL.
@@ -93,6 +98,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from cdc_assets.cli.runner import QUIET, run_table
+from cdc_assets.defs.sensors import apply_request_tags
+from cdc_assets.defs.table_assets import sync_target_partitions
+from cdc_assets.engine.errors import root_cause_of_info
+from cdc_assets.engine.fresh import fresh_table
 from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.defs.table_assets import TableNames
 from cdc_assets_tests.engine.records import delta_version
@@ -106,6 +115,7 @@ REGRESSIONS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rand
 FAILURES_DIR = os.path.join(REPO, ".pytest_cache", "random_feeds")  # git ignores it
 
 KEYS = ["feed", "kid", "kname"]
+DEFERRED_MIN_CHANGES = 10**9  # never reached: a deferred table's merges wait
 TEXT_COL = "tëxt"  # a non-ASCII column name, on purpose
 REGION = "region"  # the partition column of partitioned tables, an ordinary column elsewhere
 PAYLOAD = ["n", "x", TEXT_COL, REGION]  # the columns of payload_choices
@@ -220,6 +230,9 @@ class TablePlan:
     feeds: list[FeedPlan] = field(default_factory=list)
     partition_by: list[str] = field(default_factory=list)
     columns: dict[str, str] = field(default_factory=dict)  # cdc.yaml `columns:`
+    # `apply: {min_changes: huge}`: after the first build every batch is staged, not merged, and
+    # the fresh read is what is compared; one apply after the last batch must give what it showed
+    deferred: bool = False
 
     @property
     def batches(self) -> int:
@@ -649,6 +662,7 @@ def plan_table(rnd: random.Random, pools: Pools, name: str, kind: str, n_feeds: 
         fid = f"{name.lower()}-f{i:03d}"
         frnd = random.Random(f"{rnd.random()}/{fid}")
         table.feeds.append(plan_feed(frnd, pools, table, fid, kind, sequence_by, flags, sources[i % 4]))
+    table.deferred = rnd.random() < 0.4
     return table
 
 
@@ -822,7 +836,14 @@ def table_entry(root: str, t: TablePlan) -> dict:
         entry["columns"] = t.columns
     if t.base:
         entry["base_snapshot"] = os.path.join(root, "exports", f"{t.name}.csv")
+    if t.deferred:
+        entry["apply"] = {"min_changes": DEFERRED_MIN_CHANGES}
     return entry
+
+
+def canonical(rows: list[dict]) -> list[str]:
+    """Rows as comparable text, whatever their columns' order."""
+    return sorted(repr(sorted(r.items())) for r in rows)
 
 
 def quarantined(cfg, table: str) -> list[dict]:
@@ -918,6 +939,11 @@ def run_plans(spark, tables: list[TablePlan], rnd: random.Random, threads: int =
                 why = f"after batch {b + 1}: quarantined {q['_cdc_file']} line {q['_cdc_line']}: {q['_cdc_reason']}"
                 fail_all(t, why, only={f.fid for f in t.feeds if f.fid in (q["_cdc_raw"] or "")} or None)
             rows = target_rows(cfg, t.name) if delta_version(cfg, t.name, "target") >= 0 else []
+            if t.deferred and rows:
+                if b > 0 and outcome.ok and not (outcome.waiting or "").startswith("merge waits"):
+                    fail_all(t, f"after batch {b + 1}: a deferred table's merge did not wait: {outcome.waiting}")
+                seen["fresh reads compared"] += 1
+                rows = fresh_table(cfg, cfg.table(t.name)).to_pylist()  # what the next apply gives
             if t.partition_by:
                 was = {_key_meaning([r.get(k) for k in KEYS]): meaning(r.get(REGION)) for r in before}
                 seen["keys moved"] += sum(1 for r in rows if was.get(_key_meaning([r.get(k) for k in KEYS]),
@@ -949,12 +975,33 @@ def run_plans(spark, tables: list[TablePlan], rnd: random.Random, threads: int =
                 fail_all(t, f"rebuilding every partition: success {result.success}, failed checks {failed_checks}")
             compare_all(t, t.batches - 1, target_rows(cfg, t.name), "after rebuilding every partition: ")
 
+        def apply_deferred(t: TablePlan, inst: dg.DagsterInstance) -> None:
+            """The merge the deferred table waited for, as the UI's materialization of target runs
+            it: the target it commits is exactly the fresh read taken before it."""
+            table = cfg.table(t.name)
+            shown = canonical(fresh_table(cfg, table, with_metadata=True).to_pylist())
+            sync_target_partitions(inst, cfg, table)
+            result = defs.resolve_job_def(TableNames(t.name).apply_job).execute_in_process(
+                instance=inst, raise_on_error=False, run_config=QUIET, tags=apply_request_tags(inst, table) or {})
+            if not result.success:
+                causes = [root_cause_of_info(e.event_specific_data.error) for e in result.all_events if e.is_step_failure]
+                fail_all(t, f"applying a deferred table after its last batch failed: {causes}")
+            applied = canonical(target_rows(cfg, t.name, source_only=False))
+            if applied != shown:
+                fail_all(t, f"the fresh read before the deferred apply differs from the target it committed: "
+                            f"{len(set(shown) - set(applied))} rows only in the fresh read, "
+                            f"{len(set(applied) - set(shown))} only in the target")
+            seen["deferred applies"] += 1
+            compare_all(t, t.batches - 1, target_rows(cfg, t.name), "after the deferred apply: ")
+
         def one_table(t: TablePlan) -> None:
             # an instance per table, as separate `run` processes would have: tables run side by side
             with dg.DagsterInstance.ephemeral() as inst:
                 rows: list[dict] = []
                 for b in range(t.batches):
                     rows = one_batch(t, b, inst, rows)
+                if t.deferred:
+                    apply_deferred(t, inst)
                 # landing nothing new changes nothing: a run commits no new target version
                 before = delta_version(cfg, t.name, "target")
                 idle = run_table(defs, inst, cfg, cfg.table(t.name))
@@ -1124,7 +1171,8 @@ def test_random_feeds(spark, long_run, capsys, figures):
                   f"jobs, half of the tables partitioned: {seen['keys moved']} keys moved, "
                   f"{seen['partitions emptied']} partitions emptied, {seen['partitions kept']} left untouched, "
                   f"{seen['partitions rebuilt']} rebuilt, {seen['widening rewrites']} rewritten whole to widen a column; "
-                  f"{time.time() - t0:.0f} s)")
+                  f"{seen['fresh reads compared']} fresh reads of deferred tables compared, "
+                  f"{seen['deferred applies']} deferred applies; {time.time() - t0:.0f} s)")
         if figures:
             figures.write_json("random_feeds.json", {
                 "generated": tally["generated"], "passed": tally["passed"], "examples": tally["examples"],

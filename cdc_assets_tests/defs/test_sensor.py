@@ -273,3 +273,34 @@ def test_a_tick_while_a_run_holds_the_table_does_not_wait_and_registers_later(sp
     assert [(b.id, list(b.files)) for b in ledger(cfg)][1:] == [("b000002", files2)]
     daemon.settle()
     assert differences(target_table(cfg), read_export(feed["export"])) == []
+
+
+def test_a_waiting_merge_is_asked_for_once_it_is_due_and_again_after_a_restore(spark, tmp_path, instance):
+    """`apply: {min_changes}`: the sensor stages each batch but asks for the apply only once enough
+    changes wait, and says why it waits; after a restore it asks again for the same batch."""
+    from cdc_assets.engine.target_versions import restore
+    from cdc_assets_tests.engine.records import mysql, values
+    from cdc_assets_tests.helpers import jsonl, land, target_rows
+
+    cfg = write_config(tmp_path, [{"name": TABLE, "keys": ["id"], "format": "datastream-json",
+                                   "apply": {"min_changes": 3}}])
+    daemon = Daemon(build_definitions(cfg), instance)
+    land(cfg, TABLE, "batch-1", {"p.jsonl": jsonl([mysql("INSERT", {"id": i, "v": "a"}, 1, i) for i in (1, 2, 3)])})
+    daemon.settle()
+    assert daemon.launched_jobs == [INGEST, APPLY]  # the first build does not wait
+    land(cfg, TABLE, "batch-2", {"p.jsonl": jsonl([mysql("UPDATE", {"id": i, "v": "b"}, 1, 10 + i) for i in (1, 2)])})
+    daemon.settle()
+    assert daemon.launched_jobs == [INGEST]  # 2 changes staged, fewer than 3
+    assert daemon.tick().skip_message == f"{TABLE}: merge waits: 2 changes pending; min_changes 3"
+    assert values(target_rows(cfg, TABLE), "id", "v") == {1: "a", 2: "a", 3: "a"}
+    land(cfg, TABLE, "batch-3", {"p.jsonl": jsonl([mysql("UPDATE", {"id": 3, "v": "c"}, 1, 20),
+                                                   mysql("DELETE", {"id": 1, "v": None}, 1, 21)])})
+    daemon.settle()
+    assert daemon.launched_jobs == [INGEST, APPLY]  # 4 pending: due
+    assert values(target_rows(cfg, TABLE), "id", "v") == {2: "b", 3: "c"}
+
+    restore(TABLE, cfg.table_dir(TABLE), 0)  # back to batch 1: batches 2 and 3 are due again
+    assert values(target_rows(cfg, TABLE), "id", "v") == {1: "a", 2: "a", 3: "a"}
+    daemon.settle()
+    assert daemon.launched_jobs == [APPLY]
+    assert values(target_rows(cfg, TABLE), "id", "v") == {2: "b", 3: "c"}
