@@ -9,6 +9,7 @@ import yaml
 
 from .apply_policy import ApplyPolicy, parse_duration
 from .formats import FORMATS
+from .maintenance_policy import MIN_RETENTION, MaintenancePolicy
 from .values import parse_type
 
 TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
@@ -16,8 +17,9 @@ TOP_KEYS = {"warehouse", "landing", "tables", "spark"}
 # Object stores a warehouse can live in (engine/storage.py), besides a local folder.
 WAREHOUSE_SCHEMES = ("gs", "s3")
 TABLE_KEYS = {"name", "keys", "format", "options", "partition_by", "base_snapshot", "reconcile_with", "columns",
-              "source", "source_position", "publish", "change_feed", "apply"}
+              "source", "source_position", "publish", "change_feed", "apply", "maintenance"}
 APPLY_KEYS = {"min_changes", "max_staleness"}
+MAINTENANCE_KEYS = {"retention", "zorder_by", "trim_changes_after", "schedule"}
 # Formats a table can read from a BigQuery table instead of landed files (`source: bigquery://...`).
 BIGQUERY_SOURCE_FORMATS = ("bigquery-append", "bigquery-cdc")
 BIGQUERY_SOURCE = re.compile(r"bigquery://[A-Za-z0-9][A-Za-z0-9_.:-]*\.[A-Za-z0-9_]+\.[A-Za-z0-9_$-]+")
@@ -47,6 +49,7 @@ class TableConfig:
     publish: dict = field(default_factory=dict, hash=False, compare=False)  # {"bigquery": "project.dataset.table"}
     change_feed: bool = False  # the target records Delta's change data feed: row-level changes per version
     apply: ApplyPolicy = field(default_factory=ApplyPolicy)  # when pending changes are merged
+    maintenance: MaintenancePolicy = field(default_factory=MaintenancePolicy)  # compaction, trim, vacuum
 
 
 @dataclass(frozen=True)
@@ -194,7 +197,7 @@ def _table(t, i: int, where: str, base_dir: str) -> TableConfig:
         name=name, keys=keys, format=fmt, options=options, partition_by=partition_by,
         columns=_columns(t.get("columns"), here), source=source, source_position=position,
         publish=_publish(t.get("publish"), source, here), change_feed=change_feed,
-        apply=_apply_policy(t.get("apply"), here),
+        apply=_apply_policy(t.get("apply"), here), maintenance=_maintenance(t.get("maintenance"), here),
         base_snapshot=_path(base, base_dir, f"{here}: field 'base_snapshot'") if base is not None else None,
         reconcile_with=_path(reconcile, base_dir, f"{here}: field 'reconcile_with'") if reconcile is not None else None,
     )
@@ -260,6 +263,37 @@ def _apply_policy(value, here: str) -> ApplyPolicy:
     except ValueError as e:
         raise ConfigError(f"{here}: field 'apply.max_staleness': {e}") from None
     return ApplyPolicy(min_changes=n, max_staleness=seconds)
+
+
+def _maintenance(value, here: str) -> MaintenancePolicy:
+    """`maintenance: {retention: 7d, zorder_by: [col], trim_changes_after: 30d, schedule: "0 3 * * *"}`."""
+    if value is None:
+        return MaintenancePolicy()
+    if not isinstance(value, dict):
+        raise ConfigError(f"{here}: field 'maintenance' must be a mapping, e.g. maintenance: {{retention: 7d}}")
+    for k in value:
+        if k not in MAINTENANCE_KEYS:
+            raise ConfigError(f"{here}: field 'maintenance': unknown setting '{k}' "
+                              f"(allowed: {', '.join(sorted(MAINTENANCE_KEYS))})")
+    out = {}
+    for k in ("retention", "trim_changes_after"):
+        if value.get(k) is not None:
+            try:
+                out[k] = parse_duration(value[k])
+            except ValueError as e:
+                raise ConfigError(f"{here}: field 'maintenance.{k}': {e}") from None
+    if out.get("retention", MIN_RETENTION) < MIN_RETENTION:
+        raise ConfigError(f"{here}: field 'maintenance.retention' must be at least 1h: a run's apply or a fresh "
+                          "read may still read the files a shorter one removes")
+    if "zorder_by" in value:
+        out["zorder_by"] = _names(value["zorder_by"], f"{here}: field 'maintenance.zorder_by'", required=True)
+    schedule = value.get("schedule")
+    if schedule is not None:
+        if not isinstance(schedule, str) or len(schedule.split()) != 5:
+            raise ConfigError(f"{here}: field 'maintenance.schedule' {schedule!r} must be a cron string of 5 fields, "
+                              'e.g. "0 3 * * *"')
+        out["schedule"] = schedule
+    return MaintenancePolicy(**out)
 
 
 def _columns(value, here: str) -> dict:

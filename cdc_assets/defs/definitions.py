@@ -1,4 +1,5 @@
-"""All Dagster definitions for a `cdc.yaml`: one group of assets, checks, jobs and a sensor per table."""
+"""All Dagster definitions for a `cdc.yaml`: one group of assets, checks, jobs, a sensor and a
+maintenance schedule per table."""
 from __future__ import annotations
 
 import warnings
@@ -7,6 +8,7 @@ import dagster as dg
 
 from ..core.config import Config
 from .checks import table_checks
+from .maintenance import maintenance_definitions
 from .publish import publish_definitions
 from .resources import table_resources
 from .sensors import landing_sensor
@@ -19,7 +21,7 @@ warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 
 
 def build_definitions(cfg: Config) -> dg.Definitions:
-    assets, checks, jobs, sensors = [], [], [], []
+    assets, checks, jobs, sensors, schedules = [], [], [], [], []
     for table in cfg.tables:
         assets += table_assets(cfg, table)
         checks += table_checks(cfg, table)
@@ -28,11 +30,15 @@ def build_definitions(cfg: Config) -> dg.Definitions:
         table_job_defs = table_jobs(table) + published[2]
         jobs += table_job_defs
         sensors.append(landing_sensor(cfg, table, table_job_defs))
+        maintenance_job, maintenance_schedule = maintenance_definitions(cfg, table)
+        jobs.append(maintenance_job)
+        schedules.append(maintenance_schedule)
     return dg.Definitions(
         assets=assets,
         asset_checks=checks,
         jobs=jobs,
         sensors=sensors,
+        schedules=schedules,
         resources=table_resources(cfg),
         # One process per run, so one Spark session per run, never one per step.
         executor=dg.in_process_executor,

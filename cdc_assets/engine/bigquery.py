@@ -175,6 +175,9 @@ def last_publish(cfg: Config, table: TableConfig) -> dict | None:
     return delta.step_commit(ledger_path(cfg, table), PUBLISHED)
 
 
+ROWLESS_STEPS = {"properties", "compaction", "zorder", "vacuum"}
+
+
 def plan(cfg: Config, table: TableConfig) -> Plan:
     """What the next publish sends. Reads Delta only: cheap enough for `run` to ask each time."""
     target = delta.open_table(path(cfg.table_dir(table.name), TARGET))
@@ -189,8 +192,8 @@ def plan(cfg: Config, table: TableConfig) -> Plan:
         return Plan("nothing", reached, version, done_batch, "published up to date")
     # Commits since the last publish: an apply's commits say which batches changed which keys;
     # any other commit (a rebuild, a widening) may have changed any row.
-    # A change of table properties (the change data feed switched) changes no row.
-    steps = {h.get("cdc.step") for h in target.history(version - done_version)} - {"properties"}
+    # A change of table properties (the change data feed switched) and maintenance change no row.
+    steps = {h.get("cdc.step") for h in target.history(version - done_version)} - ROWLESS_STEPS
     if steps - {TARGET}:
         other = ", ".join(sorted(map(str, steps - {TARGET})))
         return Plan("all", reached, version, done_batch, f"target rewritten since ({other})")

@@ -25,7 +25,7 @@ RESTORE = "restore"
 
 # What each kind of commit is, in the words of the domain.
 _KINDS = {TARGET: "apply", "rebuild": "rebuild", "widen": "widen", RESTORE: RESTORE, "compaction": "compaction",
-          "properties": "properties"}
+          "zorder": "zorder", "vacuum": "vacuum", "properties": "properties"}
 
 
 class TargetVersionError(ValueError):

@@ -110,6 +110,16 @@ def test_object_stores_the_engine_cannot_use_are_refused_by_name(field, value, e
     assert f"field '{field}' '{value}'" in message and expected in message
 
 
+def test_maintenance_settings_are_read():
+    from cdc_assets.core.maintenance_policy import MaintenancePolicy
+
+    cfg = parse_config(raw_config(maintenance={"retention": "2d", "zorder_by": ["region", "order_id"],
+                                               "trim_changes_after": "30d", "schedule": "15 2 * * 0"}), CONFIG_PATH)
+    assert cfg.tables[0].maintenance == MaintenancePolicy(2 * 86400.0, ("region", "order_id"), 30 * 86400.0,
+                                                          "15 2 * * 0")
+    assert parse_config(raw_config(), CONFIG_PATH).tables[0].maintenance == MaintenancePolicy()
+
+
 def test_every_format_is_accepted():
     for fmt in ["datastream-json", "datastream-avro", "bigquery-append", "bigquery-cdc"]:
         assert parse_config(raw_config(format=fmt), CONFIG_PATH).tables[0].format == fmt
@@ -168,6 +178,10 @@ def test_several_tables():
         ({"format": "changeset", "options": {**CHANGESET, "deletes": {"D": 1}}}, "deletes"),
         ({"format": "changeset", "options": {**CHANGESET, "sequence_by": [1]}}, "sequence_by"),
         ({"change_feed": "yes"}, "change_feed"),
+        ({"maintenance": {"retention": "30m"}}, "maintenance.retention"),  # below what a reader may hold
+        ({"maintenance": {"vacuum": "7d"}}, "vacuum"),
+        ({"maintenance": {"schedule": "daily"}}, "maintenance.schedule"),
+        ({"maintenance": {"zorder_by": "x", "trim_changes_after": "a month"}}, "maintenance.trim_changes_after"),
     ],
 )
 def test_table_errors_name_table_and_field(table, field):

@@ -1,0 +1,54 @@
+"""`cdc-assets maintain`: compact each table's target, trim old batches from changes, vacuum."""
+from __future__ import annotations
+
+import json
+import sys
+
+from .common import config_or_none, table_or_none
+
+
+def register(sub) -> None:
+    p = sub.add_parser("maintain", help="compact targets, trim old changes, vacuum old files",
+                       description="For each table (or those named): compact the target's small files (and Z-order "
+                                   "it when maintenance.zorder_by is set), delete from changes the applied batches "
+                                   "older than maintenance.trim_changes_after, and vacuum the files no version "
+                                   "within maintenance.retention (default 7d) needs. Changes no row. Exit 1: a "
+                                   "table failed; 2: cdc.yaml is not valid or names no such table.")
+    p.add_argument("tables", nargs="*", help="the tables to maintain (default: every table)")
+    p.add_argument("--config", default="cdc.yaml", help="path of cdc.yaml (default ./cdc.yaml)")
+    p.add_argument("--json", action="store_true", help="one JSON object per table")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from ..engine.errors import root_cause_of_exception
+    from ..engine.lock import table_lock
+    from ..engine.maintenance import maintain
+
+    cfg = config_or_none(args.config)
+    if cfg is None:
+        return 2
+    tables = [table_or_none(cfg, n) for n in args.tables] if args.tables else list(cfg.tables)
+    if None in tables:
+        return 2
+    failed = False
+    for table in tables:
+        try:
+            with table_lock(cfg.table_dir(table.name)):
+                report = maintain(cfg, table)
+        except Exception as e:  # noqa: BLE001 - one failing table never stops the others
+            failed = True
+            print(f"{table.name}: FAILED; error: {root_cause_of_exception(e)}", file=sys.stderr)
+            continue
+        print(json.dumps(report.to_json()) if args.json else summary(report))
+    return 1 if failed else 0
+
+
+def summary(r) -> str:
+    b, a = r.target_before, r.target_after
+    trimmed = (f"changes trimmed through batch {r.changes_trimmed_through} ({r.changes_rows_trimmed} rows)"
+               if r.changes_trimmed_through is not None else "nothing trimmed")
+    vacuumed = sum(r.files_vacuumed.values())
+    return (f"{r.table}: target {b.count} files {b.bytes / 1e6:.1f} MB -> {a.count} files {a.bytes / 1e6:.1f} MB"
+            + (f", z-ordered by {', '.join(r.zordered_by)}" if r.zordered_by else "")
+            + f"; {trimmed}; {vacuumed} files vacuumed (retention {r.retention_hours:g} h); {r.seconds}s")
