@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from .apply_policy import ApplyPolicy, parse_duration
-from .formats import FORMATS
+from .formats import FORMATS, inserts
 from .maintenance_policy import MIN_RETENTION, MaintenancePolicy
 from .values import parse_type
 
@@ -17,7 +17,8 @@ TOP_KEYS = {"warehouse", "landing", "tables", "spark"}
 # Object stores a warehouse can live in (engine/storage.py), besides a local folder.
 WAREHOUSE_SCHEMES = ("gs", "s3")
 TABLE_KEYS = {"name", "keys", "format", "options", "partition_by", "base_snapshot", "reconcile_with", "columns",
-              "source", "source_position", "publish", "change_feed", "apply", "maintenance"}
+              "source", "source_position", "publish", "change_feed", "apply", "maintenance",
+              "insert_only"}
 APPLY_KEYS = {"min_changes", "max_staleness"}
 MAINTENANCE_KEYS = {"retention", "zorder_by", "trim_changes_after", "schedule"}
 # Formats a table can read from a BigQuery table instead of landed files (`source: bigquery://...`).
@@ -50,6 +51,7 @@ class TableConfig:
     change_feed: bool = False  # the target records Delta's change data feed: row-level changes per version
     apply: ApplyPolicy = field(default_factory=ApplyPolicy)  # when pending changes are merged
     maintenance: MaintenancePolicy = field(default_factory=MaintenancePolicy)  # compaction, trim, vacuum
+    insert_only: bool = False  # batches are appended, never merged; an update or delete goes to quarantine
 
 
 @dataclass(frozen=True)
@@ -193,11 +195,18 @@ def _table(t, i: int, where: str, base_dir: str) -> TableConfig:
     change_feed = t.get("change_feed", False)
     if not isinstance(change_feed, bool):
         raise ConfigError(f"{here}: field 'change_feed' must be true or false, not {change_feed!r}")
+    insert_only = t.get("insert_only", False)
+    if not isinstance(insert_only, bool):
+        raise ConfigError(f"{here}: field 'insert_only' must be true or false, not {insert_only!r}")
+    if insert_only and not inserts(fmt, options):
+        raise ConfigError(f"{here}: field 'insert_only': format '{fmt}' does not say which changes insert "
+                          "(an UPSERT may update) or names no insert flag, so updates could not be told from inserts")
     return TableConfig(
         name=name, keys=keys, format=fmt, options=options, partition_by=partition_by,
         columns=_columns(t.get("columns"), here), source=source, source_position=position,
         publish=_publish(t.get("publish"), source, here), change_feed=change_feed,
         apply=_apply_policy(t.get("apply"), here), maintenance=_maintenance(t.get("maintenance"), here),
+        insert_only=insert_only,
         base_snapshot=_path(base, base_dir, f"{here}: field 'base_snapshot'") if base is not None else None,
         reconcile_with=_path(reconcile, base_dir, f"{here}: field 'reconcile_with'") if reconcile is not None else None,
     )

@@ -62,9 +62,23 @@ class Typing:
         return row
 
 
+def inserts(fmt: str, options: dict) -> set[str] | None:
+    """The change types that insert a row, in `fmt`; None when the format does not say (an
+    UPSERT may insert or update)."""
+    if fmt in ("datastream-json", "datastream-avro", "bigquery-append"):
+        return {"INSERT"}  # a backfill read is an INSERT too; UPDATE-INSERT is the new image of an update
+    if fmt == "changeset":
+        return {str(v) for v in options.get("inserts", [])}
+    if fmt == "debezium-json":
+        return {"c", SNAPSHOT_READ}
+    return None
+
+
 def parse_file(fmt: str, options: dict, keys: list[str], name: str, data: bytes,
-               columns: dict | None = None) -> Iterator[Change | Rejection]:
+               columns: dict | None = None, insert_only: bool = False) -> Iterator[Change | Rejection]:
+    """`insert_only`: a change that is not an insert is a rejection (the table appends, never merges)."""
     parse_record = _RECORD_PARSERS[fmt]
+    allowed = inserts(fmt, options) if insert_only else None
     typing = Typing(columns)
     for line, record, raw in _records(name, data, fmt, typing.file_types, _header_needs(fmt, options, keys)):
         if isinstance(record, RecordError):
@@ -77,6 +91,10 @@ def parse_file(fmt: str, options: dict, keys: list[str], name: str, data: bytes,
             continue
         if change is None:
             continue  # a record that is no change (a Kafka tombstone)
+        if allowed is not None and change.change_type not in allowed:
+            yield Rejection(line, f"change type {change.change_type!r} in an insert_only table: only inserts "
+                                  f"({', '.join(sorted(allowed))}) are applied", _text_of(raw))
+            continue
         if change.types is None:  # a format whose records carry their own schema has set them
             change.types = typing.types
         yield change

@@ -21,7 +21,7 @@ import time
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
 from ..core import target as shape
 from ..core.changes import DELETE, RECORD_FIELDS, UPSERT
@@ -308,6 +308,8 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
         # it reached; this apply then goes on from there.
         _build(spark, cfg, table, dt_, applied, None, first=False, columns=columns, widen=True)
         dt_ = delta.load(target_path)
+    if table.insert_only:
+        return _append(table, target_path, dt_, m, applied, reached, t0)
     if DELETE in ops or tombs:
         # Only a delete, or an upsert of a key that has a tombstone, can change tombstones.
         touching = [op == DELETE or k in tombs for k, op in zip(keys, ops)]
@@ -340,6 +342,29 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
         "files_added": len(adds), "files_removed": len(removes), "files_before": files_before,
         "merge_predicate": predicate,
         "partitions_rewritten": _partitions_of(adds + removes, table.partition_by) if table.partition_by else [],
+        "rows": final.count(), "delta_version": final.version(), "seconds": round(time.time() - t0, 2),
+    }
+
+
+def _append(table: TableConfig, target_path: str, dt_: DeltaTable, m: MergeSource, applied: int, reached: int,
+            t0: float) -> dict:
+    """An insert_only table's batches: their rows appended, no target file read or rewritten
+    (ingest quarantined every change that is not an insert)."""
+    rows = m.source.filter(pc.equal(m.source["_cdc_apply"], UPSERT)).drop_columns(["_cdc_apply"])
+    files_before = len(dt_.file_uris())
+    props = delta.commit_props(TARGET, reached, {"from_batch": applied + 1, "insert_only": "true"})
+    # through the snapshot the watermark was read on: another run appending the same batch makes ours fail
+    write_deltalake(dt_, rows, mode="append", schema_mode="merge", partition_by=list(table.partition_by) or None,
+                    commit_properties=props)
+    faults.point("target.committed")
+    final = delta.load(target_path)
+    adds, _ = _commit_files(target_path, final.version())
+    return {
+        "batches_applied": f"{applied + 1}..{reached}", "applied_batch": reached, "appended": True,
+        "changes_pending": m.pending.num_rows, "keys_changed": rows.num_rows, "inserts": rows.num_rows,
+        "updates": 0, "deletes": 0, "stale_skipped": 0, "superseded": m.pending.num_rows - m.winners.num_rows,
+        "files_added": len(adds), "files_removed": 0, "files_before": files_before,
+        "partitions_rewritten": _partitions_of(adds, table.partition_by) if table.partition_by else [],
         "rows": final.count(), "delta_version": final.version(), "seconds": round(time.time() - t0, 2),
     }
 

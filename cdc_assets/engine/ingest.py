@@ -56,7 +56,7 @@ def _parse_partition(table: TableConfig, snapshot: bool, root: str | None):
         data = read_landed(f["path"], root)
         if snapshot:
             return parse_snapshot(keys, f["file"], data, table.columns)
-        return parse_file(table.format, table.options, keys, f["file"], data, table.columns)
+        return parse_file(table.format, table.options, keys, f["file"], data, table.columns, table.insert_only)
 
     def run(batches):
         # An export's column types are widened here, in the task that reads the rows; each task
@@ -277,8 +277,8 @@ def parse_batch(spark, table: TableConfig, files: list[dict], root: str) -> tupl
 
 
 def _typed_file(table: TableConfig, f: dict, root: str, schema: pa.Schema) -> TypedFile | None:
-    if not read_by_column(table.format, f["file"]):
-        return None
+    if table.insert_only or not read_by_column(table.format, f["file"]):
+        return None  # the column reader does not reject updates: an insert_only table's files go record by record
     try:
         data = read_landed(f["path"], root)
     except UnreadableFile:
