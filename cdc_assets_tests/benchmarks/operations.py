@@ -1,0 +1,137 @@
+"""What running a table for years costs (issue 9): a fresh read against a plain read of the same
+target, a maintenance pass, a restore, at the benchmark's sizes.
+
+    .venv/bin/python -m cdc_assets_tests.benchmarks.operations --sizes 1M --out docs/figures
+
+Per size N: bench.py's base of N rows is imported with `cdc-assets run` (a table whose merges
+wait: `apply: {min_changes: huge}`), then one W2 batch (1,000 changes in the top 1% of ids) is
+landed and run, so it is staged and not merged. Then, in this process:
+  plain read     delta-rs reads the whole target into Arrow (`DeltaTable.to_pyarrow_table`)
+  fresh read     the same target with the staged batch laid over it (engine.fresh.fresh_table)
+and the batch is merged by a second `cdc-assets run` without the policy. Then:
+  restore        the target put back to the version before the merge (engine.target_versions)
+  maintain       one maintenance pass (engine.maintenance.maintain: compaction, vacuum at the
+                 default 7-day retention, so nothing is vacuumed)
+The fresh read is checked equal to the merged target before the restore. Seconds are one run each
+on a shared machine: read the ratio fresh / plain, measured in the same run, not the seconds.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from deltalake import DeltaTable
+
+from cdc_assets.core.config import load_config
+from cdc_assets.engine import delta, fresh, maintenance, target_versions
+from cdc_assets.engine.tables import TARGET, path
+
+from .bench import CHANGESET, changes, child_env, parse_size, publish, size_label, write_base
+from cdc_assets_tests.figures import Figures
+
+WAITING = 10**9
+
+
+def _config(work: str, base: str, waiting: bool) -> str:
+    table = {"name": "T", "keys": ["id"], "format": "changeset", "options": CHANGESET, "base_snapshot": base}
+    if waiting:
+        table["apply"] = {"min_changes": WAITING}
+    cfg = {"warehouse": os.path.join(work, "warehouse"), "landing": os.path.join(work, "landing"), "tables": [table]}
+    file = os.path.join(work, "cdc.yaml")
+    with open(file, "w") as fh:
+        json.dump(cfg, fh)
+    return file
+
+
+def _run(cli: list[str], config: str, log: str) -> float:
+    t = time.time()
+    with open(log, "w") as fh:
+        p = subprocess.run(cli + ["run", "--config", config], stdout=fh, stderr=subprocess.STDOUT,
+                           env=child_env(), timeout=3600)
+    if p.returncode != 0:
+        raise SystemExit(f"cdc-assets run failed ({p.returncode}): see {log}")
+    return time.time() - t
+
+
+def _timed(fn):
+    t = time.time()
+    out = fn()
+    return out, round(time.time() - t, 3)
+
+
+def _canonical(table) -> list:
+    rows = table.to_pylist()
+    return sorted(repr(sorted(r.items())) for r in rows)
+
+
+def measure(n: int, work: str, seed: int, cli: list[str], echo=print) -> dict:
+    os.makedirs(work, exist_ok=True)
+    base = write_base(os.path.join(work, f"base-{size_label(n)}.parquet"), n, seed)
+    config = _config(work, base, waiting=True)
+    import_s = _run(cli, config, os.path.join(work, "import.log"))
+    publish(changes(n, 1000, "W2", seed), os.path.join(work, "landing", "T", "batch-0001"), "part-0.parquet")
+    stage_s = _run(cli, config, os.path.join(work, "stage.log"))
+    cfg = load_config(config)
+    table = cfg.table("T")
+    target_path = path(cfg.table_dir("T"), TARGET)
+    decision, pending = fresh.decision(cfg, table)
+    assert not decision.due and pending.changes > 0, decision
+    plain, plain_s = _timed(lambda: DeltaTable(target_path).to_pyarrow_table())
+    shown, fresh_s = _timed(lambda: fresh.fresh_table(cfg, table, with_metadata=True))
+    before = delta.load(target_path).version()
+
+    config = _config(work, base, waiting=False)
+    apply_s = _run(cli, config, os.path.join(work, "apply.log"))
+    merged = DeltaTable(target_path).to_pyarrow_table()
+    equal = _canonical(merged.select(shown.column_names)) == _canonical(shown)
+
+    restored, restore_s = _timed(lambda: target_versions.restore("T", cfg.table_dir("T"), before))
+    report, maintain_s = _timed(lambda: maintenance.maintain(cfg, table))
+    figures = {
+        "rows": n, "staged_changes": pending.changes, "plain_read_s": plain_s, "fresh_read_s": fresh_s,
+        "fresh_over_plain": round(fresh_s / plain_s, 2) if plain_s else None,
+        "fresh_equals_merged": equal, "target_rows_plain": plain.num_rows, "target_rows_fresh": shown.num_rows,
+        "restore_s": restore_s, "restore_files_removed": restored.files_removed,
+        "restore_files_restored": restored.files_restored, "maintain_s": maintain_s,
+        "maintain_files_before": report.target_before.count, "maintain_files_after": report.target_after.count,
+        "import_run_s": round(import_s, 1), "stage_run_s": round(stage_s, 1), "apply_run_s": round(apply_s, 1),
+    }
+    echo(json.dumps(figures))
+    return figures
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m cdc_assets_tests.benchmarks.operations", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=lambda t: [parse_size(x) for x in t.split(",")], default=[200_000],
+                    help="target sizes (default 200k)")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--work", help="generated data and warehouses (default: a new /tmp/operations-* folder)")
+    ap.add_argument("--out", default="docs/figures", help="where operations.json and operations.md go")
+    args = ap.parse_args(argv)
+    cli = [os.path.join(os.path.dirname(sys.executable), "cdc-assets")]
+    work = args.work or tempfile.mkdtemp(prefix="operations-")
+    results = [measure(n, os.path.join(work, size_label(n)), args.seed, cli) for n in args.sizes]
+    command = ".venv/bin/python -m cdc_assets_tests.benchmarks.operations " + " ".join(argv or sys.argv[1:])
+    Figures(args.out).write_json("operations.json", {"results": results}, command=command)
+    lines = [f"Command: `{command}` (one run each, shared machine)", "",
+             "| rows | staged changes | plain read s | fresh read s | fresh/plain | fresh = merged | restore s | "
+             "maintain s | files before/after |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r['rows']:,} | {r['staged_changes']} | {r['plain_read_s']} | {r['fresh_read_s']} | "
+                     f"{r['fresh_over_plain']} | {r['fresh_equals_merged']} | {r['restore_s']} | {r['maintain_s']} | "
+                     f"{r['maintain_files_before']}/{r['maintain_files_after']} |")
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "operations.md"), "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
