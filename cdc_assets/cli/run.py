@@ -1,6 +1,7 @@
 """`cdc-assets run --config PATH`: take what landed, materialize it, check it, one line per table."""
 from __future__ import annotations
 
+import json
 import sys
 
 from .common import config_or_none
@@ -14,6 +15,8 @@ def register(sub) -> None:
                                    "2: cdc.yaml is not valid or --table names no table in it.")
     p.add_argument("--config", default="cdc.yaml", help="path of cdc.yaml (default ./cdc.yaml)")
     p.add_argument("--table", action="append", help="only this table (repeatable)")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per table on stdout instead of the summary lines (progress stays on stderr)")
     p.set_defaults(func=main)
 
 
@@ -28,11 +31,17 @@ def main(args) -> int:
         print(f"cdc-assets: {cfg.path}: no table {', '.join(repr(n) for n in unknown)} "
               f"(tables: {', '.join(known)})", file=sys.stderr)
         return 2
-    outcomes = run_config(cfg, args.table)
+    from ..engine import spark
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    spark.announce = progress
+    outcomes = run_config(cfg, args.table, as_json=args.json, progress=progress)
     return 0 if all(o.ok for o in outcomes) else 1
 
 
-def run_config(cfg, only=None, echo=print):
+def run_config(cfg, only=None, echo=print, as_json=False, progress=None):
     from ..defs.definitions import build_definitions
     from ..engine import spark
     from .runner import instance, run_table, summary_line
@@ -44,9 +53,15 @@ def run_config(cfg, only=None, echo=print):
         if only and table.name not in only:
             continue
         seen = len(spark.used)
-        outcome = run_table(defs, inst, cfg, table)
+        outcome = run_table(defs, inst, cfg, table, progress=progress)
         # Which Spark served the run, once, when a step first needed one.
-        lines = [f"spark: {d}" for d in spark.used[seen:]] + [summary_line(outcome)]
+        used = [f"spark: {d}" for d in spark.used[seen:]]
+        if as_json:
+            for line in used:
+                print(line, file=sys.stderr, flush=True)
+            lines = [json.dumps(outcome.to_json(), default=str)]
+        else:
+            lines = used + [summary_line(outcome)]
         for line in lines:
             echo(line, flush=True) if echo is print else echo(line)
         outcomes.append(outcome)

@@ -43,6 +43,12 @@ class TableOutcome:
     warning: str | None = None  # said in the summary line; the table still succeeds
     waiting: str | None = None  # why the merge into target waits (apply: min_changes / max_staleness)
 
+    def to_json(self) -> dict:
+        """What `run --json` prints for the table: the summary line's facts, and each step's figures."""
+        return {"table": self.table, "ok": self.ok, "new_batch": self.new_batch, "waiting": self.waiting,
+                "warning": self.warning, "error": self.error, "checks": self.checks, "seconds": self.seconds,
+                "figures": self.figures}
+
 
 def instance() -> dg.DagsterInstance:
     """The instance of $DAGSTER_HOME (so the UI shows these runs), else a throw-away one."""
@@ -71,7 +77,17 @@ def _record(outcome: TableOutcome, result) -> None:
             outcome.error = f"step {failure.step_key}: {root_cause_of_info(err) if err else 'failed'}"
 
 
-def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table: TableConfig) -> TableOutcome:
+def _job(outcome: TableOutcome, progress, label: str, execute) -> None:
+    t = time.time()
+    result = execute()
+    _record(outcome, result)
+    if progress is not None:
+        progress(f"{outcome.table}: {label} {'done' if result.success else 'FAILED'} in {time.time() - t:.1f}s")
+
+
+def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table: TableConfig,
+              progress=None) -> TableOutcome:
+    """`progress(line)`: called after each job with its step and time (the CLI prints it on stderr)."""
     t0 = time.time()
     names = TableNames(table.name)
     table_dir = cfg.table_dir(table.name)
@@ -97,13 +113,14 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
         if missing:
             inst.add_dynamic_partitions(names.batches, missing)
         if table.base_snapshot and delta.step_version(path(table_dir, BASE), BASE) < 0:
-            _record(outcome, defs.resolve_job_def(names.base_job).execute_in_process(
+            _job(outcome, progress, "base import", lambda: defs.resolve_job_def(names.base_job).execute_in_process(
                 instance=inst, tags=tags, raise_on_error=False, run_config=QUIET))
         staged = delta.step_version(path(table_dir, STAGING), STAGING)
         for b in batches:
             if b.seq > staged and outcome.ok:
-                _record(outcome, defs.resolve_job_def(names.ingest_job).execute_in_process(
-                    instance=inst, partition_key=b.id, tags=tags, raise_on_error=False, run_config=QUIET))
+                _job(outcome, progress, f"ingest {b.id}", lambda b=b: defs.resolve_job_def(names.ingest_job)
+                     .execute_in_process(instance=inst, partition_key=b.id, tags=tags, raise_on_error=False,
+                                         run_config=QUIET))
         staged = delta.step_version(path(table_dir, STAGING), STAGING)
         reached = max(staged, 0 if table.base_snapshot else -1)
         due = None
@@ -115,10 +132,10 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
             sync_target_partitions(inst, cfg, table)  # staged by an earlier run, maybe on another instance
             apply_tags = apply_request_tags(inst, table)
             if apply_tags is not None:
-                _record(outcome, defs.resolve_job_def(names.apply_job).execute_in_process(
+                _job(outcome, progress, "apply", lambda: defs.resolve_job_def(names.apply_job).execute_in_process(
                     instance=inst, tags={**apply_tags, **tags}, raise_on_error=False, run_config=QUIET))
         if outcome.ok and publishing.pending(cfg, table):  # also catches up after a failed publish
-            _record(outcome, defs.resolve_job_def(publish_job_name(table)).execute_in_process(
+            _job(outcome, progress, "publish", lambda: defs.resolve_job_def(publish_job_name(table)).execute_in_process(
                 instance=inst, tags=tags, raise_on_error=False, run_config=QUIET))
     except Exception as e:  # noqa: BLE001 - one failing table never stops the others
         outcome.ok = False

@@ -81,6 +81,8 @@ _remote_sessions: dict = {}
 _lock = threading.Lock()
 # What this process's runs used, in order (the `run` command prints it).
 used: list[str] = []
+# Told before a session is built (the `run` command prints it: starting Spark takes seconds).
+announce = None
 
 
 def _builder(settings: dict):
@@ -161,6 +163,8 @@ def choose_session(config_spark: dict | None = None, cfg=None, probe_timeout: fl
     # Back from a Connect session in this process: functions must build classic columns again.
     os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
     description = _used(f"in-process Spark session, master {settings['spark.master']}")
+    if announce is not None:
+        announce(f"spark: starting an {description}")
     return Choice(_builder(settings).getOrCreate(), description, warning)
 
 

@@ -68,3 +68,31 @@ def test_every_sub_command_describes_itself_and_each_of_its_options():
         assert command.description, f"cdc-assets {name} --help has no description"
         undocumented = [a.dest for a in command._actions if not a.help and a.dest != "help"]
         assert undocumented == [], f"cdc-assets {name}: options without help: {undocumented}"
+
+
+def test_run_json_prints_one_object_per_table_and_progress_goes_to_stderr(cli, workdir):
+    """What a script reads (stdout: one JSON object per table) and what a person watching sees
+    (stderr: Spark starting, each step of each table with its time)."""
+    import subprocess
+
+    from cdc_assets_tests.engine.records import mysql
+    from cdc_assets_tests.helpers import jsonl, land
+
+    cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "datastream-json"},
+                                 {"name": "ITEMS", "keys": ["id"], "format": "datastream-json",
+                                  "apply": {"min_changes": 100}}])
+    for table in ("ORDERS", "ITEMS"):
+        land(cfg, table, "batch-1", {"p.jsonl": jsonl([mysql("INSERT", {"id": i, "v": "a"}, 1, i) for i in (1, 2)])})
+    env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "SPARK_REMOTE")}
+    p = subprocess.run(cli + ["run", "--config", cfg.path, "--json"], capture_output=True, text=True, env=env,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = {r["table"]: r for r in map(json.loads, p.stdout.splitlines())}
+    assert sorted(rows) == ["ITEMS", "ORDERS"]
+    assert rows["ORDERS"]["ok"] is True and rows["ORDERS"]["new_batch"] == "b000001"
+    assert rows["ORDERS"]["figures"]["target"]["rows"] == 2 and rows["ORDERS"]["checks"]
+    assert rows["ITEMS"]["waiting"] is None and rows["ITEMS"]["figures"]["target"]["rows"] == 2  # first build
+    lines = p.stderr.splitlines()
+    assert any(line.startswith("spark: starting an in-process Spark session") for line in lines)
+    assert any(line.startswith("ORDERS: ingest b000001 done in ") for line in lines)
+    assert any(line.startswith("ITEMS: apply done in ") for line in lines)
