@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
-import time
+
+from filelock import FileLock
 
 
 @contextlib.contextmanager
 def table_lock(table_dir: str, timeout: float = 3600.0):
+    """The table's lock file in its folder; TimeoutError (filelock.Timeout) after `timeout` seconds."""
     if "://" in table_dir:
         # Object stores have no file lock. There, the per-table Dagster pool keeps runs of one
         # instance apart, and delta-rs refuses a commit that lost a race (the step is then
@@ -16,18 +17,6 @@ def table_lock(table_dir: str, timeout: float = 3600.0):
         yield
         return
     os.makedirs(table_dir, exist_ok=True)
-    path = os.path.join(table_dir, "_cdc.lock")
-    with open(path, "a+") as fh:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{table_dir}: another run holds the table lock") from None
-                time.sleep(0.2)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    # A new FileLock each time: one per holder, so two threads of one process exclude each other too.
+    with FileLock(os.path.join(table_dir, "_cdc.lock"), timeout=timeout):
+        yield
