@@ -14,7 +14,7 @@ import dagster as dg
 
 from ..core.config import Config, TableConfig
 from ..defs.publish import publish_job_name
-from ..defs.sensors import apply_request_tags
+from ..defs.sensors import apply_request_tags, failed_accounting
 from ..defs.table_assets import TableNames, sync_target_partitions
 from ..engine import bigquery as publishing
 from ..engine import bigquery_source, delta, faults, fresh
@@ -124,9 +124,15 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
         staged = delta.step_version(path(table_dir, STAGING), STAGING)
         reached = max(staged, 0 if table.base_snapshot else -1)
         due = None
-        if outcome.ok and reached > delta.step_version(path(table_dir, TARGET), TARGET):
+        applied = delta.step_version(path(table_dir, TARGET), TARGET)
+        if outcome.ok and reached > applied:
             due, _ = fresh.decision(cfg, table)
-            if not due.due:
+            unaccounted = failed_accounting(inst, table, applied, reached)
+            if unaccounted:  # as the sensor does: a batch that does not add up is not applied
+                outcome.ok = False
+                outcome.error = f"batch_accounted failed for {', '.join(unaccounted)}: not applied (re-run its ingest)"
+                due = None
+            elif not due.due:
                 outcome.waiting = due.reason  # staged; a fresh read shows it (cdc-assets read)
         if due is not None and due.due:
             sync_target_partitions(inst, cfg, table)  # staged by an earlier run, maybe on another instance

@@ -11,12 +11,14 @@ import os
 import time
 
 import dagster as dg
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
+from ..core.apply_policy import Decision
 from ..core.config import Config, TableConfig
 from ..engine import bigquery as publishing
 from ..engine import bigquery_source, delta, faults, fresh
 from ..engine import gcs as gcs_landing
-from ..engine.landing import ListingCursor, batches_path, register_new_batch, registered, scan_landing
+from ..engine.landing import Batch, ListingCursor, batches_path, register_new_batch, registered, scan_landing
 from ..engine.lock import table_lock
 from ..engine.retry import on_conflict
 from ..engine.tables import BASE, STAGING, TARGET, path
@@ -39,6 +41,17 @@ def apply_request_tags(instance, table: TableConfig) -> dict | None:
         return None
     tags.update({"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
     return tags
+
+
+def failed_accounting(instance, table: TableConfig, applied: int, reached: int) -> list[str]:
+    """The pending batches whose latest `batch_accounted` evaluation failed."""
+    key = dg.AssetCheckKey(TableNames(table.name).key("staging"), "batch_accounted")
+    wanted = {Batch.id_for(seq) for seq in range(applied + 1, reached + 1)}
+    latest: dict[str, bool] = {}
+    for record in instance.event_log_storage.get_asset_check_execution_history(key, limit=max(50, 4 * len(wanted))):
+        if record.partition in wanted and record.partition not in latest:  # newest first
+            latest[record.partition] = record.status == AssetCheckExecutionRecordStatus.FAILED
+    return sorted(p for p, failed in latest.items() if failed)
 
 
 def run_key_scope(table_dir: str, name: str = "batches") -> str:
@@ -106,6 +119,11 @@ def landing_sensor(cfg: Config, table: TableConfig, jobs: list) -> dg.SensorDefi
         # as `run` does (batch 0) instead of waiting for a first batch.
         reached = max(staged, 0 if table.base_snapshot else -1)
         due = fresh.decision(cfg, table)[0] if base_done and not pending and applied < reached else None
+        unaccounted = failed_accounting(context.instance, table, applied, reached) if due is not None else []
+        if unaccounted:
+            # A staged batch whose records do not add up would carry its error into target.
+            due = Decision(False, f"apply waits: batch_accounted failed for {', '.join(unaccounted)} "
+                                  "(re-run its ingest once the cause is fixed)")
         if due is not None and due.due:
             tags = apply_request_tags(context.instance, table)
             if tags is not None:

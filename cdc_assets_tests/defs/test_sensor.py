@@ -304,3 +304,31 @@ def test_a_waiting_merge_is_asked_for_once_it_is_due_and_again_after_a_restore(s
     daemon.settle()
     assert daemon.launched_jobs == [APPLY]
     assert values(target_rows(cfg, TABLE), "id", "v") == {2: "b", 3: "c"}
+
+
+def test_a_batch_that_does_not_add_up_holds_the_apply_until_its_ingest_passes(spark, tmp_path, instance, monkeypatch):
+    """batch_accounted fails for a staged batch: the sensor does not ask for the apply (saying why);
+    once the batch's ingest is re-run and the check passes, it does."""
+    from cdc_assets.engine import checks
+    from cdc_assets_tests.engine.records import mysql, values
+    from cdc_assets_tests.helpers import jsonl, land, target_rows
+
+    cfg = write_config(tmp_path, [{"name": TABLE, "keys": ["id"], "format": "datastream-json"}])
+    daemon = Daemon(build_definitions(cfg), instance)
+    land(cfg, TABLE, "batch-1", {"p.jsonl": jsonl([mysql("INSERT", {"id": 1, "v": "a"}, 1, 1)])})
+    daemon.settle()
+    real = checks.batch_accounting
+    monkeypatch.setattr(checks, "batch_accounting", lambda *a, **kw: {**real(*a, **kw), "adds_up": False})
+    land(cfg, TABLE, "batch-2", {"p.jsonl": jsonl([mysql("UPDATE", {"id": 1, "v": "b"}, 1, 2)])})
+    daemon.settle()
+    assert daemon.launched_jobs == [INGEST]
+    assert daemon.tick().skip_message == f"{TABLE}: apply waits: batch_accounted failed for b000002 " \
+                                         "(re-run its ingest once the cause is fixed)"
+    assert values(target_rows(cfg, TABLE), "id", "v") == {1: "a"}
+
+    monkeypatch.setattr(checks, "batch_accounting", real)  # the cause fixed; the batch's ingest re-run
+    result = daemon.defs.resolve_job_def(INGEST).execute_in_process(instance=instance, partition_key="b000002")
+    assert result.success and all(e.passed for e in result.get_asset_check_evaluations())
+    daemon.settle()
+    assert daemon.launched_jobs == [APPLY]
+    assert values(target_rows(cfg, TABLE), "id", "v") == {1: "b"}
