@@ -8,7 +8,7 @@ import dagster as dg
 
 from ..core.config import Config
 from .checks import table_checks
-from .maintenance import maintenance_definitions
+from .maintenance import maintenance_definitions, restore_definition
 from .publish import publish_definitions
 from .resources import table_resources
 from .sensors import landing_sensor
@@ -31,7 +31,7 @@ def build_definitions(cfg: Config) -> dg.Definitions:
         jobs += table_job_defs
         sensors.append(landing_sensor(cfg, table, table_job_defs))
         maintenance_job, maintenance_schedule = maintenance_definitions(cfg, table)
-        jobs.append(maintenance_job)
+        jobs += [maintenance_job, restore_definition(cfg, table)]
         schedules.append(maintenance_schedule)
     return dg.Definitions(
         assets=assets,

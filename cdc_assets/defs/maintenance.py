@@ -1,14 +1,14 @@
-"""A table's maintenance as a Dagster job and a schedule (stopped until a user turns it on).
+"""A table's maintenance as a Dagster job and a schedule (stopped until a user turns it on), and
+its restore as a job the UI launches with the version to put back.
 
 The job's op compacts, trims and vacuums (engine/maintenance.py) under the table lock and in the
 table's concurrency pool, so it never runs beside an apply of the same table; what it did is an
 observation of the target asset (files and bytes before and after), since it changes no row."""
-from __future__ import annotations
 
 import dagster as dg
 
 from ..core.config import Config, TableConfig
-from ..engine import maintenance
+from ..engine import maintenance, target_versions
 from ..engine.lock import table_lock
 from ..engine.retry import on_conflict
 from .table_assets import TableNames
@@ -48,3 +48,41 @@ def metadata(report: maintenance.MaintenanceReport) -> dict:
         "files_vacuumed": report.files_vacuumed, "retention_hours": report.retention_hours,
         "seconds": report.seconds,
     }
+
+
+def restore_job_name(table: TableConfig) -> str:
+    return f"{table.name}_restore_job"
+
+
+class RestoreConfig(dg.Config):
+    """The target version to put back (see `cdc-assets history`), or the newest committed at or
+    before `as_of` (ISO 8601 with a zone)."""
+    version: int | None = None
+    as_of: str | None = None
+
+
+def restore_definition(cfg: Config, table: TableConfig) -> dg.JobDefinition:
+    names = TableNames(table.name)
+    table_dir = cfg.table_dir(table.name)
+
+    @dg.op(name=f"{table.name}__restore", pool=names.pool,
+           description=f"Puts {table.name}'s target back to an earlier version; the next apply re-applies the "
+                       "later batches from staging.")
+    def restore(context, config: RestoreConfig) -> None:
+        import datetime as dt
+
+        if (config.version is None) == (config.as_of is None):
+            raise target_versions.RestoreError(f"table {table.name}: give the version or as_of, one of them")
+        with table_lock(table_dir):
+            version = config.version
+            if config.as_of is not None:
+                version = target_versions.version_as_of(table.name, target_versions.versions(table_dir),
+                                                        dt.datetime.fromisoformat(config.as_of))
+            done = target_versions.restore(table.name, table_dir, version)
+        context.log_event(dg.AssetObservation(asset_key=names.key("target"), metadata={
+            "restored_from_version": done.restored_from, "version": done.version,
+            "batch": done.batch if done.batch is not None else "none",
+            "files_removed": done.files_removed, "files_restored": done.files_restored}))
+
+    return dg.JobDefinition(graph_def=dg.GraphDefinition(name=restore_job_name(table), node_defs=[restore]),
+                            description=f"Restore {table.name}'s target to an earlier version.")

@@ -97,3 +97,27 @@ def test_history_and_restore_name_the_tables_there_are(workdir, capsys):
     with pytest.raises(SystemExit):
         main(["restore", "ORDERS", "--config", cfg.path, "--as-of", "yesterday"])
     assert "not an ISO 8601 time: 'yesterday'" in capsys.readouterr().err
+
+
+def test_the_restore_job_does_from_the_ui_what_the_command_does(spark, workdir):
+    import dagster as dg
+
+    from cdc_assets.defs.definitions import build_definitions
+
+    cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "datastream-json"}])
+    for n, batch in enumerate(BATCHES[:2], 1):
+        land(cfg, "ORDERS", f"batch-{n}", {"p.jsonl": jsonl(batch)})
+        run_ok(cfg, "ORDERS")
+    job = build_definitions(cfg).resolve_job_def("ORDERS_restore_job")
+    result = job.execute_in_process(instance=dg.DagsterInstance.ephemeral(),
+                                    run_config={"ops": {"ORDERS__restore": {"config": {"version": 0}}}})
+    assert result.success
+    [observation] = [e.event_specific_data.asset_observation for e in result.all_events
+                     if e.event_type_value == "ASSET_OBSERVATION"]
+    assert observation.metadata["restored_from_version"].value == 0 and observation.metadata["batch"].value == 1
+    assert values(target_rows(cfg, "ORDERS"), "id", "v") == AFTER[0]
+    failed = job.execute_in_process(instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
+                                    run_config={"ops": {"ORDERS__restore": {"config": {}}}})
+    assert not failed.success  # neither a version nor a time: nothing restored
+    run_ok(cfg, "ORDERS")
+    assert values(target_rows(cfg, "ORDERS"), "id", "v") == AFTER[1]
