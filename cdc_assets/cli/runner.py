@@ -15,7 +15,7 @@ import dagster as dg
 from ..core.config import Config, TableConfig
 from ..defs.publish import publish_job_name
 from ..defs.sensors import apply_request_tags, failed_accounting
-from ..defs.table_assets import TableNames, sync_target_partitions
+from ..defs.table_assets import WITHIN_MAX_STALENESS, TableNames, sync_target_partitions
 from ..engine import bigquery as publishing
 from ..engine import bigquery_source, delta, faults, fresh
 from ..engine.errors import root_cause_of_exception, root_cause_of_info
@@ -140,6 +140,11 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
             if apply_tags is not None:
                 _job(outcome, progress, "apply", lambda: defs.resolve_job_def(names.apply_job).execute_in_process(
                     instance=inst, tags={**apply_tags, **tags}, raise_on_error=False, run_config=QUIET))
+        if reached > applied and table.apply.max_staleness is not None and WITHIN_MAX_STALENESS not in outcome.checks:
+            # No apply evaluated the freshness check (the merge waits, is held or failed): it runs alone,
+            # a warning that never fails the table.
+            _job(outcome, progress, "freshness check", lambda: defs.resolve_job_def(names.freshness_job)
+                 .execute_in_process(instance=inst, tags=tags, raise_on_error=False, run_config=QUIET))
         if outcome.ok and publishing.pending(cfg, table):  # also catches up after a failed publish
             _job(outcome, progress, "publish", lambda: defs.resolve_job_def(publish_job_name(table)).execute_in_process(
                 instance=inst, tags=tags, raise_on_error=False, run_config=QUIET))

@@ -3,17 +3,59 @@ from __future__ import annotations
 
 import json
 
+from ..core.apply_policy import format_duration
 from .common import config_or_none
 
-COLUMNS = (("table", "table"), ("batches", "batches"), ("applied_through", "applied"), ("pending_files", "pending files"),
-           ("rows", "rows"), ("quarantined", "quarantined"), ("last_run", "last run (UTC)"),
-           ("last_change_at", "last change applied (file:line)"), ("last_error", "last run failed with"))
+
+def _plain(key: str):
+    return lambda r: "" if r.get(key) is None else str(r[key])
+
+
+def _applied(r: dict) -> str:
+    return "none" if r.get("applied_through") is None else str(r["applied_through"])  # not batch -1
+
+
+def _pending(r: dict) -> str:
+    if r.get("pending_changes") is None:
+        return ""
+    age = r.get("oldest_pending_age_seconds")
+    return f"{r['pending_changes']}" + (f", oldest {_duration(age)}" if r["pending_changes"] and age is not None else "")
+
+
+def _policy(r: dict) -> str:
+    parts = ([f"min {r['min_changes']}"] if r.get("min_changes") is not None else []) + \
+        ([f"max {format_duration(r['max_staleness_seconds'])}"] if r.get("max_staleness_seconds") is not None else [])
+    return ", ".join(parts) or "every batch"
+
+
+def _within(r: dict) -> str:
+    return {True: "yes", False: "NO"}.get(r.get("within_max_staleness"), "")
+
+
+def _files(r: dict) -> str:
+    return f"{r['target_files']} ({_bytes(r['target_bytes'])})" if r.get("versions_kept") else ""
+
+
+def _versions(r: dict) -> str:
+    return f"{r['versions_kept']} (from v{r['oldest_readable_version']})" if r.get("versions_kept") else ""
+
+
+# (header, cell): the important fields in compact columns; --json has every field.
+COLUMNS = (("table", _plain("table")), ("batches", _plain("batches")), ("applied", _applied),
+           ("pending files", _plain("pending_files")), ("pending changes", _pending), ("apply", _policy),
+           ("within max_staleness", _within), ("rows", _plain("rows")), ("files (size)", _files),
+           ("versions", _versions), ("quarantined", _plain("quarantined")), ("last run (UTC)", _plain("last_run")),
+           ("last change applied (file:line)", _plain("last_change_at")),
+           ("last run failed with", _plain("last_error")))
 
 
 def register(sub) -> None:
-    p = sub.add_parser("status", help="per table: batches, last applied, rows, pending files, quarantine",
-                       description="Per table: batches registered, the last batch applied, pending files, rows, "
-                                   "the quarantine count, the last run and, when it failed, its root cause.")
+    p = sub.add_parser("status", help="per table: batches, last applied, pending changes, size, versions, quarantine",
+                       description="Per table: batches registered, the last batch applied, pending files, pending "
+                                   "changes and the oldest one's wait, the apply policy and whether the table is "
+                                   "within its max_staleness, the target's rows, files, bytes and versions, the "
+                                   "quarantine count, the last run and, when it failed, its root cause. --json "
+                                   "adds the last apply and the last maintenance.")
     p.add_argument("--config", default="cdc.yaml", help="path of cdc.yaml (default ./cdc.yaml)")
     p.add_argument("--json", action="store_true", help="one JSON object per table")
     p.set_defaults(func=main)
@@ -33,14 +75,25 @@ def main(args) -> int:
         for r in rows:
             print(json.dumps(r))
         return 0
-    cells = [[h for _, h in COLUMNS]] + [[_cell(k, r.get(k)) for k, _ in COLUMNS] for r in rows]
+    cells = [[h for h, _ in COLUMNS]] + [[cell(r) for _, cell in COLUMNS] for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS))]
     for c in cells:
         print("  ".join(v.ljust(w) for v, w in zip(c, widths)).rstrip())
     return 0
 
 
-def _cell(key: str, value) -> str:
-    if value is None:
-        return "none" if key == "applied_through" else ""  # nothing applied yet, not batch -1
-    return str(value)
+def _duration(seconds: float) -> str:
+    """An age in its largest whole unit, as a person reads it (90 s: 1m)."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def _bytes(n: float) -> str:
+    if n < 1024:
+        return f"{int(n)} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}"

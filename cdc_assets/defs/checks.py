@@ -1,14 +1,15 @@
-"""Asset checks beside their assets: key uniqueness, batch accounting, reconciliation."""
+"""Asset checks beside their assets: key uniqueness, batch accounting, reconciliation, freshness."""
 
 import dagster as dg
 
+from ..core.apply_policy import format_duration
 from ..core.config import Config, TableConfig
 from ..core.reconcile import discrepancies
-from ..engine import checks
+from ..engine import checks, status
 from ..engine.landing import Batch
 from .metadata import as_metadata
 from .resources import LazyPySparkResource, spark_session
-from .table_assets import TableNames, batch_partitions
+from .table_assets import WITHIN_MAX_STALENESS, TableNames, batch_partitions
 
 
 def table_checks(cfg: Config, table: TableConfig) -> list[dg.AssetChecksDefinition]:
@@ -40,4 +41,22 @@ def table_checks(cfg: Config, table: TableConfig) -> list[dg.AssetChecksDefiniti
                                        severity=dg.AssetCheckSeverity.WARN)
 
         out.append(reconciles_with_source)
+    if table.apply.max_staleness is not None:
+        out.append(within_max_staleness_check(cfg, table))
     return out
+
+
+def within_max_staleness_check(cfg: Config, table: TableConfig) -> dg.AssetChecksDefinition:
+    limit = format_duration(table.apply.max_staleness)
+
+    @dg.asset_check(asset=TableNames(table.name).key("target"), name=WITHIN_MAX_STALENESS,
+                    description=f"No pending batch (staged, not merged) has waited {limit} (apply.max_staleness) "
+                                "or longer; a warning: it never holds the apply.")
+    def within_max_staleness() -> dg.AssetCheckResult:
+        figures = status.freshness(cfg, table)
+        # A warning, not an error: a late merge is stale, not wrong, and the fresh read shows
+        # the pending changes meanwhile.
+        return dg.AssetCheckResult(passed=bool(figures["within_max_staleness"]), severity=dg.AssetCheckSeverity.WARN,
+                                   metadata=as_metadata({**figures, "max_staleness_seconds": table.apply.max_staleness}))
+
+    return within_max_staleness

@@ -24,16 +24,12 @@ def delta_table_metadata(table_path: str, table_name: str, keys=(), partition_ro
     """Dagster's standard table metadata for a Delta table: its row count (summed from the log's
     file statistics, not by reading rows), its columns with their types, its name and its URI. The
     UI's catalog draws the row-count chart and lists the columns from these."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     from ..engine import delta
 
     dt = delta.open_table(table_path)
     if dt is None:
         return {}
-    actions = pa.table(dt.get_add_actions(flatten=True))
-    rows = int(pc.sum(actions.column("num_records")).as_py() or 0) if actions.num_rows else 0
+    rows = delta.file_stats(dt)[2]
     columns = [dg.TableColumn(name=f.name, type=_type_name(f.type), description=_column_role(f.name, keys),
                               constraints=dg.TableColumnConstraints(nullable=f.nullable))
                for f in dt.schema().fields]

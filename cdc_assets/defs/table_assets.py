@@ -19,7 +19,7 @@ import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 
 from ..core.config import Config, TableConfig
-from ..engine import apply, base, gcs, ingest, stage
+from ..engine import apply, base, gcs, ingest, stage, status
 from ..engine.landing import Batch, registered
 from ..engine.lock import table_lock
 from ..engine.partitions import staged_partition_keys
@@ -30,6 +30,7 @@ from .resources import spark_session
 
 APPLY_TAG = "cdc/apply"
 INCREMENTAL = "incremental"
+WITHIN_MAX_STALENESS = "within_max_staleness"  # the freshness check on target (defs/checks.py)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,10 @@ class TableNames:
     @property
     def base_job(self) -> str:
         return f"{self.table}_base_job"
+
+    @property
+    def freshness_job(self) -> str:
+        return f"{self.table}_freshness_check_job"
 
     def key(self, asset: str) -> dg.AssetKey:
         return dg.AssetKey([self.table, asset])
@@ -190,7 +195,9 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
             keys = list(context.partition_keys)
             step = lambda: apply.rebuild(spark, cfg, table, keys)  # noqa: E731
         figures = _write(context, table_dir, f"{table.name}/target", step)
-        return dg.MaterializeResult(metadata={**as_metadata(figures), **table_metadata("target", None)})
+        # what still waits, the files, bytes and versions: from Delta logs, so every apply affords them
+        return dg.MaterializeResult(metadata={**as_metadata(figures), **as_metadata(status.target_metadata(cfg, table)),
+                                              **table_metadata("target", None)})
 
     out.append(target)
     return out
@@ -207,6 +214,13 @@ def table_jobs(table: TableConfig) -> list:
                             description=f"Apply {table.name}'s staged batches to target (tag cdc/apply=incremental), "
                                         "or rebuild the partitions a run names."),
     ]
+    if table.apply.max_staleness is not None:
+        # The check alone: `run` evaluates it when no apply ran (the merge waits, or is held), and a
+        # user can launch or schedule it from the UI.
+        jobs.append(dg.define_asset_job(
+            names.freshness_job, selection=dg.AssetSelection.checks(dg.AssetCheckKey(names.key("target"),
+                                                                                     WITHIN_MAX_STALENESS)),
+            description=f"Evaluate {table.name}'s {WITHIN_MAX_STALENESS} check without applying anything."))
     if table.base_snapshot:
         jobs.append(dg.define_asset_job(names.base_job, selection=[names.key("base")],
                                         description=f"Import {table.name}'s base snapshot."))

@@ -53,6 +53,18 @@ def table_version(path: str) -> int:
     return -1 if dt is None else dt.version()
 
 
+def file_stats(dt: DeltaTable | None) -> tuple[int, int, int]:
+    """The files, bytes and rows of the table's current version, summed over its log's add actions
+    (rows from their statistics): no data file is read, so it costs the same at any size."""
+    if dt is None:
+        return 0, 0, 0
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    if not actions.num_rows:
+        return 0, 0, 0
+    return (actions.num_rows, int(pc.sum(actions.column("size_bytes")).as_py() or 0),
+            int(pc.sum(actions.column("num_records")).as_py() or 0))
+
+
 def commit_props(step: str, batch_seq: int, metadata: dict | None = None) -> CommitProperties:
     meta = {f"cdc.{k}": str(v) for k, v in (metadata or {}).items()}
     meta["cdc.step"] = step

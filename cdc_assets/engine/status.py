@@ -4,11 +4,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 
+from ..core.apply_policy import format_duration
 from ..core.config import Config, TableConfig
-from . import delta, storage
+from . import delta, fresh, storage
 from .errors import root_cause_of_exception
 from .landing import pending_files, registered
 from .tables import CHANGES, QUARANTINE, STAGING, TARGET, path
+from .target_versions import APPLY_KINDS, MAINTENANCE_KINDS, oldest_readable, versions
 
 
 LAST_RUN = "_cdc_last_run.json"  # beside the table's Delta tables; '_' keeps Delta readers off it
@@ -31,12 +33,80 @@ def _batch_or_none(seq: int) -> int | None:
     return seq if seq >= 0 else None
 
 
-def table_status(cfg: Config, table: TableConfig) -> dict:
+def _iso(when: dt.datetime | None) -> str | None:
+    return when.isoformat(timespec="seconds") if when is not None else None
+
+
+def apply_policy(table: TableConfig) -> dict:
+    """The table's `apply:` settings: when its pending changes are merged."""
+    policy = table.apply
+    words = [f"min_changes {policy.min_changes}"] if policy.min_changes is not None else []
+    if policy.max_staleness is not None:
+        words.append(f"max_staleness {format_duration(policy.max_staleness)}")
+    return {"apply_policy": ", ".join(words) or "every batch", "min_changes": policy.min_changes,
+            "max_staleness_seconds": policy.max_staleness}
+
+
+FRESHNESS = ("pending_changes", "pending_batches", "oldest_pending_at", "oldest_pending_age_seconds",
+             "apply_decision", "within_max_staleness")
+
+
+def freshness(cfg: Config, table: TableConfig, now: dt.datetime | None = None) -> dict:
+    """What waits for the next merge (staged, not merged), and whether the table is within its
+    max_staleness: the oldest pending batch has waited less than that (None: no max_staleness;
+    True when nothing waits). Reads the Delta logs and the pending batches' statistics."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    decision, p = fresh.decision(cfg, table, now)
+    wait = p.oldest_wait(now)
+    limit = table.apply.max_staleness
+    return dict(zip(FRESHNESS, (
+        p.changes,
+        max(p.reached - p.applied, 0),  # the base snapshot counts as batch 0
+        _iso(p.oldest_registered_at),
+        round(wait, 1) if wait is not None else None,
+        decision.reason if p.reached > p.applied else None,  # why the next run merges or waits
+        None if limit is None else wait is None or wait < limit,
+    )))
+
+
+def target_log(table_dir: str) -> dict:
+    """The target's size and versions from its Delta log alone (no data file is read): rows,
+    files and bytes of the current version, the versions the log keeps and the oldest of them
+    still readable, and the last apply and maintenance commits."""
+    target = delta.open_table(path(table_dir, TARGET))
+    files, size, rows = delta.file_stats(target)
+    known = versions(table_dir)
+    applied = next((v for v in reversed(known) if v.kind in APPLY_KINDS), None)
+    maintained = next((v for v in reversed(known) if v.kind in MAINTENANCE_KINDS), None)
+    return {
+        "rows": rows, "target_files": files, "target_bytes": size,
+        "target_version": target.version() if target is not None else None,
+        "versions_kept": len(known), "oldest_readable_version": oldest_readable(known),
+        "last_commit_at": _iso(known[-1].committed_at) if known else None,
+        "last_apply_at": _iso(applied.committed_at) if applied else None,
+        "last_apply_batch": applied.batch if applied else None,
+        "last_maintenance_at": _iso(maintained.committed_at) if maintained else None,
+    }
+
+
+# What a target materialization carries besides the apply's own figures (defs/table_assets.py).
+TARGET_METADATA = ("pending_changes", "oldest_pending_age_seconds", "within_max_staleness", "target_files",
+                   "target_bytes", "versions_kept", "oldest_readable_version")
+
+
+def target_metadata(cfg: Config, table: TableConfig) -> dict:
+    """The target's figures for Dagster's UI: what waits, its files and bytes, its versions; from
+    Delta logs and the pending batches' statistics only, so every materialization can afford them."""
+    figures = {**freshness(cfg, table), **target_log(cfg.table_dir(table.name))}
+    return {k: figures[k] for k in TARGET_METADATA}
+
+
+def table_status(cfg: Config, table: TableConfig, now: dt.datetime | None = None) -> dict:
+    """One table's status (`cdc-assets status`): `now` is when pending batches' ages are taken."""
     table_dir = cfg.table_dir(table.name)
     batches = registered(table_dir)
     applied = delta.step_version(path(table_dir, TARGET), TARGET)
-    target = delta.open_table(path(table_dir, TARGET))
-    last = delta.last_commit(path(table_dir, TARGET))
+    log = target_log(table_dir)
     quarantine = delta.read_arrow(path(table_dir, QUARANTINE), columns=["_cdc_line"])
     out = {
         "table": table.name,
@@ -48,14 +118,22 @@ def table_status(cfg: Config, table: TableConfig) -> dict:
         "staged_through": _batch_or_none(delta.step_version(path(table_dir, STAGING), STAGING)),
         "applied_through": _batch_or_none(applied),
         "pending_files": len(pending_files(cfg.landing_dir(table.name), table_dir)),
-        "rows": target.count() if target is not None else 0,
-        "target_version": target.version() if target is not None else None,
-        "last_run": dt.datetime.fromtimestamp(last["timestamp"] / 1000, dt.timezone.utc).isoformat(timespec="seconds")
-        if last.get("timestamp") else None,
+        "rows": log["rows"],
+        "target_version": log["target_version"],
+        "last_run": log["last_commit_at"],
         "quarantined": quarantine.num_rows if quarantine is not None else 0,
         "last_ordering_key": None,
+        "last_change_at": None,
         "last_error": None,
+        **{k: log[k] for k in ("target_files", "target_bytes", "versions_kept", "oldest_readable_version",
+                               "last_apply_at", "last_apply_batch", "last_maintenance_at")},
+        **apply_policy(table),
     }
+    try:
+        out.update(freshness(cfg, table, now))
+    except Exception as e:  # noqa: BLE001 - status reports a damaged table, it does not fail on it
+        out["staging_unreadable"] = root_cause_of_exception(e)
+        out.update(dict.fromkeys(FRESHNESS))  # unknown, and every object keeps the same fields
     note = last_run(cfg, table)
     if note is not None and not note.get("ok"):
         out["last_error"] = f"{note.get('error') or 'failed'} (run at {note.get('at')})"

@@ -26,6 +26,12 @@ RESTORE = "restore"
 # What each kind of commit is, in the words of the domain.
 _KINDS = {TARGET: "apply", "rebuild": "rebuild", "widen": "widen", RESTORE: RESTORE, "compaction": "compaction",
           "zorder": "zorder", "vacuum": "vacuum", "properties": "properties"}
+# The kinds of commit that applied batches, and those of maintenance: cdc_assets' own (cdc.step),
+# or delta-rs' operation when another tool compacted or vacuumed the target.
+APPLY_KINDS = ("first build", "build", "apply")
+MAINTENANCE_KINDS = ("compaction", "zorder", "vacuum", "optimize", "vacuum start", "vacuum end")
+# Commits that remove no data file; any other commit without a removed-files figure may have.
+_REMOVE_NONE = ("properties", "set tblproperties", "vacuum", "vacuum start", "vacuum end")
 
 
 class TargetVersionError(ValueError):
@@ -53,6 +59,7 @@ class TargetVersion:
     files_added: int | None
     files_removed: int | None
     restored_from: int | None  # a restore's source version
+    retention_seconds: float | None = None  # a vacuum's retention (its VACUUM START commit's)
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
@@ -105,8 +112,35 @@ def versions(table_dir: str) -> list[TargetVersion]:
             files_removed=_metric(m, "num_target_files_removed", "num_removed_files", "numRemovedFile",
                                   "numFilesRemoved"),
             restored_from=_int(entry.get("cdc.restored_version")),
+            retention_seconds=_retention(entry),
         ))
     return out
+
+
+def _retention(entry: dict) -> float | None:
+    if entry.get("operation") != "VACUUM START":
+        return None
+    params = entry.get("operationParameters") or {}
+    millis = params.get("specifiedRetentionMillis") or params.get("defaultRetentionMillis")
+    return None if millis in (None, "") else int(millis) / 1000
+
+
+def oldest_readable(known: list[TargetVersion]) -> int | None:
+    """The oldest of `known` versions whose files are all still there (None without a version).
+
+    A vacuum deletes the files that commits older than its retention removed, so every version
+    before the newest such commit lost files; the versions from that commit on lost none."""
+    if not known:
+        return None
+    oldest = known[0].version
+    for vacuum in known:
+        if vacuum.retention_seconds is None:
+            continue
+        cutoff = vacuum.committed_at - dt.timedelta(seconds=vacuum.retention_seconds)
+        removers = [v.version for v in known if v.version < vacuum.version and v.committed_at < cutoff
+                    and (v.files_removed or (v.files_removed is None and v.kind not in _REMOVE_NONE))]
+        oldest = max([oldest] + removers)
+    return oldest
 
 
 def version_as_of(table: str, known: list[TargetVersion], when: dt.datetime) -> int:

@@ -22,7 +22,7 @@ TABLES = [
     {"name": "CUSTOMERS", "keys": ["customer_id"], "format": "bigquery-append",
      "base_snapshot": "./exports/CUSTOMERS.csv"},
     {"name": "PAYMENTS", "keys": ["payment_id", "line"], "format": "bigquery-cdc",
-     "reconcile_with": "./exports/PAYMENTS.csv"},
+     "reconcile_with": "./exports/PAYMENTS.csv", "apply": {"max_staleness": "15m"}},
     {"name": "T_LEGACY", "keys": ["ID"], "format": "changeset", "options": CHANGESET},
 ]
 
@@ -80,6 +80,8 @@ def test_every_table_has_its_checks(defs):
         expected |= {(key(name, "target"), "keys_unique"), (key(name, "staging"), "batch_accounted")}
         if "reconcile_with" in t:
             expected.add((key(name, "target"), "reconciles_with_source"))
+        if "max_staleness" in t.get("apply", {}):
+            expected.add((key(name, "target"), "within_max_staleness"))
     assert checks == expected
 
 
@@ -88,9 +90,11 @@ def test_every_table_has_its_jobs_and_a_sensor_over_them(defs):
     expected = set()
     for t in TABLES:
         name = t["name"]
-        expected |= {f"{name}_ingest_job", f"{name}_apply_job"}
+        expected |= {f"{name}_ingest_job", f"{name}_apply_job", f"{name}_maintenance_job", f"{name}_restore_job"}
         if "base_snapshot" in t:
             expected.add(f"{name}_base_job")
+        if "max_staleness" in t.get("apply", {}):
+            expected.add(f"{name}_freshness_check_job")
     assert set(jobs) == expected
 
     for t in TABLES:
@@ -103,6 +107,12 @@ def test_every_table_has_its_jobs_and_a_sensor_over_them(defs):
         assert (apply_job.partitions_def is not None) == ("partition_by" in t)
         if "base_snapshot" in t:
             assert jobs[f"{name}_base_job"].asset_layer.executable_asset_keys == {key(name, "base")}
+        if "max_staleness" in t.get("apply", {}):
+            # the freshness job evaluates the check alone: it materializes nothing
+            freshness = jobs[f"{name}_freshness_check_job"]
+            assert freshness.asset_layer.executable_asset_keys == set()
+            assert set(freshness.asset_layer.asset_graph.asset_check_keys) == {
+                dg.AssetCheckKey(key(name, "target"), "within_max_staleness")}
 
         sensor = defs.resolve_sensor_def(f"{name}__landing_sensor")
         assert sensor.default_status == dg.DefaultSensorStatus.STOPPED
