@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 import dagster as dg
 
 from ..core.config import Config, TableConfig
+from ..defs.history import history_job_name
 from ..defs.publish import publish_job_name
 from ..defs.sensors import apply_request_tags, failed_accounting
 from ..defs.table_assets import WITHIN_MAX_STALENESS, TableNames, sync_target_partitions
 from ..engine import bigquery as publishing
-from ..engine import bigquery_source, delta, faults, fresh
+from ..engine import bigquery_source, delta, faults, fresh, history
 from ..engine.errors import root_cause_of_exception, root_cause_of_info
 from ..engine.landing import register_new_batch, registered
 from ..engine.lock import table_lock
@@ -145,6 +146,9 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
             # a warning that never fails the table.
             _job(outcome, progress, "freshness check", lambda: defs.resolve_job_def(names.freshness_job)
                  .execute_in_process(instance=inst, tags=tags, raise_on_error=False, run_config=QUIET))
+        if outcome.ok and table.history and history.pending(cfg, table):  # whether or not the merge waits
+            _job(outcome, progress, "history", lambda: defs.resolve_job_def(history_job_name(table)).execute_in_process(
+                instance=inst, tags=tags, raise_on_error=False, run_config=QUIET))
         if outcome.ok and publishing.pending(cfg, table):  # also catches up after a failed publish
             _job(outcome, progress, "publish", lambda: defs.resolve_job_def(publish_job_name(table)).execute_in_process(
                 instance=inst, tags=tags, raise_on_error=False, run_config=QUIET))
@@ -172,6 +176,10 @@ def summary_line(o: TableOutcome) -> str:
                      + (f" in {tg['seconds']}s" if tg.get("seconds") is not None else ""))
     if o.waiting:
         parts.append(o.waiting)
+    hist = o.figures.get("history", {})
+    if hist and not hist.get("nothing_new"):
+        parts.append(f"history {hist.get('rows')} versions" + (
+            f" (+{hist['versions_added']})" if "versions_added" in hist else f" ({hist.get('built')})"))
     bq = o.figures.get("bigquery", {})
     if bq and not bq.get("nothing_new"):
         parts.append(f"published to BigQuery ({bq.get('mode')}): {bq.get('rows_sent')} rows sent, "

@@ -9,16 +9,18 @@ import yaml
 
 from .apply_policy import ApplyPolicy, parse_duration
 from .formats import FORMATS, inserts
+from . import cycles
+from .cycles import CycleGroup
 from .maintenance_policy import MIN_RETENTION, MaintenancePolicy
 from .values import parse_type
 
 TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
-TOP_KEYS = {"warehouse", "landing", "tables", "spark"}
+TOP_KEYS = {"warehouse", "landing", "tables", "spark", "groups", "timezone"}
 # Object stores a warehouse can live in (engine/storage.py), besides a local folder.
 WAREHOUSE_SCHEMES = ("gs", "s3")
 TABLE_KEYS = {"name", "keys", "format", "options", "partition_by", "base_snapshot", "reconcile_with", "columns",
               "source", "source_position", "publish", "change_feed", "apply", "maintenance",
-              "insert_only"}
+              "insert_only", "history", "schedule"}
 APPLY_KEYS = {"min_changes", "max_staleness"}
 MAINTENANCE_KEYS = {"retention", "zorder_by", "trim_changes_after", "schedule"}
 # Formats a table can read from a BigQuery table instead of landed files (`source: bigquery://...`).
@@ -52,6 +54,8 @@ class TableConfig:
     apply: ApplyPolicy = field(default_factory=ApplyPolicy)  # when pending changes are merged
     maintenance: MaintenancePolicy = field(default_factory=MaintenancePolicy)  # compaction, trim, vacuum
     insert_only: bool = False  # batches are appended, never merged; an update or delete goes to quarantine
+    history: bool = False  # a `history` table: every version of each key (SCD type 2), from `changes`
+    schedule: str | None = None  # cron of the table's own cycle schedule (defs/schedules.py); None: none
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,8 @@ class Config:
     landing: str
     tables: tuple[TableConfig, ...]
     spark: dict = field(default_factory=dict, hash=False, compare=False)
+    groups: tuple[CycleGroup, ...] = ()  # `groups:` tables whose cycles run together on one schedule
+    timezone: str | None = None  # IANA name the file's cron strings are read in (None: UTC)
 
     def table(self, name: str) -> TableConfig:
         for t in self.tables:
@@ -129,7 +135,13 @@ def parse_config(raw, path: str) -> Config:
                 # its extracts are the table's landing files, which are read from a folder or gs:// only
                 raise ConfigError(f"{where}: table '{t.name}': a BigQuery source needs a warehouse on a disk; "
                                   f"'warehouse' is {warehouse!r} (README, \"On Google Cloud\")")
-    return Config(path, warehouse, landing, tuple(tables), {str(k): str(v) for k, v in spark.items()})
+    try:  # cycles on a schedule: a table's own `schedule:`, `groups:` of tables, the `timezone:` of both
+        zone = cycles.timezone(raw.get("timezone"), f"{where}: field 'timezone'")
+        groups = cycles.groups(raw.get("groups"), {t.name: t.schedule for t in tables}, where)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return Config(path, warehouse, landing, tuple(tables), {str(k): str(v) for k, v in spark.items()},
+                  groups=groups, timezone=zone)
 
 
 def _unknown(raw: dict, allowed: set, where: str):
@@ -201,12 +213,19 @@ def _table(t, i: int, where: str, base_dir: str) -> TableConfig:
     if insert_only and not inserts(fmt, options):
         raise ConfigError(f"{here}: field 'insert_only': format '{fmt}' does not say which changes insert "
                           "(an UPSERT may update) or names no insert flag, so updates could not be told from inserts")
+    history = t.get("history", False)
+    if not isinstance(history, bool):
+        raise ConfigError(f"{here}: field 'history' must be true or false, not {history!r}")
+    maintenance = _maintenance(t.get("maintenance"), here)
+    if history and maintenance.trim_changes_after is not None:
+        # history is computed from every change ever taken: a rebuild after a trim would lose versions
+        raise ConfigError(f"{here}: field 'history' needs every change kept: remove 'maintenance.trim_changes_after'")
     return TableConfig(
         name=name, keys=keys, format=fmt, options=options, partition_by=partition_by,
         columns=_columns(t.get("columns"), here), source=source, source_position=position,
         publish=_publish(t.get("publish"), source, here), change_feed=change_feed,
-        apply=_apply_policy(t.get("apply"), here), maintenance=_maintenance(t.get("maintenance"), here),
-        insert_only=insert_only,
+        apply=_apply_policy(t.get("apply"), here), maintenance=maintenance,
+        insert_only=insert_only, history=history, schedule=_cron(t.get("schedule"), f"{here}: field 'schedule'"),
         base_snapshot=_path(base, base_dir, f"{here}: field 'base_snapshot'") if base is not None else None,
         reconcile_with=_path(reconcile, base_dir, f"{here}: field 'reconcile_with'") if reconcile is not None else None,
     )
@@ -296,13 +315,20 @@ def _maintenance(value, here: str) -> MaintenancePolicy:
                           "read may still read the files a shorter one removes")
     if "zorder_by" in value:
         out["zorder_by"] = _names(value["zorder_by"], f"{here}: field 'maintenance.zorder_by'", required=True)
-    schedule = value.get("schedule")
+    schedule = _cron(value.get("schedule"), f"{here}: field 'maintenance.schedule'")
     if schedule is not None:
-        if not isinstance(schedule, str) or len(schedule.split()) != 5:
-            raise ConfigError(f"{here}: field 'maintenance.schedule' {schedule!r} must be a cron string of 5 fields, "
-                              'e.g. "0 3 * * *"')
         out["schedule"] = schedule
     return MaintenancePolicy(**out)
+
+
+def _cron(value, where: str) -> str | None:
+    """A cron string of 5 fields (core/cycles.py checks each field), or None when not given."""
+    if value is None:
+        return None
+    try:
+        return cycles.cron(value, where)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _columns(value, here: str) -> dict:

@@ -1,5 +1,5 @@
 """All Dagster definitions for a `cdc.yaml`: one group of assets, checks, jobs, a sensor and a
-maintenance schedule per table."""
+maintenance schedule per table, and a cycle job and schedule per scheduled table or group."""
 from __future__ import annotations
 
 import warnings
@@ -8,9 +8,11 @@ import dagster as dg
 
 from ..core.config import Config
 from .checks import table_checks
+from .history import history_definitions
 from .maintenance import maintenance_definitions, restore_definition
 from .publish import publish_definitions
 from .resources import table_resources
+from .schedules import cycle_definitions
 from .sensors import landing_sensor
 from .table_assets import table_assets, table_jobs
 
@@ -27,19 +29,25 @@ def build_definitions(cfg: Config) -> dg.Definitions:
         checks += table_checks(cfg, table)
         published = publish_definitions(cfg, table)  # `publish: {bigquery: ...}`; nothing otherwise
         assets, checks = assets + published[0], checks + published[1]
-        table_job_defs = table_jobs(table) + published[2]
+        kept = history_definitions(cfg, table)  # `history: true`; nothing otherwise
+        assets += kept[0]
+        table_job_defs = table_jobs(table) + published[2] + kept[1]
         jobs += table_job_defs
         sensors.append(landing_sensor(cfg, table, table_job_defs))
         maintenance_job, maintenance_schedule = maintenance_definitions(cfg, table)
         jobs += [maintenance_job, restore_definition(cfg, table)]
         schedules.append(maintenance_schedule)
-    return dg.Definitions(
+    # `schedule:` on a table and `groups:`: a cycle job and its schedule each (defs/schedules.py); a
+    # cycle run executes the jobs above, so it is handed these definitions once they exist.
+    cycle_jobs, cycle_schedules = cycle_definitions(cfg, lambda: defs)
+    defs = dg.Definitions(
         assets=assets,
         asset_checks=checks,
-        jobs=jobs,
+        jobs=jobs + cycle_jobs,
         sensors=sensors,
-        schedules=schedules,
+        schedules=schedules + cycle_schedules,
         resources=table_resources(cfg),
         # One process per run, so one Spark session per run, never one per step.
         executor=dg.in_process_executor,
     )
+    return defs

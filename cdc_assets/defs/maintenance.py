@@ -34,6 +34,7 @@ def maintenance_definitions(cfg: Config, table: TableConfig) -> tuple[dg.JobDefi
                            description=f"Maintenance of {table.name}: compaction, trim, vacuum.")
     schedule = dg.ScheduleDefinition(name=f"{table.name}_maintenance_schedule", job=job,
                                      cron_schedule=table.maintenance.schedule,
+                                     execution_timezone=cfg.timezone,  # `timezone:` (None: UTC)
                                      default_status=dg.DefaultScheduleStatus.STOPPED)
     return job, schedule
 

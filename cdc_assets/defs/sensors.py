@@ -16,12 +16,13 @@ from dagster._core.storage.asset_check_execution_record import AssetCheckExecuti
 from ..core.apply_policy import Decision
 from ..core.config import Config, TableConfig
 from ..engine import bigquery as publishing
-from ..engine import bigquery_source, delta, faults, fresh
+from ..engine import bigquery_source, delta, faults, fresh, history
 from ..engine import gcs as gcs_landing
 from ..engine.landing import Batch, ListingCursor, batches_path, register_new_batch, registered, scan_landing
 from ..engine.lock import table_lock
 from ..engine.retry import on_conflict
-from ..engine.tables import BASE, STAGING, TARGET, path
+from ..engine.tables import BASE, HISTORY, STAGING, TARGET, path
+from .history import history_job_name
 from .publish import publish_job_name
 from .table_assets import APPLY_TAG, INCREMENTAL, TableNames, batch_partitions, target_partitions
 
@@ -66,11 +67,94 @@ def run_key_scope(table_dir: str, name: str = "batches") -> str:
     return hashlib.sha1(where.encode("utf-8")).hexdigest()[:12]
 
 
-def landing_sensor(cfg: Config, table: TableConfig, jobs: list) -> dg.SensorDefinition:
-    names = TableNames(table.name)
+def register_landed(cfg: Config, table: TableConfig, cursor: str | None, log, storage_client=None, bigquery=None,
+                    lock_seconds: float = TICK_LOCK_SECONDS) -> tuple:
+    """What a tick (the sensor's, or a cycle schedule's) does before deciding: the complete files no
+    batch took become the next batch in the warehouse ledger. Returns (the new batch or None, whether
+    the table was busy, the listing cursor to keep).
+
+    Dagster ends a tick after 60 s: a run holding the table (an apply can take minutes) is not waited
+    for; what landed is registered by a later tick, the cursor left where it was."""
     table_dir = cfg.table_dir(table.name)
     landing = cfg.landing_dir(table.name)
     on_gcs = gcs_landing.is_gcs(landing)
+    new, busy = None, False
+    try:
+        with table_lock(table_dir, timeout=lock_seconds):
+            if table.source:  # the source's new rows become an extract, then a batch like a landed file
+                bigquery_source.extract_new_rows(bigquery, table, table_dir)
+            scan = scan_landing(landing, ListingCursor.from_json(cursor), time.time(), storage_client)
+            # a registration that loses a commit race (an object store, no lock) is re-run, not failed
+            new = on_conflict(lambda: register_new_batch(landing, table_dir, scan.found),
+                              f"{table.name}/batches", log.warning)
+            cursor = scan.cursor.to_json() if on_gcs else None
+    except TimeoutError:
+        busy = True
+    if new is not None:
+        faults.point("sensor.batch_registered")  # in the ledger; no partition, no run request yet
+    return new, busy, cursor
+
+
+def plan_requests(instance, cfg: Config, table: TableConfig, new, busy: bool) -> tuple[list, list, str | None]:
+    """The runs the ledger and the Delta tables call for now, as the sensor asks for them: (run
+    requests, batch partitions the instance does not know yet, the skip reason when no run is due)."""
+    names = TableNames(table.name)
+    table_dir = cfg.table_dir(table.name)
+    batches = registered(table_dir)
+    known = set(instance.get_dynamic_partitions(names.batches))
+    missing = [b.id for b in batches if b.id not in known]
+    requests: list[dg.RunRequest] = []
+    base_done = not table.base_snapshot or delta.step_version(path(table_dir, BASE), BASE) >= 0
+    if not base_done:
+        requests.append(dg.RunRequest(run_key=f"{table.name}:{run_key_scope(table_dir, BASE)}:base",
+                                      job_name=names.base_job))
+    staged = delta.step_version(path(table_dir, STAGING), STAGING)
+    # FIX: only the next batch. Asking for every unstaged batch let the run of a later batch
+    # take the table lock first; the earlier one then counted as "already committed" and its
+    # changes were silently lost. Later batches are asked for once this one is staged.
+    pending = [b for b in batches if b.seq > staged]
+    if pending:
+        b = pending[0]
+        requests.append(dg.RunRequest(run_key=f"{table.name}:{run_key_scope(table_dir)}:{b.id}:ingest",
+                                      job_name=names.ingest_job, partition_key=b.id))
+    applied = delta.step_version(path(table_dir, TARGET), TARGET)
+    # FIX: wait for the base import (an apply before it fails, and its run key was then spent,
+    # so target stayed behind until the next batch), and apply a base snapshot on its own
+    # as `run` does (batch 0) instead of waiting for a first batch.
+    reached = max(staged, 0 if table.base_snapshot else -1)
+    due = fresh.decision(cfg, table)[0] if base_done and not pending and applied < reached else None
+    unaccounted = failed_accounting(instance, table, applied, reached) if due is not None else []
+    if unaccounted:
+        # A staged batch whose records do not add up would carry its error into target.
+        due = Decision(False, f"apply waits: batch_accounted failed for {', '.join(unaccounted)} "
+                              "(re-run its ingest once the cause is fixed)")
+    if due is not None and due.due:
+        tags = apply_request_tags(instance, table)
+        if tags is not None:
+            scope = run_key_scope(table_dir, "batches" if batches else BASE)
+            # the target's version too: after a restore the same batch is applied again
+            target_version = delta.table_version(path(table_dir, TARGET))
+            requests.append(dg.RunRequest(run_key=f"{table.name}:{scope}:apply:{reached}:v{target_version}",
+                                          job_name=names.apply_job, tags=tags))
+    if table.history and base_done and not pending and history.pending(cfg, table):
+        # every landed batch is in changes and the history is behind: one request per history version
+        through, version = history.reached(table_dir, table), delta.table_version(path(table_dir, HISTORY))
+        requests.append(dg.RunRequest(run_key=f"{table.name}:{run_key_scope(table_dir, HISTORY)}:history:{through}:"
+                                              f"v{version}", job_name=history_job_name(table)))
+    if base_done and not pending and applied >= reached and publishing.pending(cfg, table):
+        # the target is current and a BigQuery copy is behind it: one request per target version
+        version = delta.open_table(path(table_dir, TARGET)).version()
+        requests.append(dg.RunRequest(run_key=f"{table.name}:{run_key_scope(table_dir, TARGET)}:publish:{version}",
+                                      job_name=publish_job_name(table)))
+    skip_reason = None if requests else (
+        f"{table.name} is busy (another run holds it): new files are registered by a later tick" if busy
+        else f"{table.name}: {due.reason}" if due is not None and not due.due
+        else f"nothing new for {table.name}" + (f" (registered {new.id})" if new else ""))
+    return requests, missing, skip_reason
+
+
+def landing_sensor(cfg: Config, table: TableConfig, jobs: list) -> dg.SensorDefinition:
+    on_gcs = gcs_landing.is_gcs(cfg.landing_dir(table.name))
     resource_keys = ({"gcs"} if on_gcs else set()) | ({"bigquery"} if table.source else set())
 
     @dg.sensor(name=f"{table.name}__landing_sensor", minimum_interval_seconds=30, jobs=jobs,
@@ -79,72 +163,15 @@ def landing_sensor(cfg: Config, table: TableConfig, jobs: list) -> dg.SensorDefi
     def sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         # On a gs:// landing a tick lists from its cursor on (engine/landing.py), by the client of
         # the `gcs` resource (dagster_gcp's GCSResource).
-        storage_client = context.resources.gcs if on_gcs else None
-        new, busy, cursor = None, False, context.cursor
-        try:
-            # Dagster ends a tick after 60 s: a run holding the table (an apply can take minutes) is
-            # not waited for; what landed is registered by a later tick, the cursor left where it was.
-            with table_lock(table_dir, timeout=TICK_LOCK_SECONDS):
-                if table.source:  # the source's new rows become an extract, then a batch like a landed file
-                    bigquery_source.extract_new_rows(context.resources.bigquery, table, table_dir)
-                scan = scan_landing(landing, ListingCursor.from_json(context.cursor), time.time(), storage_client)
-                # a registration that loses a commit race (an object store, no lock) is re-run, not failed
-                new = on_conflict(lambda: register_new_batch(landing, table_dir, scan.found),
-                                  f"{table.name}/batches", context.log.warning)
-                cursor = scan.cursor.to_json() if on_gcs else None
-        except TimeoutError:
-            busy = True
-        if new is not None:
-            faults.point("sensor.batch_registered")  # in the ledger; no partition, no run request yet
-        batches = registered(table_dir)
-        known = set(context.instance.get_dynamic_partitions(names.batches))
-        missing = [b.id for b in batches if b.id not in known]
-        requests: list[dg.RunRequest] = []
-        base_done = not table.base_snapshot or delta.step_version(path(table_dir, BASE), BASE) >= 0
-        if not base_done:
-            requests.append(dg.RunRequest(run_key=f"{table.name}:{run_key_scope(table_dir, BASE)}:base",
-                                          job_name=names.base_job))
-        staged = delta.step_version(path(table_dir, STAGING), STAGING)
-        # FIX: only the next batch. Asking for every unstaged batch let the run of a later batch
-        # take the table lock first; the earlier one then counted as "already committed" and its
-        # changes were silently lost. Later batches are asked for once this one is staged.
-        pending = [b for b in batches if b.seq > staged]
-        if pending:
-            b = pending[0]
-            requests.append(dg.RunRequest(run_key=f"{table.name}:{run_key_scope(table_dir)}:{b.id}:ingest",
-                                          job_name=names.ingest_job, partition_key=b.id))
-        applied = delta.step_version(path(table_dir, TARGET), TARGET)
-        # FIX: wait for the base import (an apply before it fails, and its run key was then spent,
-        # so target stayed behind until the next batch), and apply a base snapshot on its own
-        # as `run` does (batch 0) instead of waiting for a first batch.
-        reached = max(staged, 0 if table.base_snapshot else -1)
-        due = fresh.decision(cfg, table)[0] if base_done and not pending and applied < reached else None
-        unaccounted = failed_accounting(context.instance, table, applied, reached) if due is not None else []
-        if unaccounted:
-            # A staged batch whose records do not add up would carry its error into target.
-            due = Decision(False, f"apply waits: batch_accounted failed for {', '.join(unaccounted)} "
-                                  "(re-run its ingest once the cause is fixed)")
-        if due is not None and due.due:
-            tags = apply_request_tags(context.instance, table)
-            if tags is not None:
-                scope = run_key_scope(table_dir, "batches" if batches else BASE)
-                # the target's version too: after a restore the same batch is applied again
-                target_version = delta.table_version(path(table_dir, TARGET))
-                requests.append(dg.RunRequest(run_key=f"{table.name}:{scope}:apply:{reached}:v{target_version}",
-                                              job_name=names.apply_job, tags=tags))
-        if base_done and not pending and applied >= reached and publishing.pending(cfg, table):
-            # the target is current and a BigQuery copy is behind it: one request per target version
-            version = delta.open_table(path(table_dir, TARGET)).version()
-            requests.append(dg.RunRequest(run_key=f"{table.name}:{run_key_scope(table_dir, TARGET)}:publish:{version}",
-                                          job_name=publish_job_name(table)))
+        new, busy, cursor = register_landed(
+            cfg, table, context.cursor, context.log, storage_client=context.resources.gcs if on_gcs else None,
+            bigquery=context.resources.bigquery if table.source else None)
+        requests, missing, skip_reason = plan_requests(context.instance, cfg, table, new, busy)
         faults.point("sensor.before_result")  # requests decided, not yet handed to the daemon
         return dg.SensorResult(
             run_requests=requests,
             dynamic_partitions_requests=[batch_partitions(table).build_add_request(missing)] if missing else [],
-            skip_reason=None if requests else (
-                f"{table.name} is busy (another run holds it): new files are registered by a later tick" if busy
-                else f"{table.name}: {due.reason}" if due is not None and not due.due
-                else f"nothing new for {table.name}" + (f" (registered {new.id})" if new else "")),
+            skip_reason=skip_reason,
             cursor=cursor,
         )
 

@@ -102,14 +102,15 @@ def spark_type(type_: str) -> str:
     return f"decimal({parts[0]},{parts[1]})" if parts else _SPARK_TYPES[type_]
 
 
-def _typed_batches(columns: dict[str, str]):
-    """What Spark runs on each slice of winners stored as row images: images -> typed target columns."""
+def _typed_batches(columns: dict[str, str], extra=()):
+    """What Spark runs on each slice of winners stored as row images: images -> typed target columns
+    (then the meta columns and `extra` ones)."""
     def run(batches):
         for batch in batches:
             if batch.num_rows:
                 winners = batch.to_pylist()
                 images = [decode_row(w["_cdc_row"]) for w in winners]
-                yield from _target_rows(winners, columns, images).to_batches()
+                yield from _target_rows(winners, columns, images, extra).to_batches()
     return run
 
 
@@ -129,14 +130,15 @@ def _cast_keeps(have: str, want: str) -> bool:
         want_parts[0] - want_parts[1] >= have_parts[0] - have_parts[1]
 
 
-def _typed_frame(live, columns: dict[str, str], schema: str):
+def _typed_frame(live, columns: dict[str, str], schema: str, extra=()):
     """Winners as typed target rows: those stored typed have their columns already (`_history`);
-    those stored as row images go through `_typed_batches`."""
+    those stored as row images go through `_typed_batches`. `extra`: string columns kept after
+    the meta columns."""
     from pyspark.sql import functions as F
 
-    imaged = live.where(F.col("_cdc_row").isNotNull()).mapInArrow(_typed_batches(columns), schema)
+    imaged = live.where(F.col("_cdc_row").isNotNull()).mapInArrow(_typed_batches(columns, extra), schema)
     plain = live.where(F.col("_cdc_row").isNull()).select(*[F.col(f"`{c}`") for c in columns],
-                                                          *[F.col(m) for m in shape.META_COLUMNS])
+                                                          *[F.col(m) for m in shape.META_COLUMNS + tuple(extra)])
     return plain.unionByName(imaged)
 
 

@@ -30,7 +30,7 @@ from ..core.config import Config, TableConfig
 from . import delta
 from .apply import ROWS_PER_FILE
 from .landing import batches_path
-from .tables import BASE, CHANGES, QUARANTINE, STAGING, TARGET, TOMBSTONES, path
+from .tables import BASE, CHANGES, HISTORY, QUARANTINE, STAGING, TARGET, TOMBSTONES, path
 
 COMPACTION, ZORDER, VACUUM, TRIM = "compaction", "zorder", "vacuum", "trim"
 MAINTENANCE_STEPS = (COMPACTION, ZORDER, VACUUM, TRIM)
@@ -127,7 +127,7 @@ def maintain(cfg: Config, table: TableConfig, now: dt.datetime | None = None,
         through, trimmed = _trim_changes(table_dir, applied, now - dt.timedelta(seconds=policy.trim_changes_after))
     vacuumed = {}
     hours = (policy.retention if retention is None else retention) / 3600
-    for name in (TARGET, CHANGES, STAGING, BASE, TOMBSTONES, QUARANTINE):
+    for name in (TARGET, CHANGES, STAGING, BASE, TOMBSTONES, QUARANTINE, HISTORY):
         dt_ = delta.open_table(path(table_dir, name))
         if dt_ is not None:
             vacuumed[name] = len(_vacuum(dt_, hours))

@@ -9,6 +9,8 @@ CHANGES, STAGING, BASE, TARGET, QUARANTINE = "changes", "staging", "base", "targ
 # Each deleted key's greatest ordering key (rule 2), so an apply checks tombstones without the history.
 TOMBSTONES = "tombstones"
 TOMBSTONE_FIELDS = (("_cdc_key", "string"), ("_cdc_order", "string"))
+# Every version of each key, SCD type 2 (`history: true`; engine/history.py).
+HISTORY = "history"
 QUARANTINE_FIELDS = (("table", "string"),) + REJECT_FIELDS + (("quarantined_at", "string"),)
 
 
@@ -16,5 +18,5 @@ def path(table_dir: str, name: str) -> str:
     return os.path.join(table_dir, name)
 
 
-__all__ = ["CHANGES", "STAGING", "BASE", "TARGET", "QUARANTINE", "TOMBSTONES", "TOMBSTONE_FIELDS", "RECORD_FIELDS",
+__all__ = ["CHANGES", "STAGING", "BASE", "TARGET", "QUARANTINE", "TOMBSTONES", "HISTORY", "TOMBSTONE_FIELDS", "RECORD_FIELDS",
            "QUARANTINE_FIELDS", "path"]

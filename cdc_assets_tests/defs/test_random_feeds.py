@@ -827,7 +827,7 @@ def compare_feed(feed: FeedPlan, rows: list[dict], batch: int, csv_input: bool) 
 # ---- driving the engine ---------------------------------------------------------------------
 
 def table_entry(root: str, t: TablePlan) -> dict:
-    entry = {"name": t.name, "keys": KEYS, "format": t.format}
+    entry = {"name": t.name, "keys": KEYS, "format": t.format, "history": True}
     if t.options:
         entry["options"] = t.options
     if t.partition_by:
@@ -839,6 +839,18 @@ def table_entry(root: str, t: TablePlan) -> dict:
     if t.deferred:
         entry["apply"] = {"min_changes": DEFERRED_MIN_CHANGES}
     return entry
+
+
+def history_current(cfg, table: str) -> list[dict] | None:
+    """The current versions of the table's SCD2 history, source columns only (None: no history yet)."""
+    if delta_version(cfg, table, "history") < 0:
+        return None
+    rows = DeltaTable(os.path.join(cfg.table_dir(table), "history")).to_pyarrow_table().to_pylist()
+    return [{k: v for k, v in r.items() if not k.startswith("_cdc_")} for r in rows if r["_cdc_is_current"]]
+
+
+def history_all(cfg, table: str) -> list[str]:
+    return canonical(DeltaTable(os.path.join(cfg.table_dir(table), "history")).to_pyarrow_table().to_pylist())
 
 
 def canonical(rows: list[dict]) -> list[str]:
@@ -944,6 +956,18 @@ def run_plans(spark, tables: list[TablePlan], rnd: random.Random, threads: int =
                     fail_all(t, f"after batch {b + 1}: a deferred table's merge did not wait: {outcome.waiting}")
                 seen["fresh reads compared"] += 1
                 rows = fresh_table(cfg, cfg.table(t.name)).to_pylist()  # what the next apply gives
+            current = history_current(cfg, t.name)
+            if outcome.ok and current is not None:
+                # the history's current versions are the target (or what the waiting merge will give);
+                # a column only one of them has is null in every row (its values came in images the
+                # other did not keep), so rows are compared over both's columns
+                seen["history tables compared"] += 1
+                both = set().union(*(r.keys() for r in current + rows))
+                current, rows_ = ([{c: r.get(c) for c in both} for r in x] for x in (current, rows))
+                if canonical(current) != canonical(rows_):
+                    fail_all(t, f"after batch {b + 1}: the history's current versions differ from the target: "
+                                f"{len(set(canonical(current)) - set(canonical(rows_)))} only in the history, "
+                                f"{len(set(canonical(rows_)) - set(canonical(current)))} only in the target")
             if t.partition_by:
                 was = {_key_meaning([r.get(k) for k in KEYS]): meaning(r.get(REGION)) for r in before}
                 seen["keys moved"] += sum(1 for r in rows if was.get(_key_meaning([r.get(k) for k in KEYS]),
@@ -974,6 +998,25 @@ def run_plans(spark, tables: list[TablePlan], rnd: random.Random, threads: int =
             if not result.success or failed_checks:
                 fail_all(t, f"rebuilding every partition: success {result.success}, failed checks {failed_checks}")
             compare_all(t, t.batches - 1, target_rows(cfg, t.name), "after rebuilding every partition: ")
+
+        def rebuild_history(t: TablePlan, inst: dg.DagsterInstance) -> None:
+            """A rebuild of the history from `changes` (the history job with rebuild: true, as the
+            UI's launchpad runs it) gives exactly the rows the batch-by-batch updates built."""
+            if delta_version(cfg, t.name, "history") < 0:
+                return
+            updated = history_all(cfg, t.name)
+            name = f"{t.name}_history_job"
+            result = defs.resolve_job_def(name).execute_in_process(
+                instance=inst, raise_on_error=False,
+                run_config={**QUIET, "ops": {f"{t.name}__history": {"config": {"rebuild": True}}}})
+            if not result.success:
+                causes = [root_cause_of_info(e.event_specific_data.error) for e in result.all_events if e.is_step_failure]
+                fail_all(t, f"rebuilding the history failed: {causes}")
+            elif history_all(cfg, t.name) != updated:
+                rebuilt = history_all(cfg, t.name)
+                fail_all(t, f"the rebuilt history differs from the updated one: {len(set(updated) - set(rebuilt))} "
+                            f"rows only in the updated, {len(set(rebuilt) - set(updated))} only in the rebuilt")
+            seen["histories rebuilt"] += 1
 
         def apply_deferred(t: TablePlan, inst: dg.DagsterInstance) -> None:
             """The merge the deferred table waited for, as the UI's materialization of target runs
@@ -1010,6 +1053,7 @@ def run_plans(spark, tables: list[TablePlan], rnd: random.Random, threads: int =
                                 f"target v{before} -> v{delta_version(cfg, t.name, 'target')}")
                 if t.partition_by:
                     rebuild_all(t, inst)
+                rebuild_history(t, inst)
 
         if threads > 1:
             with ThreadPoolExecutor(threads) as pool:
@@ -1172,7 +1216,8 @@ def test_random_feeds(spark, long_run, capsys, figures):
                   f"{seen['partitions emptied']} partitions emptied, {seen['partitions kept']} left untouched, "
                   f"{seen['partitions rebuilt']} rebuilt, {seen['widening rewrites']} rewritten whole to widen a column; "
                   f"{seen['fresh reads compared']} fresh reads of deferred tables compared, "
-                  f"{seen['deferred applies']} deferred applies; {time.time() - t0:.0f} s)")
+                  f"{seen['deferred applies']} deferred applies; {seen['history tables compared']} history tables "
+                  f"compared with the target, {seen['histories rebuilt']} rebuilt; {time.time() - t0:.0f} s)")
         if figures:
             figures.write_json("random_feeds.json", {
                 "generated": tally["generated"], "passed": tally["passed"], "examples": tally["examples"],

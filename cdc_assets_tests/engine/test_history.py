@@ -1,0 +1,148 @@
+"""`history: true`: every version of each key (SCD type 2) by the source's ordering: deletes and
+re-inserts, late arrivals placed where they belong, re-deliveries counted once, typed columns; its
+current rows are the target's, and a rebuild from `changes` gives the same rows as the updates."""
+from __future__ import annotations
+
+from decimal import Decimal
+
+import dagster as dg
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from cdc_assets.core.config import ConfigError, parse_config
+from cdc_assets.engine import history
+from cdc_assets.engine.tables import HISTORY, path
+from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
+
+from .records import MARKS, bq_cdc, mysql, run_ok
+
+pytestmark = MARKS
+
+ACCOUNTS = {"name": "ACCOUNTS", "keys": ["id"], "format": "datastream-json", "history": True,
+            "columns": {"balance": "decimal(12,2)"}}
+
+META = ("_cdc_valid_from", "_cdc_valid_to", "_cdc_is_current", "_cdc_operation", "_cdc_version")
+
+
+def history_rows(cfg, table: str) -> list[dict]:
+    rows = DeltaTable(path(cfg.table_dir(table), HISTORY)).to_pyarrow_table().to_pylist()
+    return sorted(rows, key=lambda r: (r["_cdc_key"], r["_cdc_version"]))
+
+
+def versions_of(rows: list[dict], key_value, *columns) -> list[tuple]:
+    return [(r["_cdc_operation"], r["_cdc_is_current"]) + tuple(r[c] for c in columns)
+            for r in rows if r["id"] == key_value]
+
+
+def source_part(rows):
+    return sorted(({k: v for k, v in r.items() if not k.startswith("_cdc_")} for r in rows), key=lambda r: r["id"])
+
+
+def assert_linked(rows: list[dict]) -> None:
+    """Each version is valid until the next one of its key begins; the last is open."""
+    by_key: dict = {}
+    for r in rows:
+        by_key.setdefault(r["_cdc_key"], []).append(r)
+    for versions in by_key.values():
+        assert [v["_cdc_version"] for v in versions] == list(range(1, len(versions) + 1))
+        assert [v["_cdc_valid_to"] for v in versions] == [v["_cdc_valid_from"] for v in versions[1:]] + [None]
+        assert all(a["_cdc_valid_from"] < b["_cdc_valid_from"] for a, b in zip(versions, versions[1:]))
+
+
+def test_history_keeps_every_version_by_source_order_and_its_current_rows_are_the_target(spark, workdir):
+    cfg = write_config(workdir, [ACCOUNTS])
+    land(cfg, "ACCOUNTS", "batch-1", {"a.jsonl": jsonl([
+        mysql("INSERT", {"id": 1, "balance": "10.00"}, 1, 10),
+        mysql("UPDATE-INSERT", {"id": 1, "balance": "20.00"}, 1, 20),
+        mysql("INSERT", {"id": 2, "balance": "5.00"}, 1, 15),
+        mysql("DELETE", {"id": 2, "balance": "5.00"}, 1, 30),
+    ])})
+    out = run_ok(cfg, "ACCOUNTS")
+    assert out.figures["history"]["rows"] == 4
+    rows = history_rows(cfg, "ACCOUNTS")
+    assert versions_of(rows, 1, "balance") == [("insert", False, Decimal("10.00")), ("update", True, Decimal("20.00"))]
+    assert versions_of(rows, 2, "balance") == [("insert", False, Decimal("5.00")), ("delete", False, None)]
+    history_table = DeltaTable(path(cfg.table_dir("ACCOUNTS"), HISTORY))
+    assert pa.schema(history_table.schema()).field("balance").type == pa.decimal128(12, 2)  # exact, as in target
+
+    # batch 2: a late update of 1 (between its two versions), a late update of 2 (before its delete),
+    # 2 inserted again after its delete, and 3 new
+    land(cfg, "ACCOUNTS", "batch-2", {"a.jsonl": jsonl([
+        mysql("UPDATE-INSERT", {"id": 1, "balance": "17.00"}, 1, 17),
+        mysql("UPDATE-INSERT", {"id": 2, "balance": "7.00"}, 1, 25),
+        mysql("INSERT", {"id": 2, "balance": "1.00"}, 1, 40),
+        mysql("INSERT", {"id": 3, "balance": "3.00"}, 1, 41),
+    ])})
+    out = run_ok(cfg, "ACCOUNTS")
+    assert out.figures["history"]["keys_touched"] == 3
+    rows = history_rows(cfg, "ACCOUNTS")
+    assert versions_of(rows, 1, "balance") == [("insert", False, Decimal("10.00")), ("update", False, Decimal("17.00")),
+                                               ("update", True, Decimal("20.00"))]
+    assert versions_of(rows, 2, "balance") == [("insert", False, Decimal("5.00")), ("update", False, Decimal("7.00")),
+                                               ("delete", False, None), ("insert", True, Decimal("1.00"))]
+    assert versions_of(rows, 3, "balance") == [("insert", True, Decimal("3.00"))]
+    assert_linked(rows)
+    assert source_part(r for r in rows if r["_cdc_is_current"]) == source_part(target_rows(cfg, "ACCOUNTS"))
+
+    # a rerun changes nothing; a rebuild from changes gives the same rows as the updates did
+    version = DeltaTable(path(cfg.table_dir("ACCOUNTS"), HISTORY)).version()
+    assert run_ok(cfg, "ACCOUNTS").figures.get("history") is None
+    assert DeltaTable(path(cfg.table_dir("ACCOUNTS"), HISTORY)).version() == version
+    rebuilt = history.rebuild(spark, cfg, cfg.table("ACCOUNTS"))
+    assert rebuilt["built"] == "rebuild" and rebuilt["rows"] == len(rows)
+    assert history_rows(cfg, "ACCOUNTS") == rows
+
+
+def test_a_redelivered_change_counts_once_and_a_tie_keeps_both_in_arrival_order(spark, workdir):
+    cfg = write_config(workdir, [{"name": "PAY", "keys": ["id"], "format": "bigquery-cdc", "history": True}])
+    first = bq_cdc("UPSERT", {"id": 1, "amount": 1}, "0/1")
+    land(cfg, "PAY", "batch-1", {"a.jsonl": jsonl([first])})
+    run_ok(cfg, "PAY")
+    # BigQuery CDC rows have no event id: the same row again is recognised by its content
+    land(cfg, "PAY", "batch-2", {"a.jsonl": jsonl([first, bq_cdc("UPSERT", {"id": 1, "amount": 2}, "0/2")])})
+    run_ok(cfg, "PAY")
+    rows = history_rows(cfg, "PAY")
+    assert versions_of(rows, 1, "amount") == [("insert", False, 1), ("update", True, 2)]
+    # the same sequence number with other values is a tie: both kept, the later arrival last (SPEC 3)
+    land(cfg, "PAY", "batch-3", {"a.jsonl": jsonl([bq_cdc("UPSERT", {"id": 1, "amount": 3}, "0/2")])})
+    run_ok(cfg, "PAY")
+    rows = history_rows(cfg, "PAY")
+    assert versions_of(rows, 1, "amount") == [("insert", False, 1), ("update", False, 2), ("update", True, 3)]
+    assert_linked(rows)
+    assert [r["amount"] for r in target_rows(cfg, "PAY")] == [3]
+    before = history_rows(cfg, "PAY")
+    history.rebuild(spark, cfg, cfg.table("PAY"))
+    assert history_rows(cfg, "PAY") == before
+
+
+def test_history_needs_every_change_kept():
+    raw = {"warehouse": "./w", "landing": "./l", "tables": [{
+        "name": "E", "keys": ["id"], "format": "datastream-json", "history": True,
+        "maintenance": {"trim_changes_after": "30d"}}]}
+    with pytest.raises(ConfigError, match="table 'E'.*field 'history' needs every change kept"):
+        parse_config(raw, "/etc/cdc/cdc.yaml")
+    raw["tables"][0].update(history="yes", maintenance={})
+    with pytest.raises(ConfigError, match="field 'history' must be true or false"):
+        parse_config(raw, "/etc/cdc/cdc.yaml")
+
+
+def test_the_sensor_keeps_the_history_current(spark, workdir):
+    """Without `cdc-assets run`: the landing sensor's runs (ingest, apply, then history) keep
+    the history's current versions equal to the target, batch after batch."""
+    from cdc_assets.defs.definitions import build_definitions
+    from cdc_assets_tests.defs.test_sensor import Daemon
+
+    cfg = write_config(workdir, [ACCOUNTS])
+    with dg.instance_for_test() as instance:
+        daemon = Daemon(build_definitions(cfg), instance, table="ACCOUNTS")
+        for n, events in enumerate([[mysql("INSERT", {"id": 1, "balance": "1.00"}, 1, 10)],
+                                    [mysql("UPDATE-INSERT", {"id": 1, "balance": "2.00"}, 1, 20),
+                                     mysql("INSERT", {"id": 2, "balance": "3.00"}, 1, 21)]], start=1):
+            land(cfg, "ACCOUNTS", f"batch-{n}", {"a.jsonl": jsonl(events)})
+            daemon.settle()
+            assert "ACCOUNTS_history_job" in daemon.launched_jobs
+            rows = history_rows(cfg, "ACCOUNTS")
+            assert source_part(r for r in rows if r["_cdc_is_current"]) == source_part(target_rows(cfg, "ACCOUNTS"))
+        assert len(rows) == 3
+        assert daemon.settle() == 0  # nothing new: no history run asked for again
