@@ -17,7 +17,22 @@ def register(sub) -> None:
     p.add_argument("--table", action="append", help="only this table (repeatable)")
     p.add_argument("--json", action="store_true",
                    help="one JSON object per table on stdout instead of the summary lines (progress stays on stderr)")
+    p.add_argument("--parallel", type=_positive, default=1, metavar="N",
+                   help="run the tables in N processes side by side (default 1: one after another); each table "
+                        "stays in one process, and its lines are printed as it finishes")
     p.set_defaults(func=main)
+
+
+def _positive(text: str) -> int:
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes (1 or more)")
+    return n
 
 
 def main(args) -> int:
@@ -37,8 +52,48 @@ def main(args) -> int:
         print(line, file=sys.stderr, flush=True)
 
     spark.announce = progress
+    selected = [t.name for t in cfg.tables if not args.table or t.name in args.table]
+    if args.parallel > 1 and len(selected) > 1:
+        return 0 if all(run_in_processes(cfg.path, selected, args.parallel, args.json)) else 1
     outcomes = run_config(cfg, args.table, as_json=args.json, progress=progress)
     return 0 if all(o.ok for o in outcomes) else 1
+
+
+def run_in_processes(config_path: str, tables: list[str], processes: int, as_json: bool, echo=None) -> list[bool]:
+    """The tables' cycles in `processes` worker processes, tables handed out one at a time as
+    workers free up: each worker has its own Dagster definitions, instance (the same DAGSTER_HOME
+    when set) and, when a step needs one, Spark session (or the configuration's Spark Connect server,
+    which they then share). An incremental apply needs no Spark, so small batches of many tables
+    proceed side by side. Lines go out (printed, or to `echo`) as each table finishes; returns whether
+    each succeeded."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    # spawn: a fork would copy this process's JVM gateway and Dagster state into the workers
+    with ProcessPoolExecutor(max_workers=min(processes, len(tables)),
+                             mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_run_one, config_path, name, as_json) for name in tables]
+        results = []
+        for future in as_completed(futures):
+            lines, ok = future.result()
+            for line in lines:
+                print(line, flush=True) if echo is None else echo(line)
+            results.append(ok)
+        return results
+
+
+def _run_one(config_path: str, table: str, as_json: bool) -> tuple[list[str], bool]:
+    """One table's cycle in a worker process (run_in_processes): its output lines and whether it succeeded."""
+    from ..core.config import load_config
+    from ..engine import spark
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    spark.announce = progress
+    lines: list[str] = []
+    outcomes = run_config(load_config(config_path), [table], echo=lines.append, as_json=as_json, progress=progress)
+    return lines, all(o.ok for o in outcomes)
 
 
 def run_config(cfg, only=None, echo=print, as_json=False, progress=None):

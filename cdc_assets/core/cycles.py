@@ -14,7 +14,7 @@ DAYS = {d: i for i, d in enumerate("sun mon tue wed thu fri sat".split())}
 CRON_FIELDS = (("minute", 0, 59, {}), ("hour", 0, 23, {}), ("day of month", 1, 31, {}),
                ("month", 1, 12, MONTHS), ("day of week", 0, 7, DAYS))
 _ITEM = re.compile(r"(?P<range>\*|(?P<lo>[0-9]+|[a-z]{3})(?:-(?P<hi>[0-9]+|[a-z]{3}))?)(?:/(?P<step>[0-9]+))?")
-GROUP_KEYS = {"tables", "schedule"}
+GROUP_KEYS = {"tables", "schedule", "parallel"}
 GROUP_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
 
 
@@ -24,6 +24,7 @@ class CycleGroup:
     name: str
     tables: tuple[str, ...]
     schedule: str
+    parallel: int = 1  # processes the group's tables run in side by side
 
 
 def cron_problem(value) -> str | None:
@@ -115,5 +116,8 @@ def groups(raw, tables: dict, where: str) -> tuple[CycleGroup, ...]:
             member_of[t] = name
         if "schedule" not in group:
             raise ValueError(f"{here}: field 'schedule' is required, e.g. schedule: \"*/15 * * * *\"")
-        out.append(CycleGroup(name, tuple(members), cron(group["schedule"], f"{here}: field 'schedule'")))
+        parallel = group.get("parallel", 1)
+        if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+            raise ValueError(f"{here}: field 'parallel' must be a number of processes (1 or more), not {parallel!r}")
+        out.append(CycleGroup(name, tuple(members), cron(group["schedule"], f"{here}: field 'schedule'"), parallel))
     return tuple(out)

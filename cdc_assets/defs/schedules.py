@@ -50,12 +50,13 @@ class Cycle:
     tables: tuple[TableConfig, ...]
     cron: str
     group: bool
+    parallel: int = 1  # processes its tables run in side by side (`groups: {NAME: {parallel: N}}`)
 
 
 def cycles(cfg: Config) -> list[Cycle]:
     """Every scheduled cycle of the configuration: a table's own, then each group's."""
     out = [Cycle(t.name, (t,), t.schedule, False) for t in cfg.tables if t.schedule]
-    out += [Cycle(g.name, tuple(cfg.table(n) for n in g.tables), g.schedule, True) for g in cfg.groups]
+    out += [Cycle(g.name, tuple(cfg.table(n) for n in g.tables), g.schedule, True, g.parallel) for g in cfg.groups]
     return out
 
 
@@ -106,6 +107,15 @@ def _cycle_job(cfg: Config, cycle: Cycle, definitions: Callable[[], dg.Definitio
         if unknown:
             raise dg.Failure(f"cycle {cycle.name}: {', '.join(unknown)} not in it (its tables: {', '.join(names)})")
         failed = []
+        chosen = [t.name for t in cycle.tables if not config.tables or t.name in config.tables]
+        if cycle.parallel > 1 and len(chosen) > 1:
+            # the tables in processes side by side, as `cdc-assets run --parallel` (cli/run.py)
+            from ..cli.run import run_in_processes
+
+            ok = run_in_processes(cfg.path, chosen, cycle.parallel, as_json=False, echo=context.log.info)
+            if not all(ok):
+                raise dg.Failure(f"cycle {cycle.name}: {ok.count(False)} table(s) failed (see the lines above)")
+            return
         for table in cycle.tables:
             if config.tables and table.name not in config.tables:
                 continue

@@ -96,3 +96,36 @@ def test_run_json_prints_one_object_per_table_and_progress_goes_to_stderr(cli, w
     assert any(line.startswith("spark: starting an in-process Spark session") for line in lines)
     assert any(line.startswith("ORDERS: ingest b000001 done in ") for line in lines)
     assert any(line.startswith("ITEMS: apply done in ") for line in lines)
+
+
+def test_run_parallel_runs_tables_side_by_side_in_processes_without_spark_for_small_batches(cli, spark, workdir):
+    """Seed 002's shape: many tables, a small batch each. After their first builds (one run, one
+    after another), `run --parallel 3` takes the next batches in three processes: every table is
+    applied, each line is printed once, and no process starts Spark, since an incremental apply of a
+    small batch never needs it."""
+    import subprocess
+
+    from cdc_assets_tests.engine.records import mysql
+    from cdc_assets_tests.helpers import jsonl, land, target_rows
+
+    names = ["T1", "T2", "T3", "T4"]
+    cfg = write_config(workdir, [{"name": n, "keys": ["id"], "format": "datastream-json"} for n in names])
+    for n in names:
+        land(cfg, n, "batch-1", {"p.jsonl": jsonl([mysql("INSERT", {"id": i, "v": "a"}, 1, i) for i in (1, 2)])})
+    assert main(["run", "--config", cfg.path]) == 0
+    for n in names:
+        land(cfg, n, "batch-2", {"p.jsonl": jsonl([mysql("UPDATE-INSERT", {"id": 1, "v": n}, 1, 10),
+                                                  mysql("INSERT", {"id": 3, "v": n}, 1, 11)])})
+    env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "SPARK_REMOTE")}
+    p = subprocess.run(cli + ["run", "--config", cfg.path, "--json", "--parallel", "3"], capture_output=True,
+                       text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = [json.loads(line) for line in p.stdout.splitlines()]
+    assert sorted(r["table"] for r in rows) == names and all(r["ok"] and r["new_batch"] == "b000002" for r in rows)
+    assert "spark: starting" not in p.stderr
+    for n in names:
+        assert sorted((r["id"], r["v"]) for r in target_rows(cfg, n)) == [(1, n), (2, "a"), (3, n)]
+
+    bad = subprocess.run(cli + ["run", "--config", cfg.path, "--parallel", "0"], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert bad.returncode == 2 and "'0' is not a number of processes" in bad.stderr

@@ -84,6 +84,8 @@ def test_a_stopped_cycle_schedule_per_scheduled_table_and_group_in_the_timezone(
     ({}, {"groups": {"9lives": {"tables": ["ORDERS"], "schedule": "0 * * * *"}}}, ["'groups'", "'9lives'"]),
     ({}, {"groups": ["ORDERS"]}, ["'groups'"]),
     ({}, {"timezone": "Mars/Olympus_Mons"}, ["'timezone'", "Mars/Olympus_Mons"]),
+    ({}, {"groups": {"g": {"tables": ["ORDERS"], "schedule": "0 * * * *", "parallel": 0}}},
+     ["group 'g'", "'parallel'", "number of processes"]),
 ])
 def test_a_schedule_config_error_names_the_table_or_group_and_the_field(tmp_path, table, top, names):
     tables = [{"name": "ORDERS", **DT, **table}, {"name": "CUSTOMERS", **DT}]
@@ -229,3 +231,28 @@ def test_a_group_tick_runs_the_cycles_of_the_tables_with_work_after_the_sensor(s
     data = tick(defs, instance, name)
     assert data.run_requests == [] and "WAITS: merge waits" in data.skip_message, data.skip_message
     assert delta_versions(cfg, "WAITS") == versions
+
+
+@pytest.mark.spark
+def test_a_group_with_parallel_runs_its_tables_in_processes_side_by_side(spark, tmp_path, instance):
+    """`parallel: 2` on a group: its cycle run takes the tables' batches in two processes, as
+    `cdc-assets run --parallel 2` does, and every table ends equal to its source."""
+    from cdc_assets.cli.main import main
+
+    feeds = {name: generate(tmp_path / name.lower(), name, changes=120, batches=2, files_per_batch=1, seed=seed)
+             for name, seed in ((TABLE, 71), ("PAYMENTS", 73), ("ITEMS", 79))}
+    cfg = write_config(tmp_path, [{"name": n, **DT} for n in feeds],
+                       groups={"every_15m": {"tables": list(feeds), "schedule": "*/15 * * * *", "parallel": 2}})
+    for name, feed in feeds.items():
+        publish(feed, cfg, name, 1)
+    assert main(["run", "--config", cfg.path]) == 0  # first builds here, in this process's Spark session
+    for name, feed in feeds.items():
+        publish(feed, cfg, name, 2)
+    defs = build_definitions(cfg)
+    [request] = tick(defs, instance, "every_15m_cycle_schedule").run_requests
+    result = launch(defs, instance, request, "every_15m_cycle_schedule")
+    logged = [e.user_message for e in instance.all_logs(result.run_id)]
+    for name, feed in feeds.items():
+        assert differences(target_table(cfg, name), read_export(feed["export"])) == [], name
+        # the tick registered the batch; the line shows what the run took of it
+        assert any(m.startswith(f"{name}: ok;") and " new changes" in m for m in logged), (name, logged[-12:])
