@@ -1,5 +1,5 @@
 """What running a table for years costs (issue 9): a fresh read against a plain read of the same
-target, a maintenance pass, a restore, at the benchmark's sizes.
+target, a maintenance pass, a restore, the SCD2 history, at the benchmark's sizes.
 
     .venv/bin/python -m cdc_assets_tests.benchmarks.operations --sizes 1M --out docs/figures
 
@@ -12,6 +12,10 @@ and the batch is merged by a second `cdc-assets run` without the policy. Then:
   restore        the target put back to the version before the merge (engine.target_versions)
   maintain       one maintenance pass (engine.maintenance.maintain: compaction, vacuum at the
                  default 7-day retention, so nothing is vacuumed)
+The table keeps its history (`history: true`): the import's run builds it from the base on Spark
+(history build), and the staging run takes the W2 batch into it, as every run does whether or not
+the merge waits (history update: 1,000 changes placed among the N versions, one MERGE); both are
+the history step's own seconds, from `run --json`, against the apply's in the same table.
 The fresh read is checked equal to the merged target before the restore. Seconds are one run each
 on a shared machine: read the ratio fresh / plain, measured in the same run, not the seconds.
 """
@@ -38,7 +42,8 @@ WAITING = 10**9
 
 
 def _config(work: str, base: str, waiting: bool) -> str:
-    table = {"name": "T", "keys": ["id"], "format": "changeset", "options": CHANGESET, "base_snapshot": base}
+    table = {"name": "T", "keys": ["id"], "format": "changeset", "options": CHANGESET, "base_snapshot": base,
+             "history": True}
     if waiting:
         table["apply"] = {"min_changes": WAITING}
     cfg = {"warehouse": os.path.join(work, "warehouse"), "landing": os.path.join(work, "landing"), "tables": [table]}
@@ -48,14 +53,17 @@ def _config(work: str, base: str, waiting: bool) -> str:
     return file
 
 
-def _run(cli: list[str], config: str, log: str) -> float:
+def _run(cli: list[str], config: str, log: str) -> tuple[float, dict]:
+    """One `cdc-assets run --json`: its seconds, and the figures of table T's steps."""
     t = time.time()
     with open(log, "w") as fh:
-        p = subprocess.run(cli + ["run", "--config", config], stdout=fh, stderr=subprocess.STDOUT,
+        p = subprocess.run(cli + ["run", "--json", "--config", config], stdout=fh, stderr=subprocess.STDOUT,
                            env=child_env(), timeout=3600)
     if p.returncode != 0:
         raise SystemExit(f"cdc-assets run failed ({p.returncode}): see {log}")
-    return time.time() - t
+    with open(log) as fh:
+        outcome = next(json.loads(line) for line in fh if line.startswith("{"))
+    return time.time() - t, outcome["figures"]
 
 
 def _timed(fn):
@@ -73,9 +81,9 @@ def measure(n: int, work: str, seed: int, cli: list[str], echo=print) -> dict:
     os.makedirs(work, exist_ok=True)
     base = write_base(os.path.join(work, f"base-{size_label(n)}.parquet"), n, seed)
     config = _config(work, base, waiting=True)
-    import_s = _run(cli, config, os.path.join(work, "import.log"))
+    import_s, imported = _run(cli, config, os.path.join(work, "import.log"))
     publish(changes(n, 1000, "W2", seed), os.path.join(work, "landing", "T", "batch-0001"), "part-0.parquet")
-    stage_s = _run(cli, config, os.path.join(work, "stage.log"))
+    stage_s, staged = _run(cli, config, os.path.join(work, "stage.log"))
     cfg = load_config(config)
     table = cfg.table("T")
     target_path = path(cfg.table_dir("T"), TARGET)
@@ -86,7 +94,7 @@ def measure(n: int, work: str, seed: int, cli: list[str], echo=print) -> dict:
     before = delta.load(target_path).version()
 
     config = _config(work, base, waiting=False)
-    apply_s = _run(cli, config, os.path.join(work, "apply.log"))
+    apply_s, applied = _run(cli, config, os.path.join(work, "apply.log"))
     merged = DeltaTable(target_path).to_pyarrow_table()
     equal = _canonical(merged.select(shown.column_names)) == _canonical(shown)
 
@@ -99,6 +107,9 @@ def measure(n: int, work: str, seed: int, cli: list[str], echo=print) -> dict:
         "restore_s": restore_s, "restore_files_removed": restored.files_removed,
         "restore_files_restored": restored.files_restored, "maintain_s": maintain_s,
         "maintain_files_before": report.target_before.count, "maintain_files_after": report.target_after.count,
+        "history_build_s": imported["history"]["seconds"], "target_build_s": imported["target"]["seconds"],
+        "history_update_s": staged["history"]["seconds"], "history_update_changes": staged["history"]["changes_read"],
+        "history_rows": staged["history"]["rows"], "apply_s": applied["target"]["seconds"],
         "import_run_s": round(import_s, 1), "stage_run_s": round(stage_s, 1), "apply_run_s": round(apply_s, 1),
     }
     echo(json.dumps(figures))
@@ -121,11 +132,13 @@ def main(argv=None) -> int:
     Figures(args.out).write_json("operations.json", {"results": results}, command=command)
     lines = [f"Command: `{command}` (one run each, shared machine)", "",
              "| rows | staged changes | plain read s | fresh read s | fresh/plain | fresh = merged | restore s | "
-             "maintain s | files before/after |", "|---|---|---|---|---|---|---|---|---|"]
+             "maintain s | files before/after | history build s (target build s) | history update s (apply s) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         lines.append(f"| {r['rows']:,} | {r['staged_changes']} | {r['plain_read_s']} | {r['fresh_read_s']} | "
                      f"{r['fresh_over_plain']} | {r['fresh_equals_merged']} | {r['restore_s']} | {r['maintain_s']} | "
-                     f"{r['maintain_files_before']}/{r['maintain_files_after']} |")
+                     f"{r['maintain_files_before']}/{r['maintain_files_after']} | "
+                     f"{r['history_build_s']} ({r['target_build_s']}) | {r['history_update_s']} ({r['apply_s']}) |")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "operations.md"), "w") as fh:
         fh.write("\n".join(lines) + "\n")
