@@ -1,4 +1,4 @@
-"""`cdc-assets maintain`: compact each table's target, trim old batches from changes, vacuum."""
+"""`cdc-assets maintain`: compact each table's target, trim old batches from changes and staging, vacuum."""
 from __future__ import annotations
 
 import json
@@ -8,10 +8,12 @@ from .common import config_or_none, table_or_none
 
 
 def register(sub) -> None:
-    p = sub.add_parser("maintain", help="compact targets, trim old changes, vacuum old files",
+    p = sub.add_parser("maintain", help="compact targets, trim old changes and staging, vacuum old files",
                        description="For each table (or those named): compact the target's small files (and Z-order "
                                    "it when maintenance.zorder_by is set), delete from changes the applied batches "
-                                   "older than maintenance.trim_changes_after, and vacuum the files no version "
+                                   "older than maintenance.trim_changes_after, keep only each key's latest change "
+                                   "of the staged batches older than maintenance.trim_staging_after, and vacuum "
+                                   "the files no version "
                                    "within maintenance.retention (default 7d) needs. Changes no row. Exit 1: a "
                                    "table failed; 2: cdc.yaml is not valid or names no such table.")
     p.add_argument("tables", nargs="*", help="the tables to maintain (default: every table)")
@@ -46,8 +48,9 @@ def main(args) -> int:
 
 def summary(r) -> str:
     b, a = r.target_before, r.target_after
-    trimmed = (f"changes trimmed through batch {r.changes_trimmed_through} ({r.changes_rows_trimmed} rows)"
-               if r.changes_trimmed_through is not None else "nothing trimmed")
+    trimmed = "; ".join(f"{name} trimmed through batch {through} ({rows} rows)" for name, through, rows in (
+        ("changes", r.changes_trimmed_through, r.changes_rows_trimmed),
+        ("staging", r.staging_trimmed_through, r.staging_rows_trimmed)) if through is not None) or "nothing trimmed"
     vacuumed = sum(r.files_vacuumed.values())
     return (f"{r.table}: target {b.count} files {b.bytes / 1e6:.1f} MB -> {a.count} files {a.bytes / 1e6:.1f} MB"
             + (f", z-ordered by {', '.join(r.zordered_by)}" if r.zordered_by else "")

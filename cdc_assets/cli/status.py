@@ -40,11 +40,19 @@ def _versions(r: dict) -> str:
     return f"{r['versions_kept']} (from v{r['oldest_readable_version']})" if r.get("versions_kept") else ""
 
 
+def _retention(r: dict) -> str:
+    """Files kept (maintenance.retention), then the trims' settings when set."""
+    trims = [f"{name} {format_duration(r[key])}" for name, key in (
+        ("changes", "trim_changes_after_seconds"), ("staging", "trim_staging_after_seconds")) if r.get(key) is not None]
+    return format_duration(r["retention_seconds"]) + (f"; trim {', '.join(trims)}" if trims else "")
+
+
 # (header, cell): the important fields in compact columns; --json has every field.
 COLUMNS = (("table", _plain("table")), ("batches", _plain("batches")), ("applied", _applied),
            ("pending files", _plain("pending_files")), ("pending changes", _pending), ("apply", _policy),
            ("within max_staleness", _within), ("rows", _plain("rows")), ("files (size)", _files),
-           ("versions", _versions), ("quarantined", _plain("quarantined")), ("last run (UTC)", _plain("last_run")),
+           ("versions", _versions), ("retention", _retention), ("quarantined", _plain("quarantined")),
+           ("last run (UTC)", _plain("last_run")),
            ("last change applied (file:line)", _plain("last_change_at")),
            ("last run failed with", _plain("last_error")))
 
@@ -54,8 +62,9 @@ def register(sub) -> None:
                        description="Per table: batches registered, the last batch applied, pending files, pending "
                                    "changes and the oldest one's wait, the apply policy and whether the table is "
                                    "within its max_staleness, the target's rows, files, bytes and versions, the "
+                                   "retention settings (maintenance.retention, and the trims' when set), the "
                                    "quarantine count, the last run and, when it failed, its root cause. --json "
-                                   "adds the last apply and the last maintenance.")
+                                   "adds the last apply, the last maintenance and how far the trims went.")
     p.add_argument("--config", default="cdc.yaml", help="path of cdc.yaml (default ./cdc.yaml)")
     p.add_argument("--json", action="store_true", help="one JSON object per table")
     p.set_defaults(func=main)

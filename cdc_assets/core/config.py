@@ -22,7 +22,7 @@ TABLE_KEYS = {"name", "keys", "format", "options", "partition_by", "base_snapsho
               "source", "source_position", "publish", "change_feed", "apply", "maintenance",
               "insert_only", "history", "schedule"}
 APPLY_KEYS = {"min_changes", "max_staleness"}
-MAINTENANCE_KEYS = {"retention", "zorder_by", "trim_changes_after", "schedule"}
+MAINTENANCE_KEYS = {"retention", "zorder_by", "trim_changes_after", "trim_staging_after", "schedule"}
 # Formats a table can read from a BigQuery table instead of landed files (`source: bigquery://...`).
 BIGQUERY_SOURCE_FORMATS = ("bigquery-append", "bigquery-cdc")
 BIGQUERY_SOURCE = re.compile(r"bigquery://[A-Za-z0-9][A-Za-z0-9_.:-]*\.[A-Za-z0-9_]+\.[A-Za-z0-9_$-]+")
@@ -294,7 +294,8 @@ def _apply_policy(value, here: str) -> ApplyPolicy:
 
 
 def _maintenance(value, here: str) -> MaintenancePolicy:
-    """`maintenance: {retention: 7d, zorder_by: [col], trim_changes_after: 30d, schedule: "0 3 * * *"}`."""
+    """`maintenance: {retention: 7d, zorder_by: [col], trim_changes_after: 30d, trim_staging_after: 30d,
+    schedule: "0 3 * * *"}`."""
     if value is None:
         return MaintenancePolicy()
     if not isinstance(value, dict):
@@ -304,7 +305,7 @@ def _maintenance(value, here: str) -> MaintenancePolicy:
             raise ConfigError(f"{here}: field 'maintenance': unknown setting '{k}' "
                               f"(allowed: {', '.join(sorted(MAINTENANCE_KEYS))})")
     out = {}
-    for k in ("retention", "trim_changes_after"):
+    for k in ("retention", "trim_changes_after", "trim_staging_after"):
         if value.get(k) is not None:
             try:
                 out[k] = parse_duration(value[k])

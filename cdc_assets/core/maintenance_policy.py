@@ -15,4 +15,6 @@ class MaintenancePolicy:
     retention: float = DEFAULT_RETENTION  # seconds a removed file stays readable (versions readable, restorable)
     zorder_by: tuple[str, ...] = ()  # Z-order the target by these columns (none: compaction only)
     trim_changes_after: float | None = None  # seconds: older applied batches leave `changes` (None: kept)
+    # seconds: older applied batches of `staging` keep only each key's latest change (None: kept whole)
+    trim_staging_after: float | None = None
     schedule: str = DEFAULT_SCHEDULE  # the maintenance schedule's cron (the schedule starts stopped)

@@ -23,7 +23,7 @@ def maintenance_definitions(cfg: Config, table: TableConfig) -> tuple[dg.JobDefi
     table_dir = cfg.table_dir(table.name)
 
     @dg.op(name=f"{table.name}__maintenance", pool=names.pool,
-           description=f"Compacts {table.name}'s target, trims old batches from changes, vacuums old files.")
+           description=f"Compacts {table.name}'s target, trims old batches from changes and staging, vacuums old files.")
     def maintain(context) -> None:
         with table_lock(table_dir):
             report = on_conflict(lambda: maintenance.maintain(cfg, table), f"{table.name}/maintenance",
@@ -46,6 +46,8 @@ def metadata(report: maintenance.MaintenanceReport) -> dict:
         "compacted": report.compacted, "zordered_by": ", ".join(report.zordered_by) or "none",
         "changes_trimmed_through_batch": report.changes_trimmed_through if report.changes_trimmed_through is not None
         else "none", "changes_rows_trimmed": report.changes_rows_trimmed,
+        "staging_trimmed_through_batch": report.staging_trimmed_through if report.staging_trimmed_through is not None
+        else "none", "staging_rows_trimmed": report.staging_rows_trimmed,
         "files_vacuumed": report.files_vacuumed, "retention_hours": report.retention_hours,
         "seconds": report.seconds,
     }

@@ -9,7 +9,7 @@ from ..core import reconcile
 from ..core.config import Config, TableConfig
 from ..core.formats import parse_snapshot
 from . import delta, spark_files, storage
-from .tables import CHANGES, QUARANTINE, STAGING, TARGET, path
+from .tables import CHANGES, CHANGES_TRIM, QUARANTINE, STAGING, STAGING_TRIM, TARGET, path
 
 
 def key_uniqueness(cfg: Config, table: TableConfig, spark=None) -> dict:
@@ -64,7 +64,11 @@ def _rows_of_batch(table_path: str, batch_seq: int) -> int:
 
 def batch_accounting(cfg: Config, table: TableConfig, batch_seq: int) -> dict:
     """Every record of a batch is a distinct change, a duplicate or quarantined; every
-    distinct change is staged or superseded within the batch; the counts must add up."""
+    distinct change is staged or superseded within the batch; the counts must add up.
+
+    A batch that maintenance trimmed out of `changes` (or down to each key's latest in
+    `staging`) no longer has its rows there: its figures are then those its ingest and staging
+    commits recorded, and `counted_from_commits` says which."""
     table_dir = cfg.table_dir(table.name)
     ingest = delta.step_commit(path(table_dir, CHANGES), CHANGES, batch_seq)
     staged = delta.step_commit(path(table_dir, STAGING), STAGING, batch_seq)
@@ -72,14 +76,24 @@ def batch_accounting(cfg: Config, table: TableConfig, batch_seq: int) -> dict:
         return {"complete": False}
     n = {k: int(v) for k, v in ingest.items() if v.isdigit()}
     s = {k: int(v) for k, v in staged.items() if v.isdigit()}
+    recorded = []
+
+    def rows(name: str, trim: str, figure: str) -> int:
+        if delta.step_version(path(table_dir, name), trim) >= batch_seq:
+            recorded.append(figure)
+            return s[{"changes_new": "changes"}.get(figure, figure)]
+        return _rows_of_batch(path(table_dir, name), batch_seq)
+
     figures = {
         "records_read": n["records_read"],
-        "changes_new": _rows_of_batch(path(table_dir, CHANGES), batch_seq),
+        "changes_new": rows(CHANGES, CHANGES_TRIM, "changes_new"),
         "duplicates_skipped": n["duplicates_skipped"],
         "quarantined": _rows_of_batch(path(table_dir, QUARANTINE), batch_seq),
-        "staged": _rows_of_batch(path(table_dir, STAGING), batch_seq),
+        "staged": rows(STAGING, STAGING_TRIM, "staged"),
         "superseded_in_batch": s["superseded_in_batch"],
     }
+    if recorded:
+        figures["counted_from_commits"] = recorded
     figures["complete"] = True
     figures["adds_up"] = (
         figures["records_read"] == figures["changes_new"] + figures["duplicates_skipped"] + figures["quarantined"]

@@ -1,5 +1,5 @@
-"""Table maintenance: compaction (and optional Z-order) of the target, a trim of old batches from
-`changes`, and a vacuum of the files no version within the retention needs.
+"""Table maintenance: compaction (and optional Z-order) of the target, trims of old batches from
+`changes` and `staging`, and a vacuum of the files no version within the retention needs.
 
 What each part keeps:
 - Compaction bin-packs the target's small files up to the size of the files a build writes
@@ -7,12 +7,16 @@ What each part keeps:
   that holds a touched key, so a file's size is what a small batch costs. Its commit changes
   no row (dataChange false): the batch watermark, the change feed and a BigQuery copy are
   unaffected.
-- The trim deletes from `changes` the batches registered before `trim_changes_after` that the
-  target already holds. `staging` keeps every batch (rebuilds and backfills start from it), and
-  `tombstones` keep every deleted key's ordering key forever, so a late change older than a
-  delete never brings its row back. A change re-delivered after its batch was trimmed is no
-  longer recognised as a duplicate: it is staged again and, being no newer than what the target
-  holds, changes nothing but the row's bookkeeping (see README).
+- The trim of `changes` deletes the batches registered before `trim_changes_after` that the
+  target already holds. A change re-delivered after its batch was trimmed is no longer
+  recognised as a duplicate: it is staged again and, being no newer than what the target holds,
+  changes nothing but the row's bookkeeping (see README).
+- The trim of `staging` (seed 002's staging clean-up, as seed 000 rolls changes up) keeps, of
+  the applied batches registered before `trim_staging_after`, only each key's latest change:
+  the row every rebuild, backfill, restore and publish would pick for that key from those
+  batches anyway (`_trim_staging`). A key's delete stays as its latest change, and `tombstones` keep every
+  deleted key's ordering key forever, so a late change older than a delete never brings its row
+  back.
 - The vacuum removes files that no version newer than `retention` references; the versions older
   than that can no longer be read or restored.
 """
@@ -30,10 +34,14 @@ from ..core.config import Config, TableConfig
 from . import delta
 from .apply import ROWS_PER_FILE
 from .landing import batches_path
-from .tables import BASE, CHANGES, HISTORY, QUARANTINE, STAGING, TARGET, TOMBSTONES, path
+from .tables import (BASE, CHANGES, CHANGES_TRIM, HISTORY, QUARANTINE, STAGING, STAGING_TRIM, TARGET, TOMBSTONES,
+                     path)
 
 COMPACTION, ZORDER, VACUUM, TRIM = "compaction", "zorder", "vacuum", "trim"
-MAINTENANCE_STEPS = (COMPACTION, ZORDER, VACUUM, TRIM)
+# Staged rows a trim examines per commit: its window of batches is read (key, batch and order
+# only) and its superseded rows deleted in one MERGE, so a first trim of a long history is many
+# bounded steps, each committed on its own.
+TRIM_WINDOW_ROWS = 1_000_000
 MIN_FILE_BYTES = 8 * 1024 * 1024  # never aim below this, even for a table of tiny rows
 
 
@@ -59,6 +67,8 @@ class MaintenanceReport:
     zordered_by: list[str]
     changes_trimmed_through: int | None  # the last batch whose changes the trim deleted
     changes_rows_trimmed: int
+    staging_trimmed_through: int | None  # the last batch of which staging keeps only each key's latest
+    staging_rows_trimmed: int
     files_vacuumed: dict[str, int]  # Delta table -> data files deleted
     retention_hours: float
     seconds: float = 0.0
@@ -84,21 +94,81 @@ def target_file_bytes(dt_: DeltaTable) -> int:
     return max(MIN_FILE_BYTES, int(files.bytes / total_rows * ROWS_PER_FILE))
 
 
-def _trim_changes(table_dir: str, applied: int, before: dt.datetime) -> tuple[int | None, int]:
-    """Delete from `changes` the batches registered before `before` that the target holds."""
+def trimmable_through(table_dir: str, applied: int, before: dt.datetime) -> int | None:
+    """The last batch a trim may take: registered before `before` and held by the target (batch
+    numbers follow registration, so every batch up to it qualifies too); None when none does."""
     ledger = delta.read_arrow(batches_path(table_dir), columns=["batch_seq", "registered_at"])
     if ledger is None:
-        return None, 0
+        return None
     old = [s for s, at in zip(ledger.column("batch_seq").to_pylist(), ledger.column("registered_at").to_pylist())
            if at and dt.datetime.fromisoformat(at) < before and s <= applied]
-    if not old:
-        return None, 0
-    through = max(old)
+    return max(old) if old else None
+
+
+def _trim_changes(table_dir: str, through: int) -> int:
+    """Delete from `changes` the batches up to `through`; the rows deleted."""
     changes = delta.open_table(path(table_dir, CHANGES))
-    if changes is None:
-        return through, 0
-    result = changes.delete(f"_cdc_batch_seq <= {through}", commit_properties=_props(TRIM, through_batch=through))
-    return through, int(result.get("num_deleted_rows", 0))
+    if changes is None or delta.txn_version(changes, CHANGES_TRIM) >= through:
+        return 0
+    result = changes.delete(f"_cdc_batch_seq <= {through}", commit_properties=delta.commit_props(
+        CHANGES_TRIM, through, {"through_batch": through}))
+    return int(result.get("num_deleted_rows", 0))
+
+
+def _trim_staging(table_dir: str, through: int) -> int:
+    """Keep, of staging's batches up to `through`, only each key's latest change; the rows deleted.
+
+    A deleted row is one that some change of its key in a batch up to `through` outranks. Every
+    reader of staging picks, per key, the latest of a range of batches: a rebuild (batches up to
+    the target's), an apply after a restore (batches after the restored version's), a publish
+    (batches after the last publish). A range that ends past `through` still holds the outranking
+    change; one that starts after it is untouched; and one that holds the deleted row but not
+    the change outranking it starts after that change's batch, which then was applied earlier
+    with a greater ordering key, so the deleted row never decided that range's result either.
+    Each window of batches is one commit carrying the batch it trimmed through (STAGING_TRIM), so
+    a trim stopped midway goes on from there."""
+    staging_path = path(table_dir, STAGING)
+    staging = delta.open_table(staging_path)
+    done = delta.txn_version(staging, STAGING_TRIM)
+    if staging is None or done >= through:
+        return 0
+    counts = delta.query(staging_path, "SELECT _cdc_batch_seq AS b, count(*) AS n FROM t "
+                                       f"WHERE _cdc_batch_seq > {done} AND _cdc_batch_seq <= {through} GROUP BY 1 ORDER BY 1")
+    removed, start, rows = 0, done, 0
+    batches = list(zip(counts["b"].to_pylist(), counts["n"].to_pylist())) if counts is not None else []
+    for i, (b, n) in enumerate(batches):
+        rows += n
+        if rows < TRIM_WINDOW_ROWS and i + 1 < len(batches):
+            continue
+        end = through if i + 1 == len(batches) else b
+        removed += _trim_staging_window(staging_path, start, end)
+        start, rows = end, 0
+    return removed
+
+
+def _trim_staging_window(staging_path: str, after: int, through: int) -> int:
+    """Delete the staged rows of batches up to `through` that a later-ranked change of their key
+    in those batches outranks, looking only at the keys batches after..through staged (earlier
+    batches were trimmed already: they hold one row per key)."""
+    older = f"_cdc_batch_seq <= {through}"
+    scope = f" AND _cdc_key IN (SELECT _cdc_key FROM t WHERE _cdc_batch_seq > {after} AND {older})" if after >= 0 else ""
+    # staging holds one row per key and batch: (key, batch) names a row
+    losers = delta.query(staging_path, (
+        "SELECT _cdc_key, _cdc_batch_seq FROM (SELECT _cdc_key, _cdc_batch_seq, row_number() OVER "
+        f"(PARTITION BY _cdc_key ORDER BY _cdc_order DESC) AS n FROM t WHERE {older}{scope}) WHERE n > 1"))
+    losers = losers.cast(delta.arrow_schema((("_cdc_key", "string"), ("_cdc_batch_seq", "long"))))
+    props = delta.commit_props(STAGING_TRIM, through, {"through_batch": through, "rows_trimmed": losers.num_rows})
+    staging = delta.load(staging_path)
+    if losers.num_rows == 0:
+        # nothing to delete: a commit of the mark alone spares the next trim these batches
+        staging.create_write_transaction([], mode="append", schema=staging.schema(), commit_properties=props)
+        return 0
+    bounds = pc.min_max(losers["_cdc_batch_seq"]).as_py()
+    result = staging.merge(losers, "t._cdc_key = s._cdc_key AND t._cdc_batch_seq = s._cdc_batch_seq AND "
+                                   f"t._cdc_batch_seq >= {bounds['min']} AND t._cdc_batch_seq <= {bounds['max']}",
+                           source_alias="s", target_alias="t", commit_properties=props) \
+        .when_matched_delete().execute()
+    return int(result.get("num_target_rows_deleted", 0))
 
 
 def maintain(cfg: Config, table: TableConfig, now: dt.datetime | None = None,
@@ -122,9 +192,12 @@ def maintain(cfg: Config, table: TableConfig, now: dt.datetime | None = None,
                                     commit_properties=_props(ZORDER, columns=",".join(policy.zorder_by)))
         target = delta.load(target_path)
     applied = delta.txn_version(target, TARGET)
-    through, trimmed = (None, 0)
-    if policy.trim_changes_after is not None and applied >= 1:
-        through, trimmed = _trim_changes(table_dir, applied, now - dt.timedelta(seconds=policy.trim_changes_after))
+    trims = {}
+    for table_name, after, trim in ((CHANGES, policy.trim_changes_after, _trim_changes),
+                                    (STAGING, policy.trim_staging_after, _trim_staging)):
+        through = trimmable_through(table_dir, applied, now - dt.timedelta(seconds=after)) \
+            if after is not None and applied >= 1 else None
+        trims[table_name] = (through, trim(table_dir, through) if through is not None else 0)
     vacuumed = {}
     hours = (policy.retention if retention is None else retention) / 3600
     for name in (TARGET, CHANGES, STAGING, BASE, TOMBSTONES, QUARANTINE, HISTORY):
@@ -137,7 +210,7 @@ def maintain(cfg: Config, table: TableConfig, now: dt.datetime | None = None,
     after = Files.of(delta.open_table(target_path))
     return MaintenanceReport(table.name, before, after, {k: v for k, v in compacted.items() if k in (
         "numFilesAdded", "numFilesRemoved", "partitionsOptimized", "totalConsideredFiles", "totalFilesSkipped")},
-        list(policy.zorder_by), through, trimmed, vacuumed, round(hours, 3),
+        list(policy.zorder_by), *trims[CHANGES], *trims[STAGING], vacuumed, round(hours, 3),
         round((dt.datetime.now(dt.timezone.utc) - t0).total_seconds(), 2))
 
 

@@ -9,7 +9,7 @@ from ..core.config import Config, TableConfig
 from . import delta, fresh, storage
 from .errors import root_cause_of_exception
 from .landing import pending_files, registered
-from .tables import CHANGES, QUARANTINE, STAGING, TARGET, path
+from .tables import CHANGES, CHANGES_TRIM, QUARANTINE, STAGING, STAGING_TRIM, TARGET, path
 from .target_versions import APPLY_KINDS, MAINTENANCE_KINDS, oldest_readable, versions
 
 
@@ -45,6 +45,15 @@ def apply_policy(table: TableConfig) -> dict:
         words.append(f"max_staleness {format_duration(policy.max_staleness)}")
     return {"apply_policy": ", ".join(words) or "every batch", "min_changes": policy.min_changes,
             "max_staleness_seconds": policy.max_staleness}
+
+
+def maintenance_settings(table: TableConfig, table_dir: str) -> dict:
+    """The table's retention settings (`maintenance:`, seconds; None: kept) and how far its trims went."""
+    policy = table.maintenance
+    return {"retention_seconds": policy.retention, "trim_changes_after_seconds": policy.trim_changes_after,
+            "trim_staging_after_seconds": policy.trim_staging_after,
+            "changes_trimmed_through": _batch_or_none(delta.step_version(path(table_dir, CHANGES), CHANGES_TRIM)),
+            "staging_trimmed_through": _batch_or_none(delta.step_version(path(table_dir, STAGING), STAGING_TRIM))}
 
 
 FRESHNESS = ("pending_changes", "pending_batches", "oldest_pending_at", "oldest_pending_age_seconds",
@@ -128,6 +137,7 @@ def table_status(cfg: Config, table: TableConfig, now: dt.datetime | None = None
         **{k: log[k] for k in ("target_files", "target_bytes", "versions_kept", "oldest_readable_version",
                                "last_apply_at", "last_apply_batch", "last_maintenance_at")},
         **apply_policy(table),
+        **maintenance_settings(table, table_dir),
     }
     try:
         out.update(freshness(cfg, table, now))

@@ -12,6 +12,8 @@ TOMBSTONE_FIELDS = (("_cdc_key", "string"), ("_cdc_order", "string"))
 # Every version of each key, SCD type 2 (`history: true`; engine/history.py).
 HISTORY = "history"
 QUARANTINE_FIELDS = (("table", "string"),) + REJECT_FIELDS + (("quarantined_at", "string"),)
+# The steps (app transactions) of maintenance's trims: their version is the batch trimmed through.
+CHANGES_TRIM, STAGING_TRIM = "changes_trim", "staging_trim"
 
 
 def path(table_dir: str, name: str) -> str:
@@ -19,4 +21,4 @@ def path(table_dir: str, name: str) -> str:
 
 
 __all__ = ["CHANGES", "STAGING", "BASE", "TARGET", "QUARANTINE", "TOMBSTONES", "HISTORY", "TOMBSTONE_FIELDS", "RECORD_FIELDS",
-           "QUARANTINE_FIELDS", "path"]
+           "QUARANTINE_FIELDS", "CHANGES_TRIM", "STAGING_TRIM", "path"]

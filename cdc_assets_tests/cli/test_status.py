@@ -74,9 +74,10 @@ def test_pending_changes_their_wait_and_the_freshness_check(spark, workdir, caps
     capsys.readouterr()
     assert main(["status", "--config", cfg.path]) == 0
     header, line = capsys.readouterr().out.splitlines()
-    for title in ("pending changes", "apply", "within max_staleness", "files (size)", "versions"):
+    for title in ("pending changes", "apply", "within max_staleness", "files (size)", "versions", "retention"):
         assert title in header
     assert "5, oldest " in line and "min 50, max 15m" in line and " yes " in line and "1 (from v0)" in line
+    assert " 7d " in line  # maintenance.retention's default; no trim set
 
     # max_staleness 1s and a batch that waited longer: the check alone, through a Dagster run, warns
     cfg = write_config(workdir, [{**TABLE, "apply": {"min_changes": 50, "max_staleness": "1s"}}])

@@ -114,9 +114,11 @@ def test_maintenance_settings_are_read():
     from cdc_assets.core.maintenance_policy import MaintenancePolicy
 
     cfg = parse_config(raw_config(maintenance={"retention": "2d", "zorder_by": ["region", "order_id"],
-                                               "trim_changes_after": "30d", "schedule": "15 2 * * 0"}), CONFIG_PATH)
-    assert cfg.tables[0].maintenance == MaintenancePolicy(2 * 86400.0, ("region", "order_id"), 30 * 86400.0,
-                                                          "15 2 * * 0")
+                                               "trim_changes_after": "30d", "trim_staging_after": "90d",
+                                               "schedule": "15 2 * * 0"}), CONFIG_PATH)
+    assert cfg.tables[0].maintenance == MaintenancePolicy(
+        retention=2 * 86400.0, zorder_by=("region", "order_id"), trim_changes_after=30 * 86400.0,
+        trim_staging_after=90 * 86400.0, schedule="15 2 * * 0")
     assert parse_config(raw_config(), CONFIG_PATH).tables[0].maintenance == MaintenancePolicy()
 
 
@@ -182,6 +184,7 @@ def test_several_tables():
         ({"maintenance": {"vacuum": "7d"}}, "vacuum"),
         ({"maintenance": {"schedule": "daily"}}, "maintenance.schedule"),
         ({"maintenance": {"zorder_by": "x", "trim_changes_after": "a month"}}, "maintenance.trim_changes_after"),
+        ({"maintenance": {"trim_staging_after": -1}}, "maintenance.trim_staging_after"),
     ],
 )
 def test_table_errors_name_table_and_field(table, field):

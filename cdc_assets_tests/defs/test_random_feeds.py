@@ -44,7 +44,11 @@ delivered so far (by their true `seq`, never by the formats' encodings). In a
 partitioned table, partitions the batch does not touch keep their files. After
 the last batch, one more run with nothing landed commits no target version, and
 in a partitioned table a backfill of every partition (the apply job over the
-whole dynamic range) rebuilds from staging the state the batches built. A deferred
+whole dynamic range) rebuilds from staging the state the batches built. About
+half the tables have `staging` trimmed by maintenance halfway through their
+batches (each key's latest change of the applied ones kept): the later batches
+apply over it, and a rebuild of the whole target from it must give that state
+too. A deferred
 table is then applied once (its apply job, as the UI materializes target), and the
 target it commits must equal, row for row with the `_cdc_*` columns, the fresh read
 taken just before.
@@ -100,7 +104,10 @@ from hypothesis import strategies as st
 from cdc_assets.cli.runner import QUIET, run_table
 from cdc_assets.defs.sensors import apply_request_tags
 from cdc_assets.defs.table_assets import sync_target_partitions
+from cdc_assets.engine.apply import rebuild
 from cdc_assets.engine.errors import root_cause_of_info
+from cdc_assets.engine.lock import table_lock
+from cdc_assets.engine.maintenance import maintain
 from cdc_assets.engine.fresh import fresh_table
 from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.defs.table_assets import TableNames
@@ -233,6 +240,9 @@ class TablePlan:
     # `apply: {min_changes: huge}`: after the first build every batch is staged, not merged, and
     # the fresh read is what is compared; one apply after the last batch must give what it showed
     deferred: bool = False
+    # `maintenance: {trim_staging_after}`: staging is trimmed once, halfway through the batches, so
+    # the later batches (late changes included) apply over it and the final rebuild starts from it
+    trimmed: bool = False
 
     @property
     def batches(self) -> int:
@@ -248,6 +258,7 @@ class TablePlan:
             spec["partition_by"] = self.partition_by
         if self.columns:
             spec["columns"] = self.columns
+        spec.update({k: True for k in ("deferred", "trimmed") if getattr(self, k)})
         return spec
 
 
@@ -663,6 +674,7 @@ def plan_table(rnd: random.Random, pools: Pools, name: str, kind: str, n_feeds: 
         frnd = random.Random(f"{rnd.random()}/{fid}")
         table.feeds.append(plan_feed(frnd, pools, table, fid, kind, sequence_by, flags, sources[i % 4]))
     table.deferred = rnd.random() < 0.4
+    table.trimmed = rnd.random() < 0.5
     return table
 
 
@@ -838,6 +850,8 @@ def table_entry(root: str, t: TablePlan) -> dict:
         entry["base_snapshot"] = os.path.join(root, "exports", f"{t.name}.csv")
     if t.deferred:
         entry["apply"] = {"min_changes": DEFERRED_MIN_CHANGES}
+    if t.trimmed:
+        entry["maintenance"] = {"trim_staging_after": "1h"}
     return entry
 
 
@@ -1054,12 +1068,33 @@ def run_plans(spark, tables: list[TablePlan], rnd: random.Random, threads: int =
             seen["deferred applies"] += 1
             compare_all(t, t.batches - 1, target_rows(cfg, t.name), "after the deferred apply: ")
 
+        def trim_staging(t: TablePlan) -> None:
+            """Maintenance as of two hours on: every applied batch keeps in staging only each key's
+            latest change (the target does not change for it)."""
+            table = cfg.table(t.name)
+            before = canonical(target_rows(cfg, t.name, source_only=False))
+            with table_lock(cfg.table_dir(t.name)):
+                report = maintain(cfg, table, now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2))
+            seen["staging trims"] += report.staging_trimmed_through is not None
+            seen["staged rows trimmed"] += report.staging_rows_trimmed
+            if canonical(target_rows(cfg, t.name, source_only=False)) != before:
+                fail_all(t, "maintenance changed the target's rows")
+
+        def rebuild_whole(t: TablePlan) -> None:
+            """A rebuild of the whole target from the trimmed staging ends in the state the batches built."""
+            with table_lock(cfg.table_dir(t.name)):
+                rebuild(spark, cfg, cfg.table(t.name), None)
+            seen["trimmed tables rebuilt"] += 1
+            compare_all(t, t.batches - 1, target_rows(cfg, t.name), "after rebuilding from the trimmed staging: ")
+
         def one_table(t: TablePlan) -> None:
             # an instance per table, as separate `run` processes would have: tables run side by side
             with dg.DagsterInstance.ephemeral() as inst:
                 rows: list[dict] = []
                 for b in range(t.batches):
                     rows = one_batch(t, b, inst, rows)
+                    if t.trimmed and b == t.batches // 2 - 1:
+                        trim_staging(t)
                 if t.deferred:
                     apply_deferred(t, inst)
                 # landing nothing new changes nothing: a run commits no new target version
@@ -1070,6 +1105,8 @@ def run_plans(spark, tables: list[TablePlan], rnd: random.Random, threads: int =
                                 f"target v{before} -> v{delta_version(cfg, t.name, 'target')}")
                 if t.partition_by:
                     rebuild_all(t, inst)
+                if t.trimmed:
+                    rebuild_whole(t)
                 rebuild_history(t, inst)
 
         if threads > 1:
@@ -1129,7 +1166,7 @@ def _failures(spark, table: TablePlan, candidates: list[FeedPlan]) -> list[str |
     """Run candidate feeds side by side in one table (one run per batch); each one's first failure."""
     shell = TablePlan(table.name, table.format, table.options, table.base, table.slots,
                       [relabel(c, f"{table.name.lower()}-s{i:03d}") for i, c in enumerate(candidates)],
-                      table.partition_by, table.columns)
+                      table.partition_by, table.columns, deferred=table.deferred, trimmed=table.trimmed)
     res = run_plans(spark, [shell], random.Random(0), threads=1)
     return [res[(shell.name, f.fid)] for f in shell.feeds]
 
@@ -1234,7 +1271,9 @@ def test_random_feeds(spark, long_run, capsys, figures):
                   f"{seen['partitions rebuilt']} rebuilt, {seen['widening rewrites']} rewritten whole to widen a column; "
                   f"{seen['fresh reads compared']} fresh reads of deferred tables compared, "
                   f"{seen['deferred applies']} deferred applies; {seen['history tables compared']} history tables "
-                  f"compared with the target, {seen['histories rebuilt']} rebuilt; {time.time() - t0:.0f} s)")
+                  f"compared with the target, {seen['histories rebuilt']} rebuilt; {seen['staging trims']} stagings "
+                  f"trimmed ({seen['staged rows trimmed']} rows), {seen['trimmed tables rebuilt']} rebuilt whole from "
+                  f"them; {time.time() - t0:.0f} s)")
         if figures:
             figures.write_json("random_feeds.json", {
                 "generated": tally["generated"], "passed": tally["passed"], "examples": tally["examples"],
@@ -1267,7 +1306,8 @@ def test_random_feed_regressions(spark):
     for gi, (spec_text, members) in enumerate(sorted(groups.items())):
         spec = json.loads(spec_text)
         t = TablePlan(f"REG{gi:03d}", spec["format"], spec["options"], spec["base"], spec["slots"],
-                      partition_by=spec.get("partition_by", []), columns=spec.get("columns", {}))
+                      partition_by=spec.get("partition_by", []), columns=spec.get("columns", {}),
+                      deferred=spec.get("deferred", False), trimmed=spec.get("trimmed", False))
         for mi, (name, e) in enumerate(members):
             fid = f"reg{gi:03d}-{mi:03d}"
             t.feeds.append(relabel(FeedPlan(**e["feed"]), fid))

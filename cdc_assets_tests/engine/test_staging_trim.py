@@ -1,0 +1,129 @@
+"""The trim of `staging` (`maintenance.trim_staging_after`): the applied batches older than the
+setting keep only each key's latest change, and nothing a user reads changes for it: a full
+and a partition rebuild, a restore followed by the next run, late changes arriving after the
+trim, and each trimmed batch's `batch_accounted` check give what they gave before."""
+from __future__ import annotations
+
+import datetime as dt
+
+import dagster as dg
+
+from cdc_assets.defs.definitions import build_definitions
+from cdc_assets.engine import checks, delta, maintenance
+from cdc_assets.engine.apply import rebuild
+from cdc_assets.engine.maintenance import maintain
+from cdc_assets.engine.target_versions import restore
+from cdc_assets.engine.status import table_status
+from cdc_assets.engine.tables import STAGING, TARGET, path
+from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
+
+from .records import MARKS, delta_rows, mysql, run_ok, values
+
+pytestmark = MARKS
+
+TABLE = {"name": "ORDERS", "keys": ["id"], "format": "datastream-json", "partition_by": ["region"],
+         "maintenance": {"trim_staging_after": "1h"}}
+
+
+def row(id_: int, region: str, v: str) -> dict:
+    return {"id": id_, "region": region, "v": v}
+
+
+# Each batch's changes; the binlog position orders them (a lower position arriving later is late).
+BATCHES = [
+    [mysql("INSERT", row(i, ("eu", "us")[i % 2], "a"), 1, 100 + i) for i in range(1, 7)],
+    [mysql("UPDATE", row(1, "eu", "b"), 1, 200),  # id 1 moves from us to eu
+     mysql("DELETE", row(2, "eu", "a"), 1, 201),
+     mysql("UPDATE", row(3, "us", "b"), 1, 202), mysql("UPDATE", row(3, "us", "c"), 1, 203)],
+    [mysql("UPDATE", row(1, "us", "late"), 1, 150),  # older than batch 2's update: stale
+     mysql("INSERT", row(7, "us", "a"), 1, 300)],
+    [mysql("INSERT", row(2, "us", "again"), 1, 400),  # newer than its delete: back
+     mysql("DELETE", row(5, "us", "a"), 1, 401), mysql("UPDATE", row(4, "eu", "b"), 1, 402)],
+    [mysql("UPDATE", row(5, "us", "late"), 1, 350),  # older than batch 4's delete: stays deleted
+     mysql("UPDATE", row(6, "eu", "b"), 1, 500)],
+]
+
+
+def canonical(rows: list[dict]) -> list[str]:
+    return sorted(repr(sorted(r.items())) for r in rows)
+
+
+def test_a_trimmed_staging_rebuilds_restores_and_applies_late_changes_as_the_whole_one(spark, workdir, monkeypatch):
+    # windows of about 5 staged rows: the trim goes through batches 1, 3 and 5 in three commits,
+    # the later two looking at the keys of their own batches only
+    monkeypatch.setattr(maintenance, "TRIM_WINDOW_ROWS", 5)
+    cfg = write_config(workdir, [TABLE])
+    table, table_dir = cfg.table("ORDERS"), cfg.table_dir("ORDERS")
+    for n, changes in enumerate(BATCHES, start=1):
+        land(cfg, "ORDERS", f"batch-{n}", {"p.jsonl": jsonl(changes)})
+        run_ok(cfg, "ORDERS")
+    target = target_rows(cfg, "ORDERS", source_only=False)
+    assert values(target_rows(cfg, "ORDERS"), "id", "v") == {1: "b", 2: "again", 3: "c", 4: "b", 6: "b", 7: "a"}
+    staged_before = delta_rows(cfg, "ORDERS", STAGING)
+    assert len(staged_before) == 6 + 3 + 2 + 3 + 2  # one row per key and batch
+    version_after_batch_1 = 0
+    assert delta.txn_version(delta.load(path(table_dir, TARGET), version_after_batch_1), TARGET) == 1
+
+    # two hours on: every batch is older than trim_staging_after
+    staging_version = delta.table_version(path(table_dir, STAGING))
+    report = maintain(cfg, table, now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2))
+    assert report.staging_trimmed_through == 5 and report.changes_trimmed_through is None
+    trims = [h for h in delta.load(path(table_dir, STAGING)).history() if h["version"] > staging_version]
+    assert sorted(int(h["cdc.through_batch"]) for h in trims) == [1, 3, 5]
+    staged = delta_rows(cfg, "ORDERS", STAGING)
+    assert report.staging_rows_trimmed == len(staged_before) - len(staged) == 16 - 7
+    # each key keeps its latest change, deletes included (id 5's delete outranks its late update)
+    latest = {r["_cdc_key"]: max((s for s in staged_before if s["_cdc_key"] == r["_cdc_key"]),
+                                 key=lambda s: s["_cdc_order"]) for r in staged}
+    assert canonical(staged) == canonical(list(latest.values())) and len(latest) == 7
+    assert canonical(target_rows(cfg, "ORDERS", source_only=False)) == canonical(target)
+    settings = table_status(cfg, table)
+    assert (settings["trim_staging_after_seconds"], settings["staging_trimmed_through"],
+            settings["changes_trimmed_through"]) == (3600.0, 5, None)
+
+    # a second pass finds nothing more to trim and commits nothing to staging
+    staging_version = delta.table_version(path(table_dir, STAGING))
+    again = maintain(cfg, table, now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2))
+    assert again.staging_rows_trimmed == 0 and delta.table_version(path(table_dir, STAGING)) == staging_version
+
+    # rebuilds from the trimmed staging: a partition, then the whole target, as the applies left it
+    rebuild(spark, cfg, table, ["region=eu"])
+    assert canonical(target_rows(cfg, "ORDERS", source_only=False)) == canonical(target)
+    rebuild(spark, cfg, table, None)
+    assert canonical(target_rows(cfg, "ORDERS", source_only=False)) == canonical(target)
+
+    # every trimmed batch still adds up, from what its commits recorded
+    for seq in range(1, 6):
+        figures = checks.batch_accounting(cfg, table, seq)
+        assert figures["adds_up"] and figures["counted_from_commits"] == ["staged"], (seq, figures)
+
+    # back to the version after batch 1: the next run re-applies batches 2..5 from the trimmed staging
+    restore("ORDERS", table_dir, version_after_batch_1)
+    assert values(target_rows(cfg, "ORDERS"), "id", "v") == {i: "a" for i in range(1, 7)}
+    run_ok(cfg, "ORDERS")
+    assert canonical(target_rows(cfg, "ORDERS")) == canonical(
+        [{k: v for k, v in r.items() if not k.startswith("_cdc_")} for r in target])
+
+    # changes older than what the trimmed batches decided, arriving now, change nothing
+    land(cfg, "ORDERS", "batch-6", {"p.jsonl": jsonl([
+        mysql("UPDATE", row(3, "us", "older"), 1, 202),  # older than batch 2's last update of id 3
+        mysql("UPDATE", row(5, "us", "older"), 1, 360),  # older than id 5's delete
+        mysql("UPDATE", row(7, "us", "b"), 1, 600)])})
+    run_ok(cfg, "ORDERS")
+    assert values(target_rows(cfg, "ORDERS"), "id", "v") == {1: "b", 2: "again", 3: "c", 4: "b", 6: "b", 7: "b"}
+
+
+def test_the_maintenance_job_reports_the_staging_trim(workdir):
+    cfg = write_config(workdir, [TABLE])
+    for n, changes in enumerate(BATCHES[:2], start=1):
+        land(cfg, "ORDERS", f"batch-{n}", {"p.jsonl": jsonl(changes)})
+        run_ok(cfg, "ORDERS")
+    # a retention of an hour: nothing registered minutes ago is old enough yet
+    result = build_definitions(cfg).resolve_job_def("ORDERS_maintenance_job").execute_in_process(
+        instance=dg.DagsterInstance.ephemeral())
+    assert result.success
+    [observation] = [e.event_specific_data.asset_observation for e in result.all_events
+                     if e.event_type_value == "ASSET_OBSERVATION"]
+    assert observation.metadata["staging_trimmed_through_batch"].value == "none"
+    assert observation.metadata["staging_rows_trimmed"].value == 0
+    assert len(delta_rows(cfg, "ORDERS", STAGING)) == 6 + 3
