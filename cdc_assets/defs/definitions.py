@@ -1,5 +1,6 @@
 """All Dagster definitions for a `cdc.yaml`: one group of assets, checks, jobs, a sensor and a
-maintenance schedule per table, and a cycle job and schedule per scheduled table or group."""
+maintenance schedule per table, a cycle job and schedule per scheduled table or group, and the
+sensor of the assets Declarative Automation keeps current."""
 from __future__ import annotations
 
 import warnings
@@ -7,6 +8,7 @@ import warnings
 import dagster as dg
 
 from ..core.config import Config
+from .automation import automation_sensor
 from .checks import table_checks
 from .history import history_definitions
 from .maintenance import maintenance_definitions, restore_definition
@@ -31,15 +33,18 @@ def build_definitions(cfg: Config) -> dg.Definitions:
         assets, checks = assets + published[0], checks + published[1]
         kept = history_definitions(cfg, table)  # `history: true`; nothing otherwise
         assets += kept[0]
-        table_job_defs = table_jobs(table) + published[2] + kept[1]
-        jobs += table_job_defs
-        sensors.append(landing_sensor(cfg, table, table_job_defs))
+        own_jobs = table_jobs(table)  # the landing sensor's; the other two follow by automation
+        jobs += own_jobs + published[2] + kept[1]
+        sensors.append(landing_sensor(cfg, table, own_jobs))
         maintenance_job, maintenance_schedule = maintenance_definitions(cfg, table)
         jobs += [maintenance_job, restore_definition(cfg, table)]
         schedules.append(maintenance_schedule)
     # `schedule:` on a table and `groups:`: a cycle job and its schedule each (defs/schedules.py); a
     # cycle run executes the jobs above, so it is handed these definitions once they exist.
     cycle_jobs, cycle_schedules = cycle_definitions(cfg, lambda: defs)
+    automated = [key for a in assets for key, condition in a.automation_conditions_by_key.items() if condition]
+    if automated:  # the history and BigQuery copies follow their upstream (defs/automation.py)
+        sensors.append(automation_sensor(automated))
     defs = dg.Definitions(
         assets=assets,
         asset_checks=checks,

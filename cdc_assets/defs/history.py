@@ -8,6 +8,7 @@ from pydantic import Field
 from ..core.config import Config, TableConfig
 from ..engine import history
 from ..engine.tables import HISTORY, path
+from .automation import follows_upstream
 from .metadata import as_metadata, delta_table_metadata
 from .resources import spark_session
 from .table_assets import TableNames, _write
@@ -35,7 +36,7 @@ def history_definitions(cfg: Config, table: TableConfig) -> tuple[list, list]:
     standard = {"dagster/table_name": f"{table.name}.{HISTORY}", "dagster/storage_kind": "delta"}
 
     @dg.asset(key=names.key(HISTORY), deps=deps, group_name=table.name, kinds={"spark", "delta"}, pool=names.pool,
-              tags={"format": table.format}, metadata=standard,
+              tags={"format": table.format}, metadata=standard, automation_condition=follows_upstream(),
               description=f"Every version of each {table.name} key (SCD type 2) by the source's ordering: "
                           "_cdc_valid_from, _cdc_valid_to, _cdc_is_current, _cdc_operation. Its current rows "
                           "are target's; run config rebuild: true computes it again from changes.")

@@ -5,6 +5,7 @@ import dagster as dg
 
 from ..core.config import Config, TableConfig
 from ..engine import bigquery as publishing
+from .automation import follows_checked_upstream
 from .metadata import as_metadata
 from .table_assets import TableNames, _write
 
@@ -28,7 +29,7 @@ def publish_definitions(cfg: Config, table: TableConfig) -> tuple[list, list, li
     standard = {"dagster/table_name": dest, "dagster/storage_kind": "bigquery", "dagster/uri": f"bigquery://{dest}"}
 
     @dg.asset(key=key, deps=[names.key("target")], group_name=table.name, kinds={"bigquery"}, pool=names.pool,
-              tags={"format": table.format}, metadata=standard,
+              tags={"format": table.format}, metadata=standard, automation_condition=follows_checked_upstream(),
               description=f"{dest}: a copy of {table.name}'s target, brought up to it by one MERGE of the keys "
                           "the batches since the last publish changed.")
     def published(context: dg.AssetExecutionContext, bigquery: CdcBigQueryResource) -> dg.MaterializeResult:

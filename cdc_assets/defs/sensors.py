@@ -3,7 +3,8 @@
 Per tick it registers new files as a batch in the warehouse ledger, asks for the
 ingest run of the next batch not yet staged, and once all are staged (and the
 base snapshot, if any, is imported), for the incremental apply of target. Run
-keys make each request once per batch and warehouse.
+keys make each request once per batch and warehouse. What follows target and
+changes (history, the BigQuery copy) is Declarative Automation's (defs/automation.py).
 """
 
 import hashlib
@@ -15,15 +16,12 @@ from dagster._core.storage.asset_check_execution_record import AssetCheckExecuti
 
 from ..core.apply_policy import Decision
 from ..core.config import Config, TableConfig
-from ..engine import bigquery as publishing
-from ..engine import bigquery_source, delta, faults, fresh, history
+from ..engine import bigquery_source, delta, faults, fresh
 from ..engine import gcs as gcs_landing
 from ..engine.landing import Batch, ListingCursor, batches_path, register_new_batch, registered, scan_landing
 from ..engine.lock import table_lock
 from ..engine.retry import on_conflict
-from ..engine.tables import BASE, HISTORY, STAGING, TARGET, path
-from .history import history_job_name
-from .publish import publish_job_name
+from ..engine.tables import BASE, STAGING, TARGET, path
 from .table_assets import APPLY_TAG, INCREMENTAL, TableNames, batch_partitions, target_partitions
 
 
@@ -136,16 +134,7 @@ def plan_requests(instance, cfg: Config, table: TableConfig, new, busy: bool) ->
             target_version = delta.table_version(path(table_dir, TARGET))
             requests.append(dg.RunRequest(run_key=f"{table.name}:{scope}:apply:{reached}:v{target_version}",
                                           job_name=names.apply_job, tags=tags))
-    if table.history and base_done and not pending and history.pending(cfg, table):
-        # every landed batch is in changes and the history is behind: one request per history version
-        through, version = history.reached(table_dir, table), delta.table_version(path(table_dir, HISTORY))
-        requests.append(dg.RunRequest(run_key=f"{table.name}:{run_key_scope(table_dir, HISTORY)}:history:{through}:"
-                                              f"v{version}", job_name=history_job_name(table)))
-    if base_done and not pending and applied >= reached and publishing.pending(cfg, table):
-        # the target is current and a BigQuery copy is behind it: one request per target version
-        version = delta.open_table(path(table_dir, TARGET)).version()
-        requests.append(dg.RunRequest(run_key=f"{table.name}:{run_key_scope(table_dir, TARGET)}:publish:{version}",
-                                      job_name=publish_job_name(table)))
+    # The history and the BigQuery copy follow by Declarative Automation (defs/automation.py).
     skip_reason = None if requests else (
         f"{table.name} is busy (another run holds it): new files are registered by a later tick" if busy
         else f"{table.name}: {due.reason}" if due is not None and not due.due

@@ -28,12 +28,33 @@ INGEST, APPLY = f"{TABLE}_ingest_job", f"{TABLE}_apply_job"
 class Daemon:
     """What the sensor daemon does with a tick, minus the process launching: it applies
     the dynamic partition requests and launches each run request whose run key no run
-    of this sensor has used yet (the run-key idempotence of `dagster._daemon.sensor`)."""
+    of this sensor has used yet (the run-key idempotence of `dagster._daemon.sensor`).
+    Then, as the automation sensor's tick, it evaluates the assets' automation conditions
+    and launches the job of each asset they request."""
 
     def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance, table: str = TABLE):
         self.defs, self.instance = defs, instance
         self.sensor = defs.resolve_sensor_def(f"{table}__landing_sensor")
         self.cursor: str | None = None
+        self.automation_cursor = None
+        # the job that materializes just that asset, for each asset with an automation condition
+        graph = defs.resolve_asset_graph()
+        automated = {k for k in graph.materializable_asset_keys if graph.get(k).automation_condition is not None}
+        self.followers = {}
+        for job in defs.resolve_all_job_defs():
+            keys = job.asset_layer.executable_asset_keys
+            if len(keys) == 1 and keys <= automated and not job.name.startswith("__"):
+                self.followers[next(iter(keys))] = job.name
+        # the automation sensor runs from the start (on by default): its first evaluation is the
+        # baseline the later ones see updates against
+        assert self.automation() == []
+
+    def automation(self) -> list[str]:
+        """One evaluation of the automation conditions: the jobs of the assets it requests."""
+        result = dg.evaluate_automation_conditions(defs=self.defs, instance=self.instance,
+                                                   cursor=self.automation_cursor)
+        self.automation_cursor = result.cursor
+        return [job for key, job in sorted(self.followers.items()) if result.get_num_requested(key)]
 
     def tick(self):
         # With an instance_ref, as the daemon's gRPC call builds it: run requests for dynamic
@@ -66,15 +87,20 @@ class Daemon:
         return result
 
     def settle(self, max_ticks: int = 8) -> int:
-        """Tick and launch until a tick asks for nothing new; returns the runs launched."""
+        """Tick and launch until neither the landing sensor nor the automation conditions ask for
+        anything new; returns the runs launched."""
         self.launched_jobs = []
         for _ in range(max_ticks):
             todo = self.new_requests(self.tick())
-            if not todo:
-                return len(self.launched_jobs)
             for r in todo:
                 self.launch(r)
                 self.launched_jobs.append(r.job_name)
+            followers = self.automation()
+            for job in followers:
+                assert self.defs.resolve_job_def(job).execute_in_process(instance=self.instance).success
+                self.launched_jobs.append(job)
+            if not todo and not followers:
+                return len(self.launched_jobs)
         raise AssertionError("the sensor never settled")
 
 
