@@ -1,9 +1,8 @@
 """What Dagster's Declarative Automation runs, and what stays with the landing sensor.
 
 The assets that follow another one, each table's SCD2 `history` (after `changes`) and its
-BigQuery copy (after `target`), carry `AutomationCondition.eager()`: they are materialized once
-their upstream updated, when none of its partitions is missing or in progress and they are not
-in progress themselves. The copy also waits until target's blocking checks (`keys_unique`) pass,
+BigQuery copy (after `target`), are materialized once their upstream updated, when none of its
+partitions is in progress and they are not in progress themselves (`follows_upstream`). The copy also waits until target's blocking checks (`keys_unique`) pass,
 so a target with duplicate keys is never copied. `cdc_automation_sensor` evaluates them and the
 UI's automation page shows, per evaluation, which part of the condition held.
 
@@ -24,13 +23,19 @@ AUTOMATION_SENSOR = "cdc_automation_sensor"
 
 
 def follows_upstream() -> dg.AutomationCondition:
-    return dg.AutomationCondition.eager()
+    """`AutomationCondition.eager()` without its wait for missing upstream partitions: the batch
+    partitions a table had before this Dagster instance (SPEC 2: a new instance never confuses
+    the warehouse) were never materialized in it and would hold the asset forever; what it
+    reads is what the warehouse holds, whichever instance ran it."""
+    return (dg.AutomationCondition.any_deps_updated().since_last_handled()
+            & ~dg.AutomationCondition.any_deps_in_progress()
+            & ~dg.AutomationCondition.in_progress()).with_label("after its upstream updated")
 
 
 def follows_checked_upstream() -> dg.AutomationCondition:
     """After the upstream updated and its blocking checks passed."""
-    return (dg.AutomationCondition.eager() & dg.AutomationCondition.all_deps_blocking_checks_passed()) \
-        .with_label("eager, upstream's blocking checks passed")
+    return (follows_upstream() & dg.AutomationCondition.all_deps_blocking_checks_passed()) \
+        .with_label("after its upstream updated and passed its blocking checks")
 
 
 def automation_sensor(keys: list[dg.AssetKey]) -> dg.AutomationConditionSensorDefinition:

@@ -1,6 +1,7 @@
 """Declarative Automation (defs/automation.py): a table's history follows its changes, and its
 BigQuery copy follows its target once target's blocking check passed; what `cdc-assets run`
-materialized itself is not asked for again; the automation sensor targets just those assets."""
+materialized itself is not asked for again, nor is it held by batches a new Dagster instance
+never saw materialized."""
 from __future__ import annotations
 
 import dagster as dg
@@ -77,3 +78,15 @@ def test_history_follows_changes_and_a_run_that_kept_it_current_is_not_repeated(
         daemon.launch(ingest)
         assert automation.requested() == {HISTORY}
         assert automation.requested() == set()
+
+    # a new Dagster instance (the warehouse says what is done, SPEC 2): the batches taken before it
+    # were never materialized in it, and the history still follows the next ingest
+    land(cfg, "ORDERS", "b3", {"a.jsonl": jsonl([mysql("UPDATE", {"id": 1, "v": "c"}, 1, 30)])})
+    with dg.instance_for_test() as instance:
+        automation = Automation(defs, instance)
+        assert automation.requested() == set()
+        daemon = Daemon(defs, instance, table="ORDERS")
+        data = daemon.tick()
+        assert [r.partition_key for r in data.run_requests if r.job_name == NAMES.ingest_job] == ["b000003"]
+        daemon.launch(data.run_requests[0])
+        assert automation.requested() == {HISTORY}
