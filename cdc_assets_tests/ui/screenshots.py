@@ -1,7 +1,10 @@
 """Screenshots of the Dagster UI on the demo's result, taken in a real browser (issue 10).
 
     .venv/bin/cdc-assets demo --dir /tmp/uidemo
+    # add `history: true` to CUSTOMERS in /tmp/uidemo/cdc.yaml, then
     .venv/bin/cdc-assets ui --config /tmp/uidemo/cdc.yaml --port 3917 --no-spark &
+    # turn CUSTOMERS__landing_sensor on and land a CUSTOMERS batch: the sensor ingests and applies
+    # it, and the automation sensor then builds the history; then
     python -m cdc_assets_tests.ui.screenshots http://127.0.0.1:3917 docs/screenshots
 
 It needs Debian's chromium (`apt-get install chromium`) and Playwright's Python package in the
@@ -18,7 +21,11 @@ import sys
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 PAGES = [  # name, path, viewport height, texts the page should show
-    ("automation", "/automation", 900, ["landing_sensor", "maintenance_schedule"]),
+    ("automation", "/automation", 900, ["landing_sensor", "maintenance_schedule", "cdc_automation_sensor"]),
+    # a table with `history: true` whose history Declarative Automation keeps current
+    ("history_automation", "/assets/CUSTOMERS/history?view=automation", 1100, ["Requested", "Not requested"]),
+    # the latest evaluation that requested a run, opened: which part of the condition held
+    ("history_evaluation", "/assets/CUSTOMERS/history?view=automation", 1100, ["after its upstream updated"]),
     ("asset_graph", "/locations/cdc_assets.definitions/asset-groups/ORDERS", 900, ["changes", "staging", "target"]),
     ("target_overview", "/assets/PAYMENTS/target", 2000, ["Row count", "Columns", "key column"]),
     ("target_events", "/assets/PAYMENTS/target?view=events", 1300, ["dagster/row_count", "dagster/uri"]),
@@ -43,6 +50,9 @@ def main(base: str, out: str) -> int:
                     skip.first.click()
             if name == "target_plots":
                 page.get_by_role("button", name="Plots").first.click()
+                page.wait_for_timeout(3000)
+            if name == "history_evaluation":
+                page.locator("tr").filter(has=page.get_by_text("Requested", exact=True)).first.locator("button").first.click()
                 page.wait_for_timeout(3000)
             page.screenshot(path=f"{out}/{name}.png")
             body = page.inner_text("body")
