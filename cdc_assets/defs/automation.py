@@ -2,9 +2,10 @@
 
 The assets that follow another one, each table's SCD2 `history` (after `changes`) and its
 BigQuery copy (after `target`), are materialized once their upstream updated, when none of its
-partitions is in progress and they are not in progress themselves (`follows_upstream`). The copy also waits until target's blocking checks (`keys_unique`) pass,
-so a target with duplicate keys is never copied. `cdc_automation_sensor` evaluates them and the
-UI's automation page shows, per evaluation, which part of the condition held.
+partitions is in progress and they are not in progress themselves (`follows_upstream`). The copy
+also waits until target's blocking checks (`keys_unique`) pass, so a target with duplicate keys
+is never copied. `cdc_automation_sensor` evaluates them and the UI's automation page shows, per
+evaluation, which part of the condition held.
 
 From a landed file to target the flow stays with the landing sensor (defs/sensors.py), since its
 rules are not conditions on materializations: batches are ingested one at a time in batch order

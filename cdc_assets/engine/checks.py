@@ -78,18 +78,19 @@ def batch_accounting(cfg: Config, table: TableConfig, batch_seq: int) -> dict:
     s = {k: int(v) for k, v in staged.items() if v.isdigit()}
     recorded = []
 
-    def rows(name: str, trim: str, figure: str) -> int:
+    def rows(name: str, trim: str, figure: str, at_staging: int) -> int:
+        """The batch's rows in `name`, or, once a trim took them, what staging recorded of them."""
         if delta.step_version(path(table_dir, name), trim) >= batch_seq:
             recorded.append(figure)
-            return s[{"changes_new": "changes"}.get(figure, figure)]
+            return at_staging
         return _rows_of_batch(path(table_dir, name), batch_seq)
 
     figures = {
         "records_read": n["records_read"],
-        "changes_new": rows(CHANGES, CHANGES_TRIM, "changes_new"),
+        "changes_new": rows(CHANGES, CHANGES_TRIM, "changes_new", s["changes"]),
         "duplicates_skipped": n["duplicates_skipped"],
         "quarantined": _rows_of_batch(path(table_dir, QUARANTINE), batch_seq),
-        "staged": rows(STAGING, STAGING_TRIM, "staged"),
+        "staged": rows(STAGING, STAGING_TRIM, "staged", s["staged"]),
         "superseded_in_batch": s["superseded_in_batch"],
     }
     if recorded:

@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 
 from cdc_assets.cli.main import main
 from cdc_assets.defs.definitions import build_definitions
-from cdc_assets.engine import delta
+from cdc_assets.engine import checks, delta
 from cdc_assets.engine.maintenance import maintain
 from cdc_assets.engine.target_versions import versions
 from cdc_assets.engine.tables import CHANGES, TARGET, path
@@ -58,6 +58,9 @@ def test_maintenance_compacts_trims_and_vacuums_without_changing_a_row(spark, wo
     assert report.target_before.count == files_before and report.compacted["numFilesRemoved"] == files_before
     assert report.changes_trimmed_through == 5 and report.changes_rows_trimmed == 20
     assert delta.read_arrow(path(cfg.table_dir("ORDERS"), CHANGES)).num_rows == 0
+    for seq in range(1, 6):  # a trimmed batch still adds up, from what its commits recorded
+        figures = checks.batch_accounting(cfg, table, seq)
+        assert figures["adds_up"] and figures["counted_from_commits"] == ["changes_new"], (seq, figures)
     assert report.files_vacuumed[TARGET] == files_before  # the compacted-away files
     assert {v.kind for v in versions(cfg.table_dir("ORDERS"))} >= {"compaction", "vacuum"}
     with pytest.raises(Exception):  # a version from before the vacuum's retention is gone
