@@ -16,12 +16,17 @@ The table keeps its history (`history: true`): the import's run builds it from t
 (history build), and the staging run takes the W2 batch into it, as every run does whether or not
 the merge waits (history update: 1,000 changes placed among the N versions, one MERGE); both are
 the history step's own seconds, from `run --json`, against the apply's in the same table.
+Then K more W2 batches (--trim-batches, default 10; their ids overlap) are landed and run one at a
+time, and a maintenance pass as of two hours on trims staging (`trim_staging_after: 1h`):
+  trim staging   staging's rows before and after, and the pass's seconds (compaction and vacuum
+                 included, which find nothing to do here)
 The fresh read is checked equal to the merged target before the restore. Seconds are one run each
 on a shared machine: read the ratio fresh / plain, measured in the same run, not the seconds.
 """
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import subprocess
@@ -33,7 +38,7 @@ from deltalake import DeltaTable
 
 from cdc_assets.core.config import load_config
 from cdc_assets.engine import delta, fresh, maintenance, target_versions
-from cdc_assets.engine.tables import TARGET, path
+from cdc_assets.engine.tables import STAGING, TARGET, path
 
 from .bench import CHANGESET, changes, child_env, parse_size, publish, size_label, write_base
 from cdc_assets_tests.figures import Figures
@@ -43,7 +48,7 @@ WAITING = 10**9
 
 def _config(work: str, base: str, waiting: bool) -> str:
     table = {"name": "T", "keys": ["id"], "format": "changeset", "options": CHANGESET, "base_snapshot": base,
-             "history": True}
+             "history": True, "maintenance": {"trim_staging_after": "1h"}}
     if waiting:
         table["apply"] = {"min_changes": WAITING}
     cfg = {"warehouse": os.path.join(work, "warehouse"), "landing": os.path.join(work, "landing"), "tables": [table]}
@@ -77,7 +82,7 @@ def _canonical(table) -> list:
     return sorted(repr(sorted(r.items())) for r in rows)
 
 
-def measure(n: int, work: str, seed: int, cli: list[str], echo=print) -> dict:
+def measure(n: int, work: str, seed: int, cli: list[str], trim_batches: int = 10, echo=print) -> dict:
     os.makedirs(work, exist_ok=True)
     base = write_base(os.path.join(work, f"base-{size_label(n)}.parquet"), n, seed)
     config = _config(work, base, waiting=True)
@@ -100,6 +105,15 @@ def measure(n: int, work: str, seed: int, cli: list[str], echo=print) -> dict:
 
     restored, restore_s = _timed(lambda: target_versions.restore("T", cfg.table_dir("T"), before))
     report, maintain_s = _timed(lambda: maintenance.maintain(cfg, table))
+
+    for b in range(trim_batches):  # the restored batch is applied again by the first of these runs
+        publish(changes(n, 1000, "W2", seed + 1 + b), os.path.join(work, "landing", "T", f"batch-{b + 2:04d}"),
+                "part-0.parquet")
+        _run(cli, config, os.path.join(work, f"batch-{b + 2}.log"))
+    staging_path = path(cfg.table_dir("T"), STAGING)
+    staged_before = delta.file_stats(delta.open_table(staging_path))[2]
+    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2)
+    trimmed, trim_s = _timed(lambda: maintenance.maintain(cfg, table, now=later))
     figures = {
         "rows": n, "staged_changes": pending.changes, "plain_read_s": plain_s, "fresh_read_s": fresh_s,
         "fresh_over_plain": round(fresh_s / plain_s, 2) if plain_s else None,
@@ -110,6 +124,8 @@ def measure(n: int, work: str, seed: int, cli: list[str], echo=print) -> dict:
         "history_build_s": imported["history"]["seconds"], "target_build_s": imported["target"]["seconds"],
         "history_update_s": staged["history"]["seconds"], "history_update_changes": staged["history"]["changes_read"],
         "history_rows": staged["history"]["rows"], "apply_s": applied["target"]["seconds"],
+        "trim_batches": trimmed.staging_trimmed_through, "staging_rows_before_trim": staged_before,
+        "staging_rows_after_trim": delta.file_stats(delta.open_table(staging_path))[2], "trim_s": trim_s,
         "import_run_s": round(import_s, 1), "stage_run_s": round(stage_s, 1), "apply_run_s": round(apply_s, 1),
     }
     echo(json.dumps(figures))
@@ -122,23 +138,27 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", type=lambda t: [parse_size(x) for x in t.split(",")], default=[200_000],
                     help="target sizes (default 200k)")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--trim-batches", type=int, default=10, help="W2 batches staged before the staging trim")
     ap.add_argument("--work", help="generated data and warehouses (default: a new /tmp/operations-* folder)")
     ap.add_argument("--out", default="docs/figures", help="where operations.json and operations.md go")
     args = ap.parse_args(argv)
     cli = [os.path.join(os.path.dirname(sys.executable), "cdc-assets")]
     work = args.work or tempfile.mkdtemp(prefix="operations-")
-    results = [measure(n, os.path.join(work, size_label(n)), args.seed, cli) for n in args.sizes]
+    results = [measure(n, os.path.join(work, size_label(n)), args.seed, cli, args.trim_batches) for n in args.sizes]
     command = ".venv/bin/python -m cdc_assets_tests.benchmarks.operations " + " ".join(argv or sys.argv[1:])
     Figures(args.out).write_json("operations.json", {"results": results}, command=command)
     lines = [f"Command: `{command}` (one run each, shared machine)", "",
              "| rows | staged changes | plain read s | fresh read s | fresh/plain | fresh = merged | restore s | "
-             "maintain s | files before/after | history build s (target build s) | history update s (apply s) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "maintain s | files before/after | history build s (target build s) | history update s (apply s) | "
+             "staging trim: batches, rows before/after, s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         lines.append(f"| {r['rows']:,} | {r['staged_changes']} | {r['plain_read_s']} | {r['fresh_read_s']} | "
                      f"{r['fresh_over_plain']} | {r['fresh_equals_merged']} | {r['restore_s']} | {r['maintain_s']} | "
                      f"{r['maintain_files_before']}/{r['maintain_files_after']} | "
-                     f"{r['history_build_s']} ({r['target_build_s']}) | {r['history_update_s']} ({r['apply_s']}) |")
+                     f"{r['history_build_s']} ({r['target_build_s']}) | {r['history_update_s']} ({r['apply_s']}) | "
+                     f"{r['trim_batches']}, {r['staging_rows_before_trim']:,}/{r['staging_rows_after_trim']:,}, "
+                     f"{r['trim_s']} |")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "operations.md"), "w") as fh:
         fh.write("\n".join(lines) + "\n")
