@@ -14,9 +14,9 @@ What each part keeps:
 - The trim of `staging` (seed 002's staging clean-up, as seed 000 rolls changes up) keeps, of
   the applied batches registered before `trim_staging_after`, only each key's latest change:
   the row every rebuild, backfill, restore and publish would pick for that key from those
-  batches anyway (`_trim_staging`). A key's delete stays as its latest change, and `tombstones` keep every
-  deleted key's ordering key forever, so a late change older than a delete never brings its row
-  back.
+  batches anyway (`_trim_staging`). A key's delete stays as its latest change, and `tombstones`
+  keep every deleted key's ordering key forever, so a late change older than a delete never
+  brings its row back.
 - The vacuum removes files that no version newer than `retention` references; the versions older
   than that can no longer be read or restored.
 """
@@ -37,7 +37,7 @@ from .landing import batches_path
 from .tables import (BASE, CHANGES, CHANGES_TRIM, HISTORY, QUARANTINE, STAGING, STAGING_TRIM, TARGET, TOMBSTONES,
                      path)
 
-COMPACTION, ZORDER, VACUUM, TRIM = "compaction", "zorder", "vacuum", "trim"
+COMPACTION, ZORDER, VACUUM = "compaction", "zorder", "vacuum"
 # Staged rows a trim examines per commit: its window of batches is read (key, batch and order
 # only) and its superseded rows deleted in one MERGE, so a first trim of a long history is many
 # bounded steps, each committed on its own.

@@ -18,6 +18,7 @@ from cdc_assets.engine.tables import STAGING, TARGET, path
 from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
 
 from .records import MARKS, delta_rows, mysql, run_ok, values
+from .test_maintenance import canonical
 
 pytestmark = MARKS
 
@@ -42,10 +43,6 @@ BATCHES = [
     [mysql("UPDATE", row(5, "us", "late"), 1, 350),  # older than batch 4's delete: stays deleted
      mysql("UPDATE", row(6, "eu", "b"), 1, 500)],
 ]
-
-
-def canonical(rows: list[dict]) -> list[str]:
-    return sorted(repr(sorted(r.items())) for r in rows)
 
 
 def test_a_trimmed_staging_rebuilds_restores_and_applies_late_changes_as_the_whole_one(spark, workdir, monkeypatch):
