@@ -14,7 +14,7 @@ import io
 import json
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from decimal import Decimal
 
 from . import ordering
@@ -75,12 +75,15 @@ def inserts(fmt: str, options: dict) -> set[str] | None:
 
 
 def parse_file(fmt: str, options: dict, keys: list[str], name: str, data: bytes,
-               columns: dict | None = None, insert_only: bool = False) -> Iterator[Change | Rejection]:
-    """`insert_only`: a change that is not an insert is a rejection (the table appends, never merges)."""
+               columns: dict | None = None, insert_only: bool = False,
+               text_columns: Iterable[str] = ()) -> Iterator[Change | Rejection]:
+    """`insert_only`: a change that is not an insert is a rejection (the table appends, never merges).
+    `text_columns`: the columns earlier batches made text, whose CSV values keep their spelling."""
     parse_record = _RECORD_PARSERS[fmt]
     allowed = inserts(fmt, options) if insert_only else None
     typing = Typing(columns)
-    for line, record, raw in _records(name, data, fmt, typing.file_types, _header_needs(fmt, options, keys)):
+    for line, record, raw in _records(name, data, fmt, typing.file_types, _header_needs(fmt, options, keys),
+                                      [*typing.declared, *text_columns]):
         if isinstance(record, RecordError):
             yield Rejection(line, str(record), _text_of(raw))
             continue
@@ -114,7 +117,8 @@ def _header_needs(fmt: str, options: dict, keys: list[str]) -> list[str]:
     return []  # Datastream events keep their keys inside the payload, which CSV cannot hold
 
 
-def _records(name: str, data: bytes, fmt: str, file_types: dict | None = None, header_needs: list[str] = ()):
+def _records(name: str, data: bytes, fmt: str, file_types: dict | None = None, header_needs: list[str] = (),
+             text_columns: Iterable[str] = ()):
     lower = name.lower()
     if lower.endswith(".gz"):
         try:
@@ -133,7 +137,7 @@ def _records(name: str, data: bytes, fmt: str, file_types: dict | None = None, h
     elif lower.endswith(".avro") or fmt == "datastream-avro":
         yield from _avro_records(data, file_types if file_types is not None else {})
     elif lower.endswith(".csv"):
-        yield from _csv_records(data, header_needs)
+        yield from _typed_csv_records(_csv_records(data, header_needs), text_columns)
     else:
         yield from _json_lines(data, kafka_tombstones=fmt == "debezium-json")
 
@@ -263,7 +267,23 @@ def _csv_records(data: bytes, header_needs: list[str] = ()):
         if len(row) != len(header):
             yield line, RecordError(f"{len(row)} fields where the header has {len(header)}"), raw
             continue
-        yield line, {h: infer_text(v) for h, v in zip(header, row)}, raw
+        yield line, dict(zip(header, row)), raw
+
+
+def _typed_csv_records(records, text_columns: Iterable[str]):
+    """CSV rows with their values typed by their columns: `text_columns` (declared ones, whose
+    text `Typing` converts, and those already text) and a column holding any text in this file
+    keep every value's spelling ('1.10', '+5' and '1.1' stay three texts); a column of numbers
+    holds numbers. '' is null either way."""
+    records = list(records)
+    text_columns = set(text_columns)
+    for _, row, _ in records:
+        if isinstance(row, dict):
+            text_columns.update(c for c, v in row.items() if c not in text_columns and isinstance(infer_text(v), str))
+    for line, row, raw in records:
+        if isinstance(row, dict):
+            row = {c: (v if v != "" else None) if c in text_columns else infer_text(v) for c, v in row.items()}
+        yield line, row, raw
 
 
 def _decimal_or_text(precision: int, scale: int) -> str:
@@ -705,8 +725,8 @@ _RECORD_PARSERS = {
 def parse_snapshot(keys: list[str], name: str, data: bytes, columns: dict | None = None) -> Iterator[Change | Rejection]:
     """A source export (base snapshot) as upserts ordered by line; the tier puts them below every change."""
     typing = Typing(columns)
-    return snapshot_changes(keys, _records(name, data, "snapshot", typing.file_types, _header_needs("snapshot", {}, keys)),
-                            typing)
+    return snapshot_changes(keys, _records(name, data, "snapshot", typing.file_types, _header_needs("snapshot", {}, keys),
+                                           list(typing.declared)), typing)
 
 
 def parquet_row_group(keys: list[str], source, row_group: int, columns: dict | None = None) -> Iterator[Change | Rejection]:

@@ -13,7 +13,8 @@ def compare(target_rows: list[dict], source_rows: list[dict], keys) -> dict:
     """Rows compare by meaning (5 == 5.0 == '5') on the export's columns."""
     columns = sorted({c for r in source_rows for c in r})
     target = {key_text([r.get(k) for k in keys]): r for r in target_rows}
-    source = {key_text([r.get(k) for k in keys]): r for r in source_rows}
+    key_types = {k: next((value_type(r[k]) for r in target_rows if r.get(k) is not None), None) for k in keys}
+    source = {key_text([_as_key(r.get(k), key_types[k]) for k in keys]): r for r in source_rows}
     missing = sorted(set(source) - set(target))
     extra = sorted(set(target) - set(source))
     differing = sorted(k for k in set(source) & set(target)
@@ -25,6 +26,17 @@ def compare(target_rows: list[dict], source_rows: list[dict], keys) -> dict:
         "sample_differing_keys": differing[:SAMPLE],
         "duplicate_source_keys": len(source_rows) - len(source),
     }
+
+
+def _as_key(value, type_: str | None):
+    """An export's key value as the target's key column holds it ('1.10' stays text in a text
+    column, 5.0 is 5 in a long one), so that a key compares by its column's type."""
+    if value is None or type_ is None:
+        return value
+    try:
+        return convert(value, type_)
+    except Misfit:
+        return value
 
 
 def same_value(source, target) -> bool:

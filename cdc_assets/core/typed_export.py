@@ -74,14 +74,13 @@ def key_texts(arrays: list) -> list[str | None] | pa.Array:
     return [key_text(vs) for vs in zip(*([source_value(v) for v in a.to_pylist()] for a in arrays))]
 
 
-# Text that `values.canonical_text` keeps as it is: not a number written as text, and nothing
-# json.dumps writes as an escape other than a quote or a backslash.
-_NUMBER_LIKE_OR_CONTROL = r"^[+-]?[0-9]|[\x00-\x1f]"
+# Characters json.dumps writes as an escape other than a quote or a backslash.
+_CONTROL = r"[\x00-\x1f]"
 
 
 def _canonical_json(values) -> pa.Array | None:
-    """`values.canonical_text` of each value as a JSON string, built by Arrow for integers and
-    plain text without nulls; None for the others, which are built value by value."""
+    """`values.key_part` of each value as a JSON string, built by Arrow for integers and text
+    without nulls; None for the others, which are built value by value."""
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     if values.null_count:
@@ -89,7 +88,7 @@ def _canonical_json(values) -> pa.Array | None:
     if pt.is_integer(values.type):
         return pc.binary_join_element_wise('"', pc.cast(values, pa.string()), '"', "")
     if pt.is_string(values.type) or pt.is_large_string(values.type):
-        if pc.any(pc.match_substring_regex(values, _NUMBER_LIKE_OR_CONTROL)).as_py():
+        if pc.any(pc.match_substring_regex(values, _CONTROL)).as_py():
             return None
         return json_quoted(values)
     return None

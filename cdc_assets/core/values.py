@@ -25,6 +25,7 @@ from decimal import Decimal, InvalidOperation, localcontext
 # digit, so CSV text "1٣" became the integer 13 (and the key 13) and "٣.5" became 3.5.
 _INT = re.compile(r"[+-]?(0|[1-9]\d*)", re.ASCII)
 _FLOAT = re.compile(r"[+-]?(\d+\.\d+)", re.ASCII)
+_DIGITS = re.compile(r"[+-]?\d+", re.ASCII)
 
 NULL, BOOLEAN, INT, LONG, DOUBLE, STRING = "null", "boolean", "int", "long", "double", "string"
 DATE, TIMESTAMP, TIMESTAMP_NTZ, BINARY = "date", "timestamp", "timestamp_ntz", "binary"
@@ -136,7 +137,8 @@ def _number_text(d: Decimal) -> str:
 
 
 def canonical_text(value) -> str | None:
-    """Text that is equal for values equal by meaning: 5, 5.0 and '5' are one key."""
+    """Text that is equal for values equal by meaning: 5, 5.0 and '5' compare equal, as a
+    reconciliation compares an export's text with a typed value (keys: `key_part`)."""
     if value is None:
         return None
     if isinstance(value, bool):
@@ -159,8 +161,15 @@ def canonical_text(value) -> str | None:
     return str(value)
 
 
+def key_part(value) -> str | None:
+    """One key column's value as key text: a text is exactly itself (a zip code, a version
+    or a SKU is never read as a number); other values by `canonical_text`, so equal numbers
+    of a column's type are one key."""
+    return value if isinstance(value, str) else canonical_text(value)
+
+
 def key_text(values) -> str:
-    return json.dumps([canonical_text(v) for v in values], ensure_ascii=False, separators=(",", ":"))
+    return json.dumps([key_part(v) for v in values], ensure_ascii=False, separators=(",", ":"))
 
 
 def _decimal_of(d: Decimal) -> str:
@@ -245,8 +254,8 @@ def _integer(value) -> int | None:
         return int(value)
     if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
         return int(value)
-    if isinstance(value, str) and _INT.fullmatch(value.strip()):
-        return int(value.strip())
+    if isinstance(value, str) and _DIGITS.fullmatch(value.strip()):
+        return int(value.strip())  # a declared integer column takes '+5' and '007' as numbers
     return None
 
 

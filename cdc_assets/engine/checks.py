@@ -103,7 +103,7 @@ def batch_accounting(cfg: Config, table: TableConfig, batch_seq: int) -> dict:
     return figures
 
 
-def read_export(export_path: str, keys) -> tuple[list[dict], list]:
+def read_export(export_path: str, keys, columns: dict | None = None) -> tuple[list[dict], list]:
     """The export's rows, and the lines that could not be read (reported, never skipped silently)."""
     if export_path.lower().endswith(".parquet"):
         import pyarrow.parquet as pq
@@ -111,14 +111,14 @@ def read_export(export_path: str, keys) -> tuple[list[dict], list]:
         return pq.read_table(export_path).to_pylist(), []
     with open(export_path, "rb") as fh:
         data = fh.read()
-    items = list(parse_snapshot(list(keys), os.path.basename(export_path), data))
+    items = list(parse_snapshot(list(keys), os.path.basename(export_path), data, columns))
     return [c.row for c in items if hasattr(c, "row")], [c for c in items if not hasattr(c, "row")]
 
 
 def reconciliation(cfg: Config, table: TableConfig) -> dict:
     target = delta.read_arrow(path(cfg.table_dir(table.name), TARGET))
     rows = target.to_pylist() if target is not None else []
-    source, unreadable = read_export(table.reconcile_with, table.keys)
+    source, unreadable = read_export(table.reconcile_with, table.keys, table.columns)
     report = reconcile.compare(rows, source, table.keys)
     report["unreadable_source_rows"] = len(unreadable)
     report["sample_unreadable_source_rows"] = [f"line {r.line}: {r.reason}" for r in unreadable[:5]]

@@ -16,7 +16,7 @@ from ..core.config import Config, TableConfig
 from ..core.formats import parquet_row_group, parse_file, parse_snapshot, raw_line
 from ..core.schema import admit, admit_columns, is_text_source, joined, plain
 from ..core.typed_changes import TypedFile, read_by_column, read_typed_change_file
-from ..core.values import decode_row, encode_row
+from ..core.values import STRING, decode_row, encode_row
 from . import delta, faults, gcs
 from .landing import Batch, file_size, inside, is_done_or_next, read_file
 from .spark import session_of
@@ -43,7 +43,7 @@ def read_landed(file_path: str, root: str | None) -> bytes:
         raise UnreadableFile(f"cannot read the file: {e.strerror or e}") from None
 
 
-def _parse_partition(table: TableConfig, snapshot: bool, root: str | None):
+def _parse_partition(table: TableConfig, snapshot: bool, root: str | None, text_columns: tuple[str, ...] = ()):
     """The function Spark runs on each slice of the file list: files -> records or rejections."""
     schema = delta.arrow_schema(PARSED_FIELDS)
     keys, partition_by = list(table.keys), list(table.partition_by)
@@ -56,7 +56,8 @@ def _parse_partition(table: TableConfig, snapshot: bool, root: str | None):
         data = read_landed(f["path"], root)
         if snapshot:
             return parse_snapshot(keys, f["file"], data, table.columns)
-        return parse_file(table.format, table.options, keys, f["file"], data, table.columns, table.insert_only)
+        return parse_file(table.format, table.options, keys, f["file"], data, table.columns, table.insert_only,
+                          text_columns)
 
     def run(batches):
         # An export's column types are widened here, in the task that reads the rows; each task
@@ -95,7 +96,8 @@ LEDGER = "T"  # a snapshot task's column types, among its records
 MAX_TASKS = 256
 
 
-def parse_files(spark, table: TableConfig, files: list[dict], snapshot: bool = False, root: str | None = None):
+def parse_files(spark, table: TableConfig, files: list[dict], snapshot: bool = False, root: str | None = None,
+                text_columns: tuple[str, ...] = ()):
     """A DataFrame of parsed records; rows with `_cdc_reason` set are rejections.
     `root`: the landing folder the files must stay inside (links out of it are not read).
     A snapshot's Parquet files are read one row group per task."""
@@ -107,7 +109,7 @@ def parse_files(spark, table: TableConfig, files: list[dict], snapshot: bool = F
     frame = spark.createDataFrame(listing, "path string, file string, file_index int, batch_seq long, "
                                            "batch_id string, row_group int")
     return frame.repartition(max(1, min(len(listing), MAX_TASKS))).mapInArrow(
-        _parse_partition(table, snapshot, root), delta.spark_schema(PARSED_FIELDS))
+        _parse_partition(table, snapshot, root, text_columns), delta.spark_schema(PARSED_FIELDS))
 
 
 def _row_groups(file_path: str) -> int:
@@ -254,14 +256,16 @@ def _bytes_of(files: list[dict]) -> int:
     return total
 
 
-def parse_batch(spark, table: TableConfig, files: list[dict], root: str) -> tuple[pa.Table, dict[str, pa.Table]]:
+def parse_batch(spark, table: TableConfig, files: list[dict], root: str,
+                text_columns: tuple[str, ...] = ()) -> tuple[pa.Table, dict[str, pa.Table]]:
     """Every record of a batch's files, parsed (rejections have `_cdc_reason`): batch-sized;
     and the source columns of the files read column by column (`core.typed_changes`), whose
     records have no `_cdc_row`. `spark`: a session, or a function that starts one; called
     only for a large batch."""
     schema = delta.arrow_schema(PARSED_FIELDS)
     if _bytes_of(files) > LOCAL_PARSE_BYTES:
-        return parse_files(session_of(spark), table, files, root=root).toArrow().cast(schema), {}
+        return parse_files(session_of(spark), table, files, root=root, text_columns=text_columns).toArrow() \
+            .cast(schema), {}
     parts, values, by_record = [], {}, []
     for f in files:
         typed = _typed_file(table, f, root, schema)
@@ -272,7 +276,8 @@ def parse_batch(spark, table: TableConfig, files: list[dict], root: str) -> tupl
             values[f["file"]] = typed.values
     if by_record:
         listing = pa.RecordBatch.from_pylist(by_record)
-        parts.append(pa.Table.from_batches(list(_parse_partition(table, False, root)([listing])), schema=schema))
+        parts.append(pa.Table.from_batches(list(_parse_partition(table, False, root, text_columns)([listing])),
+                                           schema=schema))
     return (pa.concat_tables(parts) if parts else schema.empty_table()), values
 
 
@@ -335,7 +340,11 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
     landing = cfg.landing_dir(table.name)
     files = [{"path": os.path.join(landing, f), "file": f, "file_index": i, "batch_seq": batch.seq,
               "batch_id": batch.id} for i, f in enumerate(batch.files)]
-    parsed, values = parse_batch(spark, table, files, root=landing)
+    types = column_types(table_dir)
+    # A column earlier batches made text stays text: its CSV values keep their spelling, so a
+    # key reads the same in every batch.
+    text_columns = tuple(c for c, t in plain(types).items() if t == STRING)
+    parsed, values = parse_batch(spark, table, files, root=landing, text_columns=text_columns)
     records_read = parsed.num_rows
     faults.point("changes.parsed")
     rejected = pc.is_valid(parsed["_cdc_reason"])
@@ -347,7 +356,6 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
     if len(seen):
         with_id = with_id.filter(pc.invert(pc.is_in(with_id["_cdc_event_id"], value_set=seen)))
     distinct_rows = pa.concat_tables([with_id, without_id])
-    types = column_types(table_dir)
     admitted, images, misfits = admit_types(distinct_rows, types, batch, landing, values)
     new = stored_changes(admitted, images, types, stored_columns(changes_path))
     n_rejected = quarantine(table, table_dir, pa.concat_tables([unreadable.cast(misfits.schema), misfits]),
