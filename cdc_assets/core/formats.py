@@ -403,9 +403,28 @@ def _key(row: dict, keys: list[str]) -> tuple:
     return tuple(values)
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _row(values: dict, typing: Typing | None = None) -> dict:
     row = {str(k): source_value(v) for k, v in values.items()}
+    for name, value in row.items():
+        _storable(name, value)
     return typing.apply(row) if typing else row
+
+
+def _storable(name: str, value) -> None:
+    """A name or value no Delta table can hold is the record's fault, named by its column: a
+    lone surrogate (JSON's "\\ud800" escape) is no Unicode text, and an integer of more than
+    38 digits fits no number type."""
+    if _LONE_SURROGATE.search(name):
+        raise RecordError("a column name that is not valid Unicode (a lone surrogate)")
+    if isinstance(value, str):
+        if _LONE_SURROGATE.search(value):
+            raise RecordError(f"column {name!r} holds text that is not valid Unicode (a lone surrogate)")
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** MAX_PRECISION:
+        raise RecordError(f"column {name!r} holds an integer of {len(str(abs(value)))} digits, more than "
+                          f"any number type holds ({MAX_PRECISION} digits)")
 
 
 def _datastream(record: dict, keys, options, line, typing: Typing | None = None) -> Change:

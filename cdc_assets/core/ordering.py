@@ -98,7 +98,10 @@ def parse_timestamp(value) -> int:
     except ValueError:
         raise OrderingError(f"timestamp {text[:60]!r} does not parse") from None
     if t.tzinfo is not None:
-        t = t.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        try:
+            t = t.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        except OverflowError:
+            raise OrderingError(f"timestamp {text[:60]!r} is outside years 1 to 9999 in UTC") from None
     delta = t - dt.datetime(1970, 1, 1)
     return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
 

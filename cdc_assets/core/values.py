@@ -186,7 +186,7 @@ def value_type(value) -> str:
     if isinstance(value, bool):
         return BOOLEAN
     if isinstance(value, int):
-        return LONG
+        return LONG if -(1 << 63) <= value < (1 << 63) else _decimal_of(Decimal(value))
     if isinstance(value, (float, NumberText)):
         return DOUBLE
     if isinstance(value, Decimal):
@@ -236,7 +236,7 @@ def join_types(a: str, b: str) -> str:
         return a
     if a == NULL:
         return b
-    w = widen(a, b)
+    w = widen(a, b) or widen(b, a)  # an integer column meeting a wide integer becomes a decimal
     if w is not None:
         return w
     numbers = {INT, LONG, DOUBLE}
@@ -294,7 +294,10 @@ def _timestamp(value, with_zone: bool):
     if not isinstance(value, dt.datetime):
         return None
     if with_zone:
-        return value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value.astimezone(dt.timezone.utc)
+        try:
+            return value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value.astimezone(dt.timezone.utc)
+        except OverflowError:
+            return None  # an instant outside years 1 to 9999 in UTC: no timestamp holds it
     return value if value.tzinfo is None else None
 
 

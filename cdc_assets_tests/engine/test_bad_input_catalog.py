@@ -39,6 +39,7 @@ TABLES = [
     {"name": "BQCDC", "keys": ["id"], "format": "bigquery-cdc"},
     {"name": "BQAPPEND", "keys": ["id"], "format": "bigquery-append"},
     {"name": "CHANGES", "keys": ["id"], "format": "changeset", "options": CHANGESET},
+    {"name": "DSTYPED", "keys": ["id"], "format": "datastream-json", "columns": {"ts": "timestamp"}},
     {"name": "CLEAN", "keys": ["id"], "format": "bigquery-cdc"},
 ]
 BIG = 50 * 1024 * 1024
@@ -163,6 +164,23 @@ def catalog() -> list[Kind]:
             "column 'paid' holds boolean values; this change has integer there")
     between("a nested object in a decimal column", "DS", lambda i: ds(i, price=2.5), ds(3, price={"units": 2}),
             "column 'price' holds decimal values; this change has text there")
+    # Datastream JSON: values no column can store
+    between("a lone surrogate in a JSON string", "DS", ds, json.dumps(mysql("INSERT", {"id": 4, "v": "\ud800"}, 1, 4)),
+            "column 'v' holds text that is not valid Unicode", "\\ud800")
+    between("a lone surrogate in a column name", "DS", ds, json.dumps(mysql("INSERT", {"id": 4, "\udc00": 1}, 1, 4)),
+            "a column name that is not valid Unicode")
+    between("an integer too large for any number type", "DS", ds, ds(6, huge=10 ** 40),
+            "column 'huge' holds an integer of 41 digits")
+    between("a source_timestamp before year 1 in UTC", "DS", ds,
+            lambda i: event(i, lambda e: e.update(source_timestamp="0001-01-01T00:00:00+05:00")),
+            "outside years 1 to 9999 in UTC")
+    between("a source_timestamp past year 9999 in UTC", "DS", ds,
+            lambda i: event(i, lambda e: e.update(source_timestamp="9999-12-31T23:30:00-05:00")),
+            "outside years 1 to 9999 in UTC")
+    between("a timestamp past year 9999 in UTC", "DSTYPED", lambda i: ds(i, ts="2024-01-01T00:00:00Z"),
+            ds(7, ts="9999-12-31T23:30:00-05:00"), "column 'ts' is declared timestamp")
+    between("a timestamp before year 1 in UTC", "DSTYPED", lambda i: ds(i, ts="2024-01-01T00:00:00Z"),
+            ds(8, ts="0001-01-01T00:00:00+05:00"), "column 'ts' is declared timestamp")
     # Datastream JSON: whole files
     whole_file("a corrupt gzip file", "DS", ds, "bad.jsonl.gz", b"\x1f\x8b\x08 not gzip data",
                [("bad.jsonl.gz", 0, "not a readable gzip file")])
@@ -252,6 +270,8 @@ def tolerated() -> list[Kind]:
         ("a gzip file", "DS", gzip.compress(lines(ds(90031), ds(90032)))),
         ("a CSV with a byte-order mark and CRLF", "CHANGES",
          b"\xef\xbb\xbf" + lines(CHANGESET_HEADER + "\r", changeset_csv(90041) + "\r", changeset_csv(90042) + "\r")),
+        ("an integer past the long range, within decimal(38,0)", "DS",
+         lines(ds(90051, wide=123456789012345678901234567890), ds(90052, wide=-(10 ** 38 - 1)))),
     ]):
         ext = "csv" if table == "CHANGES" else "jsonl.gz" if data[:2] == b"\x1f\x8b" else "jsonl"
         out.append(Kind(name, table, {f"part.{ext}": data}, [], {90001 + 10 * n, 90002 + 10 * n}))
@@ -363,7 +383,7 @@ def test_odd_but_valid_input_is_applied(landed_run, kind):
 
 def test_counts_show_in_the_checks_the_status_and_the_summary(landed_run):
     cfg, outcomes = landed_run["cfg"], landed_run["outcomes"]
-    for table in ("DS", "BQCDC", "BQAPPEND", "CHANGES"):
+    for table in ("DS", "BQCDC", "BQAPPEND", "CHANGES", "DSTYPED"):
         expected = sum(len(k.bad) for k in KINDS if k.table == table)
         assert outcomes[table].ok, outcomes[table]
         assert outcomes[table].checks["batch_accounted"]  # read = new + duplicates + quarantined
