@@ -1,11 +1,11 @@
-"""`cdc-assets`: run, status, read, history, restore, maintain, generate, demo, ui, spark."""
+"""`cdc-assets`: run, status, read, history, restore, maintain, rekey, generate, demo, ui, spark."""
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
 import sys
 
-from . import demo, generate, maintain, read, run, spark, status, ui, versions
+from . import demo, generate, maintain, read, rekey, run, spark, status, ui, versions
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -13,7 +13,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version",
                         version=f"cdc-assets {importlib.metadata.version('cdc_assets')}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (run, status, read, versions, maintain, generate, demo, ui, spark):
+    for module in (run, status, read, versions, maintain, rekey, generate, demo, ui, spark):
         module.register(sub)
     return parser
 

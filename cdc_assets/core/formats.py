@@ -38,10 +38,13 @@ class RecordError(ValueError):
 
 class Typing:
     """The column types one file's values have: its own schema's (Avro, Parquet), else the
-    table's `columns:` map, whose values are converted here so a misfit names its line."""
+    table's `columns:` map, whose values are converted here so a misfit names its line.
+    `text_columns`: columns earlier batches made text; a number there is its text, so that
+    a key reads the same whichever way a file spells it."""
 
-    def __init__(self, declared: dict | None):
+    def __init__(self, declared: dict | None, text_columns: Iterable[str] = ()):
         self.declared = dict(declared or {})
+        self.text_columns = [c for c in text_columns if c not in self.declared]
         self.file_types: dict[str, str] = {}  # filled by the reader before the first record
         self._types: dict | None = None
 
@@ -59,6 +62,10 @@ class Typing:
                 except Misfit:
                     raise RecordError(f"column {col!r} is declared {type_}; this change's value does not fit it") \
                         from None
+        for col in self.text_columns:
+            value = row.get(col)
+            if value is not None and not isinstance(value, str) and col not in self.file_types:
+                row[col] = convert(value, STRING)
         return row
 
 
@@ -81,9 +88,9 @@ def parse_file(fmt: str, options: dict, keys: list[str], name: str, data: bytes,
     `text_columns`: the columns earlier batches made text, whose CSV values keep their spelling."""
     parse_record = _RECORD_PARSERS[fmt]
     allowed = inserts(fmt, options) if insert_only else None
-    typing = Typing(columns)
+    typing = Typing(columns, text_columns)
     for line, record, raw in _records(name, data, fmt, typing.file_types, _header_needs(fmt, options, keys),
-                                      [*typing.declared, *text_columns]):
+                                      [*typing.declared, *typing.text_columns]):
         if isinstance(record, RecordError):
             yield Rejection(line, str(record), _text_of(raw))
             continue

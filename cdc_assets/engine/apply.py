@@ -375,7 +375,7 @@ def _append(table: TableConfig, target_path: str, dt_: DeltaTable, m: MergeSourc
 
 def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reached: int,
            partition_keys: list[str] | None, first: bool, columns: dict[str, str] | None = None,
-           widen: bool = False) -> dict:
+           widen: bool = False, tombstones: bool = False) -> dict:
     """Target (or some of its partitions) as of batch `reached`, from staging and base: Spark
     picks each key's latest change, turns row images into typed columns and writes the files;
     delta-rs commits them in one version replacing the files they supersede."""
@@ -432,8 +432,9 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
         except Exception:
             spark_files.discard(target_path, adds)
             raise
-        if first:
+        if first or tombstones:
             _build_tombstones(latest, table_dir, reached)
+        if first:
             n_history = history.count()
             counts = {"history": n_history, "keys": n_history if distinct else latest.count()}
         faults.point("target.committed")
@@ -469,6 +470,12 @@ def _build_tombstones(latest, table_dir: str, reached: int) -> None:
     removes = spark_files.removes_for(old) if old is not None else []
     spark_files.commit(tomb_path, old, delta.arrow_schema(TOMBSTONE_FIELDS), adds, removes, (),
                        delta.commit_props(TOMBSTONES, reached))
+
+
+def rebuild_whole(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, reached: int) -> dict:
+    """The whole target and its tombstones again from staging as of batch `reached` (the
+    tombstones table must be gone: a tombstone is a key only, rebuilt from the deletes)."""
+    return _build(spark, cfg, table, dt_, reached, None, first=False, tombstones=True)
 
 
 def rebuild(spark, cfg: Config, table: TableConfig, partition_keys: list[str] | None) -> dict:
