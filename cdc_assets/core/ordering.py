@@ -115,6 +115,16 @@ def arrival(batch_seq: int, file_index: int, line: int) -> str:
     return u64(batch_seq) + f"{file_index:08x}" + u64(line)
 
 
+def origin(order: str) -> str:
+    """Where a stored change came from, read back from its ordering key: a place, never a value,
+    so that checks can point at a row without quoting it."""
+    tail = order[-40:]
+    batch_seq, file_index, line = int(tail[:16], 16), int(tail[16:24], 16), int(tail[24:], 16)
+    if order.startswith(BASE_TIER) and batch_seq == 0:
+        return f"base snapshot line {line}"
+    return f"batch {batch_seq} file {file_index + 1} line {line}"
+
+
 # Typed values (changeset `sequence_by`): a type tag, then an order-preserving body.
 _INT_RE = re.compile(r"[+-]?\d+", re.ASCII)
 _DEC_RE = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?", re.ASCII)  # ASCII: "1٣" is text

@@ -4,28 +4,40 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
+from .ordering import origin
 from .values import Misfit, canonical_text, convert, key_text, value_type
 
 SAMPLE = 10
 
 
-def compare(target_rows: list[dict], source_rows: list[dict], keys) -> dict:
-    """Rows compare by meaning (5 == 5.0 == '5') on the export's columns."""
+def compare(target_rows: list[dict], source_rows: list[dict], keys, source_lines: list[int] | None = None) -> dict:
+    """Rows compare by meaning (5 == 5.0 == '5') on the export's columns. The samples name
+    where a row is (the export's line, the target row's origin), never its values: keys are
+    row data too."""
     columns = sorted({c for r in source_rows for c in r})
     target = {key_text([r.get(k) for k in keys]): r for r in target_rows}
     key_types = {k: next((value_type(r[k]) for r in target_rows if r.get(k) is not None), None) for k in keys}
-    source = {key_text([_as_key(r.get(k), key_types[k]) for k in keys]): r for r in source_rows}
-    missing = sorted(set(source) - set(target))
-    extra = sorted(set(target) - set(source))
-    differing = sorted(k for k in set(source) & set(target)
-                       if any(not same_value(source[k].get(c), target[k].get(c)) for c in columns))
+    lines = source_lines if source_lines is not None else list(range(1, len(source_rows) + 1))
+    source = {key_text([_as_key(r.get(k), key_types[k]) for k in keys]): (line, r)
+              for line, r in zip(lines, source_rows)}
+    missing = sorted(source[k][0] for k in set(source) - set(target))
+    extra = sorted(_origin(target[k]) for k in set(target) - set(source))
+    differing = sorted((source[k][0], [c for c in columns if not same_value(source[k][1].get(c), target[k].get(c))])
+                       for k in set(source) & set(target))
+    differing = [(line, cols) for line, cols in differing if cols]
     return {
         "source_rows": len(source_rows), "target_rows": len(target_rows),
         "missing_rows": len(missing), "extra_rows": len(extra), "differing_rows": len(differing),
-        "sample_missing_keys": missing[:SAMPLE], "sample_extra_keys": extra[:SAMPLE],
-        "sample_differing_keys": differing[:SAMPLE],
+        "sample_missing_rows": [f"export line {line}" for line in missing[:SAMPLE]],
+        "sample_extra_rows": extra[:SAMPLE],
+        "sample_differing_rows": [f"export line {line}: {', '.join(cols)}" for line, cols in differing[:SAMPLE]],
         "duplicate_source_keys": len(source_rows) - len(source),
     }
+
+
+def _origin(row: dict) -> str:
+    order = row.get("_cdc_order")
+    return origin(order) if isinstance(order, str) and len(order) >= 40 else "a target row"
 
 
 def _as_key(value, type_: str | None):

@@ -514,5 +514,4 @@ def reconcile(client, cfg: Config, table: TableConfig, sample: int = SAMPLE_ROWS
             "rows_target": n_target, "rows_bigquery": n_bq, "missing_in_bigquery": len(missing),
             "not_in_target": len(extra), "differing_rows": len(differing),
             "differing_columns": sorted(differing_columns),
-            "examples": [list(map(str, k)) for k in (missing + extra + differing)[:5]],
             "discrepancies": count_diff + len(missing) + len(extra) + len(differing)}

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..core import reconcile
+from ..core.ordering import origin
 from ..core.config import Config, TableConfig
 from ..core.formats import parse_snapshot
 from . import delta, spark_files, storage
@@ -21,7 +24,7 @@ def key_uniqueness(cfg: Config, table: TableConfig, spark=None) -> dict:
     target_path = path(table_dir, TARGET)
     dt = delta.open_table(target_path)
     if dt is None:
-        return {"rows": 0, "keys_checked": 0, "duplicate_keys": 0, "sample_duplicate_keys": []}
+        return {"rows": 0, "keys_checked": 0, "duplicate_keys": 0, "sample_duplicates": []}
     commit = {k[4:]: v for k, v in delta.last_commit(target_path).items() if k.startswith("cdc.")}
     if commit.get("step") != TARGET or commit.get("build") == "full" or "from_batch" not in commit:
         return _all_keys_unique(spark(), dt) if spark is not None else _keys_unique_where(target_path, "true")
@@ -29,16 +32,28 @@ def key_uniqueness(cfg: Config, table: TableConfig, spark=None) -> dict:
                            f"_cdc_batch_seq >= {int(commit['from_batch'])} AND _cdc_batch_seq <= {int(commit['batch_seq'])}")
     keys = sorted(set(touched["_cdc_key"].to_pylist())) if touched is not None else []
     if not keys:
-        return {"keys_checked": 0, "duplicate_keys": 0, "sample_duplicate_keys": []}
-    found = delta.rows_with_keys(target_path, (("_cdc_key", "string"),), keys, also=commit.get("key_range") or None)
+        return {"keys_checked": 0, "duplicate_keys": 0, "sample_duplicates": []}
+    found = delta.rows_with_keys(target_path, KEY_AND_ORDER, keys, also=commit.get("key_range") or None)
     counts = found.group_by("_cdc_key").aggregate([("_cdc_key", "count")])
-    dupes = counts.filter(pc.greater(counts["_cdc_key_count"], 1))["_cdc_key"].to_pylist()
-    return {"keys_checked": len(keys), "duplicate_keys": len(dupes), "sample_duplicate_keys": dupes[:10]}
+    dupes = counts.filter(pc.greater(counts["_cdc_key_count"], 1))["_cdc_key"]
+    return {"keys_checked": len(keys), "duplicate_keys": len(dupes), "sample_duplicates": _origins(found, dupes)}
+
+
+KEY_AND_ORDER = (("_cdc_key", "string"), ("_cdc_order", "string"))
+SAMPLE = 10
+
+
+def _origins(rows: pa.Table, keys) -> list[str]:
+    """Where the rows of some duplicated keys came from (places, not the keys: keys are row data)."""
+    picked = rows.filter(pc.is_in(rows["_cdc_key"], value_set=pa.array(list(keys)[:SAMPLE], pa.string())))
+    return sorted(origin(o) for o in picked["_cdc_order"].to_pylist())
 
 
 def _keys_unique_where(target_path: str, where: str) -> dict:
     dupes = delta.query(target_path, f"SELECT _cdc_key FROM t WHERE {where} GROUP BY _cdc_key HAVING count(*) > 1")
-    return {"duplicate_keys": dupes.num_rows, "sample_duplicate_keys": [str(k) for k in dupes["_cdc_key"].to_pylist()[:10]]}
+    sample = dupes["_cdc_key"].to_pylist()[:SAMPLE]
+    rows = delta.rows_with_keys(target_path, KEY_AND_ORDER, [str(k) for k in sample]) if sample else None
+    return {"duplicate_keys": dupes.num_rows, "sample_duplicates": _origins(rows, sample) if rows is not None else []}
 
 
 def _all_keys_unique(spark, dt) -> dict:
@@ -46,15 +61,17 @@ def _all_keys_unique(spark, dt) -> dict:
 
     files = dt.file_uris()
     if not files:
-        return {"rows": 0, "keys_checked": 0, "duplicate_keys": 0, "sample_duplicate_keys": []}
+        return {"rows": 0, "keys_checked": 0, "duplicate_keys": 0, "sample_duplicates": []}
     if storage.is_remote(files[0]):
         keys = spark_files.read_files(spark, files, "_cdc_key string")
     else:
         keys = spark.read.parquet(*files).select("_cdc_key")
     dupes = keys.groupBy("_cdc_key").count().where(F.col("count") > 1)
-    sample = [r["_cdc_key"] for r in dupes.limit(10).collect()]
+    sample = [r["_cdc_key"] for r in dupes.limit(SAMPLE).collect()]
     rows = keys.count()
-    return {"rows": rows, "keys_checked": rows, "duplicate_keys": dupes.count(), "sample_duplicate_keys": sample}
+    found = delta.rows_with_keys(dt.table_uri, KEY_AND_ORDER, sample) if sample else None
+    return {"rows": rows, "keys_checked": rows, "duplicate_keys": dupes.count(),
+            "sample_duplicates": _origins(found, sample) if found is not None else []}
 
 
 def _rows_of_batch(table_path: str, batch_seq: int) -> int:
@@ -103,23 +120,30 @@ def batch_accounting(cfg: Config, table: TableConfig, batch_seq: int) -> dict:
     return figures
 
 
-def read_export(export_path: str, keys, columns: dict | None = None) -> tuple[list[dict], list]:
-    """The export's rows, and the lines that could not be read (reported, never skipped silently)."""
+@dataclass(frozen=True)
+class ExportRow:
+    line: int
+    row: dict
+
+
+def read_export(export_path: str, keys, columns: dict | None = None) -> tuple[list, list]:
+    """The export's rows (each with its `line` and `row`), and the lines that could not be read
+    (reported, never skipped silently)."""
     if export_path.lower().endswith(".parquet"):
         import pyarrow.parquet as pq
 
-        return pq.read_table(export_path).to_pylist(), []
+        return [ExportRow(n, r) for n, r in enumerate(pq.read_table(export_path).to_pylist(), start=1)], []
     with open(export_path, "rb") as fh:
         data = fh.read()
     items = list(parse_snapshot(list(keys), os.path.basename(export_path), data, columns))
-    return [c.row for c in items if hasattr(c, "row")], [c for c in items if not hasattr(c, "row")]
+    return [c for c in items if hasattr(c, "row")], [c for c in items if not hasattr(c, "row")]
 
 
 def reconciliation(cfg: Config, table: TableConfig) -> dict:
     target = delta.read_arrow(path(cfg.table_dir(table.name), TARGET))
     rows = target.to_pylist() if target is not None else []
     source, unreadable = read_export(table.reconcile_with, table.keys, table.columns)
-    report = reconcile.compare(rows, source, table.keys)
+    report = reconcile.compare(rows, [s.row for s in source], table.keys, [s.line for s in source])
     report["unreadable_source_rows"] = len(unreadable)
     report["sample_unreadable_source_rows"] = [f"line {r.line}: {r.reason}" for r in unreadable[:5]]
     return report

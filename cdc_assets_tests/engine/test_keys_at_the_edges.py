@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute in the duplicate test
 import pyarrow.parquet as pq
 
 from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
@@ -73,3 +74,24 @@ def test_numbers_of_one_column_are_keys_by_value(spark, workdir):
     land(cfg, "NUM", "b2", {"a.csv": "op,id,v,seq\nU,5.0,new,2\nU,6.50,y,2\n"})
     run_ok(cfg, "NUM")
     assert sorted(values(target_rows(cfg, "NUM"), "id", "v").values()) == ["new", "y"]
+
+
+def test_a_duplicated_key_is_found_and_pointed_at_without_its_value(spark, workdir):
+    import os
+
+    from deltalake import DeltaTable, write_deltalake
+
+    from cdc_assets.engine.checks import key_uniqueness
+
+    secret = "carol@example.com"
+    cfg = write_config(workdir, [{"name": "DUP", "keys": ["id"], "format": "datastream-json"}])
+    land(cfg, "DUP", "b1", {"a.jsonl": jsonl([mysql("INSERT", {"id": secret, "v": "a"}, 1, 1),
+                                              mysql("INSERT", {"id": "other", "v": "b"}, 1, 2)])})
+    run_ok(cfg, "DUP")
+    target = os.path.join(cfg.table_dir("DUP"), "target")
+    rows = DeltaTable(target).to_pyarrow_table()
+    write_deltalake(target, rows.filter(pa.compute.equal(rows["id"], secret)), mode="append")  # a second row
+    figures = key_uniqueness(cfg, cfg.table("DUP"))
+    assert figures["duplicate_keys"] == 1
+    assert figures["sample_duplicates"] == ["batch 1 file 1 line 1"] * 2
+    assert secret not in repr(figures)
