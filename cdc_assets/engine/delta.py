@@ -30,7 +30,10 @@ def load(path: str, version: int | None = None) -> DeltaTable:
     return DeltaTable(path, version=version, storage_options=storage.delta_options(path))
 
 
-def open_table(path: str) -> DeltaTable | None:
+def open_table(path: str | DeltaTable) -> DeltaTable | None:
+    """The table at `path`, or None without one; a DeltaTable given is that snapshot, as it is."""
+    if isinstance(path, DeltaTable):
+        return path
     try:
         return load(path)
     except TableNotFoundError:
@@ -143,7 +146,7 @@ def read_arrow(path: str, columns=None, filters=None) -> pa.Table | None:
     return dt.to_pyarrow_table(columns=columns, filters=filters)
 
 
-def query(path: str, sql: str) -> pa.Table | None:
+def query(path: str | DeltaTable, sql: str) -> pa.Table | None:
     """An SQL query over the table, named `t`, through delta-rs' query engine, which skips files
     whose statistics (or partition values) rule its conditions out; None without the table."""
     from deltalake.query import QueryBuilder
@@ -154,7 +157,7 @@ def query(path: str, sql: str) -> pa.Table | None:
     return pa.table(QueryBuilder().register("t", dt).execute(sql))
 
 
-def select(path: str, fields, where: str) -> pa.Table | None:
+def select(path: str | DeltaTable, fields, where: str) -> pa.Table | None:
     """The rows of a table matching an SQL condition (see `query`)."""
     names = ", ".join(f'"{n}"' for n, _ in fields)
     data = query(path, f"SELECT {names} FROM t WHERE {where}")
@@ -164,7 +167,7 @@ def select(path: str, fields, where: str) -> pa.Table | None:
 IN_LIST_LIMIT = 2000  # keys per SQL IN list: far longer lists overflow the SQL parser's stack
 
 
-def rows_with_keys(path: str, fields, keys: list[str], also: str | None = None) -> pa.Table | None:
+def rows_with_keys(path: str | DeltaTable, fields, keys: list[str], also: str | None = None) -> pa.Table | None:
     """The rows whose `_cdc_key` is one of `keys`. A batch's worth goes to delta-rs' query
     engine, which skips files by their statistics (`also`: a further SQL condition, such as
     the batch's key range, that lets it skip more); more keys than that are matched in one

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake import DeltaTable
 
 from ..core import target as shape
 from ..core.apply_policy import Decision, decide
@@ -43,10 +44,12 @@ class Pending:
         return None if self.oldest_registered_at is None else (now - self.oldest_registered_at).total_seconds()
 
 
-def pending(cfg: Config, table: TableConfig) -> Pending:
-    """What waits for the next merge; reads the Delta logs and the pending batches' statistics."""
+def pending(cfg: Config, table: TableConfig, target: DeltaTable | None = None) -> Pending:
+    """What waits for the next merge; reads the Delta logs and the pending batches' statistics.
+    `target`: the target snapshot to measure against (default: the current one)."""
     table_dir = cfg.table_dir(table.name)
-    target = delta.open_table(path(table_dir, TARGET))
+    if target is None:
+        target = delta.open_table(path(table_dir, TARGET))
     applied = delta.txn_version(target, TARGET)
     staged = delta.step_version(path(table_dir, STAGING), STAGING)
     has_base = table.base_snapshot is not None and delta.step_version(path(table_dir, BASE), BASE) >= 0
@@ -84,8 +87,10 @@ def fresh_read(cfg: Config, table: TableConfig, with_metadata: bool = False) -> 
     only the pending batches' rows and keys are held in memory."""
     table_dir = cfg.table_dir(table.name)
     target_path = path(table_dir, TARGET)
+    # One snapshot of the target serves every read below: an apply committing meanwhile must not
+    # leave the pending changes measured against one version and laid over another.
     dt_ = delta.open_table(target_path)
-    p = pending(cfg, table)
+    p = pending(cfg, table, dt_)
     if dt_ is None:
         raise FreshReadError(f"table {table.name}: no target yet: the first build happens at the next run "
                              f"({p.reached + 1 if p.reached >= 0 else 0} batches staged)")
@@ -97,7 +102,7 @@ def fresh_read(cfg: Config, table: TableConfig, with_metadata: bool = False) -> 
         source = _target_schema(columns, shape.META_COLUMNS + ("_cdc_apply",)).empty_table()
     # The keys' current ordering keys, read as the MERGE reads them: by key, files pruned by statistics.
     keys = source.column("_cdc_key").to_pylist()
-    current = delta.rows_with_keys(target_path, (("_cdc_key", "string"), ("_cdc_order", "string")), keys)
+    current = delta.rows_with_keys(dt_, (("_cdc_key", "string"), ("_cdc_order", "string")), keys)
     order_of = dict(zip(current.column("_cdc_key").to_pylist(), current.column("_cdc_order").to_pylist())) \
         if current is not None else {}
     wins = [k not in order_of or o > order_of[k]

@@ -96,3 +96,26 @@ def test_a_fresh_read_needs_a_target(workdir, capsys):
     assert main(["read", "ORDERS", "--config", cfg.path, "--out", "x.txt"]) == 2
     with pytest.raises(fresh.FreshReadError):
         fresh.fresh_table(cfg, cfg.table("ORDERS"))
+
+
+def test_a_fresh_read_holds_one_target_version_while_an_apply_commits(spark, workdir, monkeypatch):
+    """An apply that commits while a fresh read is being made does not mix the two target versions:
+    the read shows the pending changes laid over the version it opened, so it still shows them all."""
+    cfg = write_config(workdir, [{**TABLE, "apply": {"min_changes": 50}}])
+    land(cfg, "ORDERS", "batch-1", {"p.jsonl": jsonl(FIRST)})
+    run_ok(cfg, "ORDERS")
+    land(cfg, "ORDERS", "batch-2", {"p.jsonl": jsonl(SECOND)})
+    run_ok(cfg, "ORDERS")  # batch 2 staged, its merge waits
+    version = target_version(cfg, "ORDERS")
+
+    real_pending = fresh.pending
+
+    def apply_meanwhile(*args, **kwargs):
+        monkeypatch.setattr(fresh, "pending", real_pending)  # once: the apply itself reads what is pending
+        run_ok(write_config(workdir, [TABLE]), "ORDERS")  # another process's apply lands now
+        return real_pending(*args, **kwargs)
+
+    monkeypatch.setattr(fresh, "pending", apply_meanwhile)
+    shown = fresh.fresh_table(cfg, cfg.table("ORDERS"))
+    assert target_version(cfg, "ORDERS") > version
+    assert values(shown.to_pylist(), "id", "v") == EXPECTED
