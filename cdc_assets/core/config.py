@@ -85,11 +85,35 @@ class Config:
         return os.path.join(self.landing, name)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a mapping that gives one key twice (YAML keeps the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *defaults` may be overridden by the keys beside it
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) or key is None:
+                if key in seen:
+                    raise _DuplicateKey(key, key_node.start_mark.line + 1)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key, line: int):
+        super().__init__(key, line)
+        self.key, self.line = key, line
+
+
 def load_config(path: str) -> Config:
     path = os.path.abspath(path)
     try:
         with open(path, encoding="utf-8") as fh:
-            raw = yaml.safe_load(fh)
+            raw = yaml.load(fh, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except _DuplicateKey as e:
+        raise ConfigError(f"{os.path.basename(path)} line {e.line}: '{e.key}' is given twice") from None
     except FileNotFoundError:
         raise ConfigError(f"{path}: configuration file not found") from None
     except yaml.YAMLError as e:

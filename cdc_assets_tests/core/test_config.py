@@ -362,3 +362,19 @@ def test_publish_errors_name_table_and_field(publish, expected):
 def test_a_table_cannot_publish_to_its_own_bigquery_source():
     message = error(raw_config(format="bigquery-append", source="bigquery://p.d.t", publish={"bigquery": "p.d.t"}))
     assert "table 'ORDERS'" in message and "field 'publish.bigquery' names the table's own source" in message
+
+
+@pytest.mark.parametrize("text, line, key", [
+    ("warehouse: w\nlanding: l\nwarehouse: x\ntables:\n  - {name: T, keys: [id], format: changeset}\n", 3, "warehouse"),
+    ("warehouse: w\nlanding: l\ntables:\n  - name: T\n    keys: [id]\n    format: datastream-json\n"
+     "    keys: [other]\n", 7, "keys"),
+    ("warehouse: w\nlanding: l\ntables:\n  - {name: T, keys: [id], format: datastream-json, "
+     "columns: {a: int, a: string}}\n", 4, "a"),
+])
+def test_a_key_given_twice_is_an_error_naming_it_and_its_line(tmp_path, text, line, key):
+    """YAML itself would keep the last value silently: the user meant one of the two."""
+    p = tmp_path / "cdc.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_config(str(p))
+    assert f"cdc.yaml line {line}: '{key}' is given twice" in str(e.value)
