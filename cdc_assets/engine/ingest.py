@@ -35,6 +35,8 @@ class UnreadableFile(Exception):
 
 
 def read_landed(file_path: str, root: str | None) -> bytes:
+    if root and os.path.islink(file_path) and os.path.isdir(file_path):
+        raise UnreadableFile("a link to a folder: its files are not read (land them under their own names)")
     if root and not inside(file_path, root):
         raise UnreadableFile(f"the file links outside the landing area ({os.path.realpath(file_path)}); it was not read")
     try:

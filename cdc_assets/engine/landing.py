@@ -64,7 +64,11 @@ def complete_files(landing_dir: str) -> dict[str, int]:
         return out
     for root, dirs, files in os.walk(landing_dir):
         dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
-        for f in files:
+        # os.walk does not follow a link to a folder: it is taken as a file instead, so that ingest
+        # quarantines it with its reason rather than its files being skipped without a word.
+        linked = [d for d in dirs if os.path.islink(os.path.join(root, d))]
+        dirs[:] = [d for d in dirs if d not in linked]
+        for f in files + linked:
             if f.startswith((".", "_")):
                 continue
             full = os.path.join(root, f)

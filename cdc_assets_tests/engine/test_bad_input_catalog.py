@@ -191,6 +191,8 @@ def catalog() -> list[Kind]:
                [("outside.jsonl", 0, "links outside the landing area")])
     whole_file("a link to a file that is gone", "DS", ds, "gone.jsonl", ("link", "gone-away.jsonl"),
                [("gone.jsonl", 0, "cannot read the file")])
+    whole_file("a link to a folder", "DS", ds, "linked-folder", ("link", "/etc"),
+               [("linked-folder", 0, "a link to a folder")])
     # BigQuery CDC, JSON lines
     between("a malformed _CHANGE_SEQUENCE_NUMBER", "BQCDC", cdc, json.dumps(bq_cdc("UPSERT", {"id": 1}, "XYZ")),
             "'XYZ'")
