@@ -217,6 +217,7 @@ def maintain(cfg: Config, table: TableConfig, now: dt.datetime | None = None,
 def _vacuum(dt_: DeltaTable, hours: float) -> list[str]:
     # delta-rs takes whole hours (rounded up: never removes a file younger than asked); the
     # configuration's own floor (at least 1 h) replaces delta-rs' check against the table's
-    # property, which would refuse anything below Delta's 7-day default.
+    # property, which would refuse anything below Delta's 7-day default. A full vacuum lists the
+    # table's folder, so the files a killed write left, which no log entry names, go too.
     return dt_.vacuum(retention_hours=math.ceil(hours), dry_run=False, enforce_retention_duration=False,
-                      commit_properties=_props(VACUUM))
+                      commit_properties=_props(VACUUM), full=True)
