@@ -8,9 +8,11 @@ What each part keeps:
   no row (dataChange false): the batch watermark, the change feed and a BigQuery copy are
   unaffected.
 - The trim of `changes` deletes the batches registered before `trim_changes_after` that the
-  target already holds. A change re-delivered after its batch was trimmed is no longer
-  recognised as a duplicate: it is staged again and, being no newer than what the target holds,
-  changes nothing but the row's bookkeeping (see README).
+  target already holds, after copying each deleted change's identity (event id and ordering
+  key) to `seen`, which ingest reads beside `changes`: a change re-delivered after its batch was
+  trimmed is still a duplicate. Being no newer than what the target holds is not enough to make
+  it harmless: a re-delivery arrives later, and two changes of a key with one source order rank
+  by arrival, so the re-delivered loser of such a tie would win over the change that beat it.
 - The trim of `staging` (seed 002's staging clean-up, as seed 000 rolls changes up) keeps, of
   the applied batches registered before `trim_staging_after`, only each key's latest change:
   the row every rebuild, backfill, restore and publish would pick for that key from those
@@ -34,8 +36,8 @@ from ..core.config import Config, TableConfig
 from . import delta
 from .apply import ROWS_PER_FILE
 from .landing import batches_path
-from .tables import (BASE, CHANGES, CHANGES_TRIM, HISTORY, QUARANTINE, STAGING, STAGING_TRIM, TARGET, TOMBSTONES,
-                     path)
+from .tables import (BASE, CHANGES, CHANGES_TRIM, HISTORY, QUARANTINE, SEEN, SEEN_FIELDS, STAGING, STAGING_TRIM,
+                     TARGET, TOMBSTONES, path)
 
 COMPACTION, ZORDER, VACUUM = "compaction", "zorder", "vacuum"
 # Staged rows a trim examines per commit: its window of batches is read (key, batch and order
@@ -106,10 +108,17 @@ def trimmable_through(table_dir: str, applied: int, before: dt.datetime) -> int 
 
 
 def _trim_changes(table_dir: str, through: int) -> int:
-    """Delete from `changes` the batches up to `through`; the rows deleted."""
-    changes = delta.open_table(path(table_dir, CHANGES))
+    """Delete from `changes` the batches up to `through`; the rows deleted. Their event ids go
+    to `seen` first, in a commit of their own that a trim stopped midway does not repeat."""
+    changes_path = path(table_dir, CHANGES)
+    changes = delta.open_table(changes_path)
     if changes is None or delta.txn_version(changes, CHANGES_TRIM) >= through:
         return 0
+    seen_path = path(table_dir, SEEN)
+    if delta.step_version(seen_path, SEEN) < through:
+        ids = delta.select(changes_path, SEEN_FIELDS, f"_cdc_batch_seq <= {through} AND _cdc_event_id IS NOT NULL")
+        delta.append(seen_path, ids, SEEN, through)
+        delta.compact_if_fragmented(seen_path)
     result = changes.delete(f"_cdc_batch_seq <= {through}", commit_properties=delta.commit_props(
         CHANGES_TRIM, through, {"through_batch": through}))
     return int(result.get("num_deleted_rows", 0))
@@ -200,7 +209,7 @@ def maintain(cfg: Config, table: TableConfig, now: dt.datetime | None = None,
         trims[table_name] = (through, trim(table_dir, through) if through is not None else 0)
     vacuumed = {}
     hours = (policy.retention if retention is None else retention) / 3600
-    for name in (TARGET, CHANGES, STAGING, BASE, TOMBSTONES, QUARANTINE, HISTORY):
+    for name in (TARGET, CHANGES, SEEN, STAGING, BASE, TOMBSTONES, QUARANTINE, HISTORY):
         dt_ = delta.open_table(path(table_dir, name))
         if dt_ is not None:
             vacuumed[name] = len(_vacuum(dt_, hours))
