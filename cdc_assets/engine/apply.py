@@ -32,7 +32,7 @@ from .spark import session_of
 from .ingest import column_types
 from .records import read_records, stored_columns
 from .stage import latest_of_batch, latest_per_key
-from .tables import BASE, STAGING, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
+from .tables import BASE, STAGING, STAGING_TRIM, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
 
 _SPARK_TYPES = {"boolean": "boolean", INT: "int", LONG: "bigint", DOUBLE: "double", STRING: "string", DATE: "date",
                 "timestamp": "timestamp", "timestamp_ntz": "timestamp_ntz", "binary": "binary"}
@@ -308,7 +308,10 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
     if any(_existing_columns(dt_).get(c, t) != t for c, t in columns.items()):
         # A column widened: the target is rewritten once with the wider type, as of the batch
         # it reached; this apply then goes on from there.
-        _build(spark, cfg, table, dt_, applied, None, first=False, columns=columns, widen=True)
+        widened = _build(spark, cfg, table, dt_, applied, None, first=False, columns=columns, widen=True)
+        if widened["applied_batch"] >= reached:  # built as of this apply's batch (a trimmed staging)
+            widened["seconds"] = round(time.time() - t0, 2)
+            return widened
         dt_ = delta.load(target_path)
     if table.insert_only:
         return _append(table, target_path, dt_, m, applied, reached, t0)
@@ -381,9 +384,17 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
     delta-rs commits them in one version replacing the files they supersede."""
     from pyspark.sql import functions as F
 
-    spark = session_of(spark)
     table_dir = cfg.table_dir(table.name)
     target_path = path(table_dir, TARGET)
+    staging = delta.open_table(path(table_dir, STAGING))
+    if not first and reached < delta.txn_version(staging, STAGING_TRIM):
+        # A trim kept of staging's batches up to its reach only each key's latest change: the
+        # state as of an earlier batch (a target restored to a version before the trim) is no
+        # longer there to compute, and a partition of it beside the others would be a state no
+        # run passes through. The whole target is built as of the last staged batch instead,
+        # as a first build does, with that batch as the one it reached.
+        reached, partition_keys, first = delta.txn_version(staging, STAGING), None, True
+    spark = session_of(spark)
     if columns is None:
         ledger = column_types(table_dir, marked=False)
         columns = shape.target_columns(_existing_columns(dt_), [], table.keys, table.partition_by,
@@ -479,7 +490,9 @@ def rebuild_whole(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, reach
 
 
 def rebuild(spark, cfg: Config, table: TableConfig, partition_keys: list[str] | None) -> dict:
-    """Rebuild partitions (or the whole target) from staging as of the batch the target reached."""
+    """Rebuild partitions (or the whole target) from staging as of the batch the target reached;
+    a target restored to a batch a staging trim has passed is built whole as of the last staged
+    batch (`_build`)."""
     t0 = time.time()
     table_dir = cfg.table_dir(table.name)
     dt_ = delta.open_table(path(table_dir, TARGET))  # read and committed through, as in apply_pending
@@ -488,6 +501,8 @@ def rebuild(spark, cfg: Config, table: TableConfig, partition_keys: list[str] | 
         return {"nothing_applied_yet": True}
     before = dt_.version()
     figures = _build(spark, cfg, table, dt_, reached, partition_keys, first=False)
-    figures.update({"rebuilt_as_of_batch": reached, "partitions": partition_keys or "all",
+    whole = figures["applied_batch"] > reached  # a target older than a staging trim's reach (`_build`)
+    figures.update({"rebuilt_as_of_batch": figures["applied_batch"], "partitions": "all" if whole else (
+                    partition_keys or "all"),
                     "previous_version": before, "seconds": round(time.time() - t0, 2)})
     return figures

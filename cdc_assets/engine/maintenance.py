@@ -130,10 +130,13 @@ def _trim_staging(table_dir: str, through: int) -> int:
     A deleted row is one that some change of its key in a batch up to `through` outranks. Every
     reader of staging picks, per key, the latest of a range of batches: a rebuild (batches up to
     the target's), an apply after a restore (batches after the restored version's), a publish
-    (batches after the last publish). A range that ends past `through` still holds the outranking
-    change; one that starts after it is untouched; and one that holds the deleted row but not
-    the change outranking it starts after that change's batch, which then was applied earlier
-    with a greater ordering key, so the deleted row never decided that range's result either.
+    (batches after the last publish). A range that ends at or past `through` still holds the
+    outranking change; one that starts after it is untouched; and one that holds the deleted row
+    but not the change outranking it starts after that change's batch, which then was applied
+    earlier with a greater ordering key, so the deleted row never decided that range's result
+    either. A range that ends before `through` is a rebuild of a target restored to a version
+    older than the trim: that state is gone from staging, so the rebuild builds the whole target
+    as of the last staged batch instead (apply._build), never a partition of the older state.
     Each window of batches is one commit carrying the batch it trimmed through (STAGING_TRIM), so
     a trim stopped midway goes on from there."""
     staging_path = path(table_dir, STAGING)
