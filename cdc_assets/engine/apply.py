@@ -5,8 +5,10 @@ the pending batches' staged changes (batch-sized), keeps each key's latest, and 
 one delta-rs MERGE that compares every winner with the key's current row by ordering
 key: target keeps each row's `_cdc_order`, base rows included (their tier ranks below
 every change, rule 3), and `tombstones` keeps the ordering key of each deleted key (rule
-2). Neither the history nor the base is read again, and the MERGE's predicate lets
-delta-rs skip target files whose key range holds no touched key.
+2). Neither the history nor the base is read again. The MERGE rewrites only the target files
+holding a touched key; its condition is the key alone, with no literal, since delta-rs records a
+MERGE's condition (and any filter it derives from the source) in the commit, and key values stay
+out of commit info: so it reads every target file's keys to find them.
 
 The first apply, a rebuild and a type widening compute the state from all of staging
 and base; Spark executors compute and write it, delta-rs commits the files (spark_files).
@@ -188,9 +190,14 @@ def _literal(value, type_: str) -> str | None:
     return None
 
 
+# A MERGE's condition: the key, no literal (see apply_pending).
+MERGE_ON_KEY = "t._cdc_key = s._cdc_key"
+
+
 def key_range(source: pa.Table, table: TableConfig, columns: dict[str, str], alias: str = "") -> str | None:
-    """The batch's range of the first key column as SQL, which delta-rs checks against each target
-    file's statistics before reading it; None when that column's type is not compared that way."""
+    """The batch's range of the first key column as SQL, for a query (never a commit: the range
+    holds key values), which delta-rs checks against each file's statistics before reading it;
+    None when that column's type is not compared that way."""
     first = table.keys[0]
     type_ = columns.get(first)
     if type_ not in _PRUNABLE or source.num_rows == 0:
@@ -322,12 +329,12 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
     dt_ = delta.keep_change_feed(target_path, dt_, table.change_feed)  # before the MERGE that it is to record
     files_before, version_before = len(dt_.file_uris()), dt_.version()
     source = m.source
-    in_range = key_range(source, table, columns, alias="t.")
-    predicate = "t._cdc_key = s._cdc_key" + (f" AND {in_range}" if in_range else "")
-    props = delta.commit_props(TARGET, reached, {"from_batch": applied + 1,
-                                                 "key_range": key_range(source, table, columns) or ""})
-    result = dt_.merge(source, predicate, source_alias="s", target_alias="t", merge_schema=True,
-                       commit_properties=props) \
+    # The join alone: delta-rs writes a MERGE's predicate, and any early filter it derives from
+    # the source's values, into the commit's operationParameters, so a key range there would put
+    # key values in the Delta log's commit info (streamed_exec, delta-rs' default, derives none).
+    props = delta.commit_props(TARGET, reached, {"from_batch": applied + 1})
+    result = dt_.merge(source, MERGE_ON_KEY, source_alias="s", target_alias="t", merge_schema=True,
+                       streamed_exec=True, commit_properties=props) \
         .when_matched_delete(f"s._cdc_apply = '{DELETE}' AND s._cdc_order > t._cdc_order") \
         .when_matched_update_all(f"s._cdc_apply = '{UPSERT}' AND s._cdc_order > t._cdc_order",
                                  except_cols=["_cdc_apply"]) \
@@ -345,7 +352,6 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
         "deletes": result.get("num_target_rows_deleted", 0), "stale_skipped": winners.num_rows - changed,
         "superseded": pending.num_rows - winners.num_rows,
         "files_added": len(adds), "files_removed": len(removes), "files_before": files_before,
-        "merge_predicate": predicate,
         "partitions_rewritten": _partitions_of(adds + removes, table.partition_by) if table.partition_by else [],
         "rows": final.count(), "delta_version": final.version(), "seconds": round(time.time() - t0, 2),
     }

@@ -108,13 +108,12 @@ def update(spark, cfg: Config, table: TableConfig) -> dict:
     together = pa.concat_tables([versions.as_changes(existing).select(names).cast(typed.select(names).schema),
                                  typed.select(names)])
     rows = versions.versions(together, list(columns), table.keys)
+    # the key and version alone: a key range would put key values in the commit (apply.MERGE_ON_KEY)
     predicate = "t._cdc_key = s._cdc_key AND t._cdc_valid_from = s._cdc_valid_from"
-    if in_range:
-        predicate += " AND " + key_range(typed, table, columns, alias="t.")
     props = delta.commit_props(HISTORY, through, {"from_batch": taken + 1})
     if rows.num_rows:
         result = dt_.merge(rows, predicate, source_alias="s", target_alias="t", merge_schema=True,
-                           commit_properties=props).when_matched_update_all().when_not_matched_insert_all().execute()
+                           streamed_exec=True, commit_properties=props).when_matched_update_all().when_not_matched_insert_all().execute()
     else:  # every change of these batches went to quarantine: the watermark still moves
         dt_.create_write_transaction([], mode="append", schema=dt_.schema(), commit_properties=props)
         result = {}
