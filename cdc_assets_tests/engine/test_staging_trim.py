@@ -143,3 +143,32 @@ def test_the_maintenance_job_reports_the_staging_trim(workdir):
     assert observation.metadata["staging_trimmed_through_batch"].value == "none"
     assert observation.metadata["staging_rows_trimmed"].value == 0
     assert len(delta_rows(cfg, "ORDERS", STAGING)) == 6 + 3
+
+
+def test_a_widening_after_a_restore_older_than_the_trim_commits_only_clean_states(spark, workdir):
+    """A restore to a version older than the trim's reach, then a batch that widens a column: the
+    widening rewrites the target, which staging can no longer give as of the restored batch."""
+    cfg = write_config(workdir, [{"name": "WIDE", "keys": ["id"], "format": "datastream-json",
+                                  "maintenance": {"trim_staging_after": "1h"}}])
+    table, table_dir = cfg.table("WIDE"), cfg.table_dir("WIDE")
+    batches = [[mysql("INSERT", {"id": 1, "n": 1}, 1, 10), mysql("INSERT", {"id": 2, "n": 1}, 1, 11)],
+               [mysql("UPDATE", {"id": 1, "n": 2}, 1, 20)],
+               [mysql("UPDATE", {"id": 2, "n": 3}, 1, 30)]]
+    def shown(rows: list[dict]) -> dict:  # n as a number, whichever type the widening gave it
+        return {r["id"]: float(r["n"]) for r in rows}
+
+    clean = []
+    for n, changes in enumerate(batches, start=1):
+        land(cfg, "WIDE", f"batch-{n}", {"p.jsonl": jsonl(changes)})
+        run_ok(cfg, "WIDE")
+        clean.append(shown(target_rows(cfg, "WIDE")))
+    assert maintain(cfg, table, now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2)) \
+        .staging_trimmed_through == 3
+    restored = restore("WIDE", table_dir, 0).version
+    land(cfg, "WIDE", "batch-4", {"p.jsonl": jsonl([mysql("UPDATE", {"id": 1, "n": 2.5}, 1, 40)])})  # no integer
+    run_ok(cfg, "WIDE")
+    final = {1: 2.5, 2: 3.0}
+    assert target_rows(cfg, "WIDE") and shown(target_rows(cfg, "WIDE")) == final
+    states = [shown(target_rows_at(table_dir, v))
+              for v in range(restored + 1, delta.table_version(path(table_dir, TARGET)) + 1)]
+    assert states and all(state in clean + [final] for state in states), states
