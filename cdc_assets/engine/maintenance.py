@@ -109,15 +109,16 @@ def trimmable_through(table_dir: str, applied: int, before: dt.datetime) -> int 
 
 def _trim_changes(table_dir: str, through: int) -> int:
     """Delete from `changes` the batches up to `through`; the rows deleted. Their event ids go
-    to `seen` first, in a commit of their own that a trim stopped midway does not repeat."""
+    to `seen` first, a window of batches per commit, which a trim stopped midway does not repeat."""
     changes_path = path(table_dir, CHANGES)
     changes = delta.open_table(changes_path)
     if changes is None or delta.txn_version(changes, CHANGES_TRIM) >= through:
         return 0
     seen_path = path(table_dir, SEEN)
-    if delta.step_version(seen_path, SEEN) < through:
-        ids = delta.select(changes_path, SEEN_FIELDS, f"_cdc_batch_seq <= {through} AND _cdc_event_id IS NOT NULL")
-        delta.append(seen_path, ids, SEEN, through)
+    for start, end in _windows(changes_path, delta.step_version(seen_path, SEEN), through):
+        ids = delta.select(changes_path, SEEN_FIELDS, f"_cdc_batch_seq > {start} AND _cdc_batch_seq <= {end} "
+                                                      "AND _cdc_event_id IS NOT NULL")
+        delta.append(seen_path, ids, SEEN, end)
         delta.compact_if_fragmented(seen_path)
     result = changes.delete(f"_cdc_batch_seq <= {through}", commit_properties=delta.commit_props(
         CHANGES_TRIM, through, {"through_batch": through}))
@@ -144,18 +145,25 @@ def _trim_staging(table_dir: str, through: int) -> int:
     done = delta.txn_version(staging, STAGING_TRIM)
     if staging is None or done >= through:
         return 0
-    counts = delta.query(staging_path, "SELECT _cdc_batch_seq AS b, count(*) AS n FROM t "
-                                       f"WHERE _cdc_batch_seq > {done} AND _cdc_batch_seq <= {through} GROUP BY 1 ORDER BY 1")
-    removed, start, rows = 0, done, 0
+    return sum(_trim_staging_window(staging_path, start, end) for start, end in _windows(staging_path, done, through))
+
+
+def _windows(table_path: str, done: int, through: int) -> list[tuple[int, int]]:
+    """The batches after `done` up to `through` as windows (after, through] of about
+    TRIM_WINDOW_ROWS rows of the table each; the last ends at `through` (none when no batch
+    there has a row)."""
+    counts = delta.query(table_path, "SELECT _cdc_batch_seq AS b, count(*) AS n FROM t "
+                                     f"WHERE _cdc_batch_seq > {done} AND _cdc_batch_seq <= {through} GROUP BY 1 ORDER BY 1")
+    windows, start, rows = [], done, 0
     batches = list(zip(counts["b"].to_pylist(), counts["n"].to_pylist())) if counts is not None else []
     for i, (b, n) in enumerate(batches):
         rows += n
         if rows < TRIM_WINDOW_ROWS and i + 1 < len(batches):
             continue
         end = through if i + 1 == len(batches) else b
-        removed += _trim_staging_window(staging_path, start, end)
+        windows.append((start, end))
         start, rows = end, 0
-    return removed
+    return windows
 
 
 def _trim_staging_window(staging_path: str, after: int, through: int) -> int:
