@@ -1,7 +1,7 @@
 """`staging` (+ `base`) -> `target`: apply the pending batches, or rebuild partitions.
 
-An incremental apply costs what its batches cost, not what the table holds. It reads
-the pending batches' staged changes (batch-sized), keeps each key's latest, and commits
+An incremental apply reads the pending batches' staged changes (batch-sized), keeps each
+key's latest, and commits
 one delta-rs MERGE that compares every winner with the key's current row by ordering
 key: target keeps each row's `_cdc_order`, base rows included (their tier ranks below
 every change, rule 3), and `tombstones` keeps the ordering key of each deleted key (rule
@@ -422,7 +422,8 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
         schema = _spark_columns(columns) + ", " + ", ".join(f"`{m}` string" for m in shape.META_COLUMNS)
         typed = _typed_frame(live, columns, schema)
         # Files of about ROWS_PER_FILE rows, each holding one range of keys (within a partition),
-        # so that a MERGE's key range rules most of them out by their statistics.
+        # so that a batch's keys sit in few files, the ones a MERGE rewrites, and a lookup of keys
+        # skips the others by their statistics.
         n_files = max(1, math.ceil(live.count() / ROWS_PER_FILE))
         order = [F.col(c) for c in list(table.partition_by) + list(table.keys)]
         typed = typed.repartitionByRange(n_files, *order)

@@ -1,10 +1,11 @@
 """`changes` (+ `base`) -> `history`: every version of each key, SCD type 2 (core/history.py).
 
-An update costs what its batches cost: it reads the new batches' changes, the history rows
+An update reads the new batches' changes, the history rows
 of the keys they touch (files hold key ranges, so delta-rs skips the others by their
 statistics), places the new changes among those versions in the driver, and commits one
 MERGE on (key, valid_from) that inserts the new versions and closes or re-labels the ones
-they follow. The first build, a rebuild and a type widening compute the whole history on
+they follow; the MERGE reads every history file, since a key range in its condition would
+go into the commit (apply.MERGE_ON_KEY). The first build, a rebuild and a type widening compute the whole history on
 Spark executors with the same rules as window functions; delta-rs commits the files.
 """
 from __future__ import annotations
