@@ -1,12 +1,14 @@
 """`staging` (+ `base`) -> `target`: apply the pending batches, or rebuild partitions.
 
-An incremental apply costs what its batches cost, not what the table holds. It reads
-the pending batches' staged changes (batch-sized), keeps each key's latest, and commits
+An incremental apply reads the pending batches' staged changes (batch-sized), keeps each
+key's latest, and commits
 one delta-rs MERGE that compares every winner with the key's current row by ordering
 key: target keeps each row's `_cdc_order`, base rows included (their tier ranks below
 every change, rule 3), and `tombstones` keeps the ordering key of each deleted key (rule
-2). Neither the history nor the base is read again, and the MERGE's predicate lets
-delta-rs skip target files whose key range holds no touched key.
+2). Neither the history nor the base is read again. The MERGE rewrites only the target files
+holding a touched key; its condition is the key alone, with no literal, since delta-rs records a
+MERGE's condition (and any filter it derives from the source) in the commit, and key values stay
+out of commit info: so it reads every target file's keys to find them.
 
 The first apply, a rebuild and a type widening compute the state from all of staging
 and base; Spark executors compute and write it, delta-rs commits the files (spark_files).
@@ -32,7 +34,7 @@ from .spark import session_of
 from .ingest import column_types
 from .records import read_records, stored_columns
 from .stage import latest_of_batch, latest_per_key
-from .tables import BASE, STAGING, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
+from .tables import BASE, STAGING, STAGING_TRIM, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
 
 _SPARK_TYPES = {"boolean": "boolean", INT: "int", LONG: "bigint", DOUBLE: "double", STRING: "string", DATE: "date",
                 "timestamp": "timestamp", "timestamp_ntz": "timestamp_ntz", "binary": "binary"}
@@ -188,9 +190,14 @@ def _literal(value, type_: str) -> str | None:
     return None
 
 
+# A MERGE's condition: the key, no literal (see apply_pending).
+MERGE_ON_KEY = "t._cdc_key = s._cdc_key"
+
+
 def key_range(source: pa.Table, table: TableConfig, columns: dict[str, str], alias: str = "") -> str | None:
-    """The batch's range of the first key column as SQL, which delta-rs checks against each target
-    file's statistics before reading it; None when that column's type is not compared that way."""
+    """The batch's range of the first key column as SQL, for a query (never a commit: the range
+    holds key values), which delta-rs checks against each file's statistics before reading it;
+    None when that column's type is not compared that way."""
     first = table.keys[0]
     type_ = columns.get(first)
     if type_ not in _PRUNABLE or source.num_rows == 0:
@@ -308,7 +315,10 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
     if any(_existing_columns(dt_).get(c, t) != t for c, t in columns.items()):
         # A column widened: the target is rewritten once with the wider type, as of the batch
         # it reached; this apply then goes on from there.
-        _build(spark, cfg, table, dt_, applied, None, first=False, columns=columns, widen=True)
+        widened = _build(spark, cfg, table, dt_, applied, None, first=False, columns=columns, widen=True)
+        if widened["applied_batch"] >= reached:  # built as of this apply's batch (a trimmed staging)
+            widened["seconds"] = round(time.time() - t0, 2)
+            return widened
         dt_ = delta.load(target_path)
     if table.insert_only:
         return _append(table, target_path, dt_, m, applied, reached, t0)
@@ -319,12 +329,12 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
     dt_ = delta.keep_change_feed(target_path, dt_, table.change_feed)  # before the MERGE that it is to record
     files_before, version_before = len(dt_.file_uris()), dt_.version()
     source = m.source
-    in_range = key_range(source, table, columns, alias="t.")
-    predicate = "t._cdc_key = s._cdc_key" + (f" AND {in_range}" if in_range else "")
-    props = delta.commit_props(TARGET, reached, {"from_batch": applied + 1,
-                                                 "key_range": key_range(source, table, columns) or ""})
-    result = dt_.merge(source, predicate, source_alias="s", target_alias="t", merge_schema=True,
-                       commit_properties=props) \
+    # The join alone: delta-rs writes a MERGE's predicate, and any early filter it derives from
+    # the source's values, into the commit's operationParameters, so a key range there would put
+    # key values in the Delta log's commit info (streamed_exec, delta-rs' default, derives none).
+    props = delta.commit_props(TARGET, reached, {"from_batch": applied + 1})
+    result = dt_.merge(source, MERGE_ON_KEY, source_alias="s", target_alias="t", merge_schema=True,
+                       streamed_exec=True, commit_properties=props) \
         .when_matched_delete(f"s._cdc_apply = '{DELETE}' AND s._cdc_order > t._cdc_order") \
         .when_matched_update_all(f"s._cdc_apply = '{UPSERT}' AND s._cdc_order > t._cdc_order",
                                  except_cols=["_cdc_apply"]) \
@@ -342,7 +352,6 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
         "deletes": result.get("num_target_rows_deleted", 0), "stale_skipped": winners.num_rows - changed,
         "superseded": pending.num_rows - winners.num_rows,
         "files_added": len(adds), "files_removed": len(removes), "files_before": files_before,
-        "merge_predicate": predicate,
         "partitions_rewritten": _partitions_of(adds + removes, table.partition_by) if table.partition_by else [],
         "rows": final.count(), "delta_version": final.version(), "seconds": round(time.time() - t0, 2),
     }
@@ -381,9 +390,17 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
     delta-rs commits them in one version replacing the files they supersede."""
     from pyspark.sql import functions as F
 
-    spark = session_of(spark)
     table_dir = cfg.table_dir(table.name)
     target_path = path(table_dir, TARGET)
+    staging = delta.open_table(path(table_dir, STAGING))
+    if not first and reached < delta.txn_version(staging, STAGING_TRIM):
+        # A trim kept of staging's batches up to its reach only each key's latest change: the
+        # state as of an earlier batch (a target restored to a version before the trim) is no
+        # longer there to compute, and a partition of it beside the others would be a state no
+        # run passes through. The whole target is built as of the last staged batch instead,
+        # as a first build does, with that batch as the one it reached.
+        reached, partition_keys, first = delta.txn_version(staging, STAGING), None, True
+    spark = session_of(spark)
     if columns is None:
         ledger = column_types(table_dir, marked=False)
         columns = shape.target_columns(_existing_columns(dt_), [], table.keys, table.partition_by,
@@ -405,7 +422,8 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
         schema = _spark_columns(columns) + ", " + ", ".join(f"`{m}` string" for m in shape.META_COLUMNS)
         typed = _typed_frame(live, columns, schema)
         # Files of about ROWS_PER_FILE rows, each holding one range of keys (within a partition),
-        # so that a MERGE's key range rules most of them out by their statistics.
+        # so that a batch's keys sit in few files, the ones a MERGE rewrites, and a lookup of keys
+        # skips the others by their statistics.
         n_files = max(1, math.ceil(live.count() / ROWS_PER_FILE))
         order = [F.col(c) for c in list(table.partition_by) + list(table.keys)]
         typed = typed.repartitionByRange(n_files, *order)
@@ -479,7 +497,9 @@ def rebuild_whole(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, reach
 
 
 def rebuild(spark, cfg: Config, table: TableConfig, partition_keys: list[str] | None) -> dict:
-    """Rebuild partitions (or the whole target) from staging as of the batch the target reached."""
+    """Rebuild partitions (or the whole target) from staging as of the batch the target reached;
+    a target restored to a batch a staging trim has passed is built whole as of the last staged
+    batch (`_build`)."""
     t0 = time.time()
     table_dir = cfg.table_dir(table.name)
     dt_ = delta.open_table(path(table_dir, TARGET))  # read and committed through, as in apply_pending
@@ -488,6 +508,8 @@ def rebuild(spark, cfg: Config, table: TableConfig, partition_keys: list[str] | 
         return {"nothing_applied_yet": True}
     before = dt_.version()
     figures = _build(spark, cfg, table, dt_, reached, partition_keys, first=False)
-    figures.update({"rebuilt_as_of_batch": reached, "partitions": partition_keys or "all",
+    whole = figures["applied_batch"] > reached  # a target older than a staging trim's reach (`_build`)
+    figures.update({"rebuilt_as_of_batch": figures["applied_batch"], "partitions": "all" if whole else (
+                    partition_keys or "all"),
                     "previous_version": before, "seconds": round(time.time() - t0, 2)})
     return figures

@@ -1,10 +1,11 @@
 """`changes` (+ `base`) -> `history`: every version of each key, SCD type 2 (core/history.py).
 
-An update costs what its batches cost: it reads the new batches' changes, the history rows
+An update reads the new batches' changes, the history rows
 of the keys they touch (files hold key ranges, so delta-rs skips the others by their
 statistics), places the new changes among those versions in the driver, and commits one
 MERGE on (key, valid_from) that inserts the new versions and closes or re-labels the ones
-they follow. The first build, a rebuild and a type widening compute the whole history on
+they follow; the MERGE reads every history file, since a key range in its condition would
+go into the commit (apply.MERGE_ON_KEY). The first build, a rebuild and a type widening compute the whole history on
 Spark executors with the same rules as window functions; delta-rs commits the files.
 """
 from __future__ import annotations
@@ -108,13 +109,12 @@ def update(spark, cfg: Config, table: TableConfig) -> dict:
     together = pa.concat_tables([versions.as_changes(existing).select(names).cast(typed.select(names).schema),
                                  typed.select(names)])
     rows = versions.versions(together, list(columns), table.keys)
+    # the key and version alone: a key range would put key values in the commit (apply.MERGE_ON_KEY)
     predicate = "t._cdc_key = s._cdc_key AND t._cdc_valid_from = s._cdc_valid_from"
-    if in_range:
-        predicate += " AND " + key_range(typed, table, columns, alias="t.")
     props = delta.commit_props(HISTORY, through, {"from_batch": taken + 1})
     if rows.num_rows:
         result = dt_.merge(rows, predicate, source_alias="s", target_alias="t", merge_schema=True,
-                           commit_properties=props).when_matched_update_all().when_not_matched_insert_all().execute()
+                           streamed_exec=True, commit_properties=props).when_matched_update_all().when_not_matched_insert_all().execute()
     else:  # every change of these batches went to quarantine: the watermark still moves
         dt_.create_write_transaction([], mode="append", schema=dt_.schema(), commit_properties=props)
         result = {}

@@ -22,7 +22,7 @@ from .landing import Batch, file_size, inside, is_done_or_next, read_file
 from .spark import session_of
 from .records import stored_columns
 from .stage import first_of_each
-from .tables import BASE, CHANGES, QUARANTINE, QUARANTINE_FIELDS, path
+from .tables import BASE, CHANGES, QUARANTINE, QUARANTINE_FIELDS, SEEN, path
 
 LOGGED_REJECTIONS = 100  # per batch: the log names them, the quarantine table holds them all
 # `_cdc_types` (the file's or declared column types) lives only until the types are admitted.
@@ -306,8 +306,9 @@ def source_order(order: str) -> str:
     return order.rsplit("|", 1)[0]
 
 
-def seen_event_ids(changes_path: str, events: pa.Table) -> pa.Array:
-    """Which of these events' ids an earlier batch already holds.
+def seen_event_ids(changes_path: str, seen_path: str, events: pa.Table) -> pa.Array:
+    """Which of these events' ids an earlier batch already holds (in `changes`, or in `seen` once
+    a trim took its batch out of `changes`).
 
     A re-delivered event carries its original's source order, so only earlier changes whose
     ordering key falls within this batch's range of source orders can share an id with it:
@@ -324,10 +325,13 @@ def seen_event_ids(changes_path: str, events: pa.Table) -> pa.Array:
     where = f"_cdc_order >= {delta.sql_text(lo)} AND _cdc_order <= {delta.sql_text(hi)}"
     if len(ids) <= delta.IN_LIST_LIMIT:
         where += f" AND _cdc_event_id IN ({', '.join(delta.sql_text(i) for i in ids.to_pylist())})"
-    found = delta.query(changes_path, f"SELECT _cdc_event_id FROM t WHERE {where}")
-    if found is None or found.num_rows == 0:
+    # `seen` holds the ids of the changes a trim took out of `changes`, with their ordering keys
+    found = [t["_cdc_event_id"].cast(pa.string()) for t in
+             (delta.query(p, f"SELECT _cdc_event_id FROM t WHERE {where}") for p in (changes_path, seen_path))
+             if t is not None and t.num_rows]
+    if not found:
         return pa.array([], pa.string())
-    found_ids = found["_cdc_event_id"].cast(pa.string()).combine_chunks()
+    found_ids = pa.concat_arrays([f.combine_chunks() for f in found])
     return pc.filter(ids, pc.is_in(ids, value_set=found_ids))
 
 
@@ -354,7 +358,7 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
     unreadable = parsed.filter(rejected).select([c for c, _ in REJECT_FIELDS])
     # At-least-once delivery: an event id seen in this batch or any earlier one counts once.
     with_id, without_id = _first_of_each_event(good)
-    seen = seen_event_ids(changes_path, with_id)
+    seen = seen_event_ids(changes_path, path(table_dir, SEEN), with_id)
     if len(seen):
         with_id = with_id.filter(pc.invert(pc.is_in(with_id["_cdc_event_id"], value_set=seen)))
     distinct_rows = pa.concat_tables([with_id, without_id])

@@ -8,9 +8,11 @@ What each part keeps:
   no row (dataChange false): the batch watermark, the change feed and a BigQuery copy are
   unaffected.
 - The trim of `changes` deletes the batches registered before `trim_changes_after` that the
-  target already holds. A change re-delivered after its batch was trimmed is no longer
-  recognised as a duplicate: it is staged again and, being no newer than what the target holds,
-  changes nothing but the row's bookkeeping (see README).
+  target already holds, after copying each deleted change's identity (event id and ordering
+  key) to `seen`, which ingest reads beside `changes`: a change re-delivered after its batch was
+  trimmed is still a duplicate. Being no newer than what the target holds is not enough to make
+  it harmless: a re-delivery arrives later, and two changes of a key with one source order rank
+  by arrival, so the re-delivered loser of such a tie would win over the change that beat it.
 - The trim of `staging` (seed 002's staging clean-up, as seed 000 rolls changes up) keeps, of
   the applied batches registered before `trim_staging_after`, only each key's latest change:
   the row every rebuild, backfill, restore and publish would pick for that key from those
@@ -34,8 +36,8 @@ from ..core.config import Config, TableConfig
 from . import delta
 from .apply import ROWS_PER_FILE
 from .landing import batches_path
-from .tables import (BASE, CHANGES, CHANGES_TRIM, HISTORY, QUARANTINE, STAGING, STAGING_TRIM, TARGET, TOMBSTONES,
-                     path)
+from .tables import (BASE, CHANGES, CHANGES_TRIM, HISTORY, QUARANTINE, SEEN, SEEN_FIELDS, STAGING, STAGING_TRIM,
+                     TARGET, TOMBSTONES, path)
 
 COMPACTION, ZORDER, VACUUM = "compaction", "zorder", "vacuum"
 # Staged rows a trim examines per commit: its window of batches is read (key, batch and order
@@ -106,10 +108,18 @@ def trimmable_through(table_dir: str, applied: int, before: dt.datetime) -> int 
 
 
 def _trim_changes(table_dir: str, through: int) -> int:
-    """Delete from `changes` the batches up to `through`; the rows deleted."""
-    changes = delta.open_table(path(table_dir, CHANGES))
+    """Delete from `changes` the batches up to `through`; the rows deleted. Their event ids go
+    to `seen` first, a window of batches per commit, which a trim stopped midway does not repeat."""
+    changes_path = path(table_dir, CHANGES)
+    changes = delta.open_table(changes_path)
     if changes is None or delta.txn_version(changes, CHANGES_TRIM) >= through:
         return 0
+    seen_path = path(table_dir, SEEN)
+    for start, end in _windows(changes_path, delta.step_version(seen_path, SEEN), through):
+        ids = delta.select(changes_path, SEEN_FIELDS, f"_cdc_batch_seq > {start} AND _cdc_batch_seq <= {end} "
+                                                      "AND _cdc_event_id IS NOT NULL")
+        delta.append(seen_path, ids, SEEN, end)
+        delta.compact_if_fragmented(seen_path)
     result = changes.delete(f"_cdc_batch_seq <= {through}", commit_properties=delta.commit_props(
         CHANGES_TRIM, through, {"through_batch": through}))
     return int(result.get("num_deleted_rows", 0))
@@ -121,10 +131,13 @@ def _trim_staging(table_dir: str, through: int) -> int:
     A deleted row is one that some change of its key in a batch up to `through` outranks. Every
     reader of staging picks, per key, the latest of a range of batches: a rebuild (batches up to
     the target's), an apply after a restore (batches after the restored version's), a publish
-    (batches after the last publish). A range that ends past `through` still holds the outranking
-    change; one that starts after it is untouched; and one that holds the deleted row but not
-    the change outranking it starts after that change's batch, which then was applied earlier
-    with a greater ordering key, so the deleted row never decided that range's result either.
+    (batches after the last publish). A range that ends at or past `through` still holds the
+    outranking change; one that starts after it is untouched; and one that holds the deleted row
+    but not the change outranking it starts after that change's batch, which then was applied
+    earlier with a greater ordering key, so the deleted row never decided that range's result
+    either. A range that ends before `through` is a rebuild of a target restored to a version
+    older than the trim: that state is gone from staging, so the rebuild builds the whole target
+    as of the last staged batch instead (apply._build), never a partition of the older state.
     Each window of batches is one commit carrying the batch it trimmed through (STAGING_TRIM), so
     a trim stopped midway goes on from there."""
     staging_path = path(table_dir, STAGING)
@@ -132,18 +145,25 @@ def _trim_staging(table_dir: str, through: int) -> int:
     done = delta.txn_version(staging, STAGING_TRIM)
     if staging is None or done >= through:
         return 0
-    counts = delta.query(staging_path, "SELECT _cdc_batch_seq AS b, count(*) AS n FROM t "
-                                       f"WHERE _cdc_batch_seq > {done} AND _cdc_batch_seq <= {through} GROUP BY 1 ORDER BY 1")
-    removed, start, rows = 0, done, 0
+    return sum(_trim_staging_window(staging_path, start, end) for start, end in _windows(staging_path, done, through))
+
+
+def _windows(table_path: str, done: int, through: int) -> list[tuple[int, int]]:
+    """The batches after `done` up to `through` as windows (after, through] of about
+    TRIM_WINDOW_ROWS rows of the table each; the last ends at `through` (none when no batch
+    there has a row)."""
+    counts = delta.query(table_path, "SELECT _cdc_batch_seq AS b, count(*) AS n FROM t "
+                                     f"WHERE _cdc_batch_seq > {done} AND _cdc_batch_seq <= {through} GROUP BY 1 ORDER BY 1")
+    windows, start, rows = [], done, 0
     batches = list(zip(counts["b"].to_pylist(), counts["n"].to_pylist())) if counts is not None else []
     for i, (b, n) in enumerate(batches):
         rows += n
         if rows < TRIM_WINDOW_ROWS and i + 1 < len(batches):
             continue
         end = through if i + 1 == len(batches) else b
-        removed += _trim_staging_window(staging_path, start, end)
+        windows.append((start, end))
         start, rows = end, 0
-    return removed
+    return windows
 
 
 def _trim_staging_window(staging_path: str, after: int, through: int) -> int:
@@ -200,7 +220,7 @@ def maintain(cfg: Config, table: TableConfig, now: dt.datetime | None = None,
         trims[table_name] = (through, trim(table_dir, through) if through is not None else 0)
     vacuumed = {}
     hours = (policy.retention if retention is None else retention) / 3600
-    for name in (TARGET, CHANGES, STAGING, BASE, TOMBSTONES, QUARANTINE, HISTORY):
+    for name in (TARGET, CHANGES, SEEN, STAGING, BASE, TOMBSTONES, QUARANTINE, HISTORY):
         dt_ = delta.open_table(path(table_dir, name))
         if dt_ is not None:
             vacuumed[name] = len(_vacuum(dt_, hours))

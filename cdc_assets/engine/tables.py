@@ -9,6 +9,10 @@ CHANGES, STAGING, BASE, TARGET, QUARANTINE = "changes", "staging", "base", "targ
 # Each deleted key's greatest ordering key (rule 2), so an apply checks tombstones without the history.
 TOMBSTONES = "tombstones"
 TOMBSTONE_FIELDS = (("_cdc_key", "string"), ("_cdc_order", "string"))
+# The identity of every change a trim took out of `changes`: its event id (the source's, or
+# the digest of its content) and its ordering key, all ingest needs to know a re-delivery.
+SEEN = "seen"
+SEEN_FIELDS = (("_cdc_event_id", "string"), ("_cdc_order", "string"))
 # Every version of each key, SCD type 2 (`history: true`; engine/history.py).
 HISTORY = "history"
 QUARANTINE_FIELDS = (("table", "string"),) + REJECT_FIELDS + (("quarantined_at", "string"),)
@@ -21,4 +25,5 @@ def path(table_dir: str, name: str) -> str:
 
 
 __all__ = ["CHANGES", "STAGING", "BASE", "TARGET", "QUARANTINE", "TOMBSTONES", "HISTORY", "TOMBSTONE_FIELDS", "RECORD_FIELDS",
+           "SEEN", "SEEN_FIELDS",
            "QUARANTINE_FIELDS", "CHANGES_TRIM", "STAGING_TRIM", "path"]

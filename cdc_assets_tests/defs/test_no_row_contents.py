@@ -7,6 +7,7 @@ is read: the driver's, Dagster's, and the Spark JVM's and Python workers' (which
 A Spark session shared with the test process would print to an output this test cannot see."""
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -15,7 +16,7 @@ import dagster as dg
 from dagster._core.instance.ref import InstanceRef
 
 from cdc_assets_tests.engine.records import MARKS, delta_rows, mysql
-from cdc_assets_tests.helpers import land, target_rows, write_config
+from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
 
 pytestmark = MARKS
 
@@ -62,3 +63,96 @@ def test_logs_and_metadata_hold_no_row_values(workdir, cli):
         assert SECRET not in repr(e), repr(e)[:2000]
     assert "line 4" in printed  # the log names the bad lines ...
     assert SECRET not in printed  # ... and no value of theirs
+
+
+KEY_SECRET = "k3y-5ecret-4111"  # every key value holds it: a batch's smallest and largest key too
+
+
+def _leaks_in_delta_logs(root, secret: str) -> list[str]:
+    """Every action of every Delta commit under `root` that holds `secret`, but for the file
+    statistics of added files (a Delta table's own min/max, as in any Delta table)."""
+    found = []
+    for folder, _, files in os.walk(root):
+        if os.path.basename(folder) != "_delta_log":
+            continue
+        for name in sorted(f for f in files if f.endswith(".json")):
+            with open(os.path.join(folder, name), encoding="utf-8") as fh:
+                for line in fh.read().split("\n"):
+                    if not line.strip():
+                        continue
+                    action = json.loads(line)
+                    action.get("add", {}).pop("stats", None)
+                    text = json.dumps(action, ensure_ascii=False)
+                    if secret in text:
+                        found.append(f"{os.path.relpath(folder, root)}/{name}: {text[:600]}")
+    return found
+
+
+def test_key_values_reach_no_log_event_tag_or_commit_info(workdir, cli, capfd):
+    """A secret in a key column of an unpartitioned table, through a first build, an incremental
+    apply, the SCD2 history, the checks, maintenance (compaction, trims, vacuum) and a re-delivery
+    after a trim: the Dagster instance's storage (events and their metadata, run tags, logs, any
+    file of DAGSTER_HOME), everything printed and every Delta commit's actions hold no key value;
+    only the warehouse's rows and its files' statistics do."""
+    from cdc_assets.defs.definitions import build_definitions
+    from cdc_assets.engine.maintenance import maintain
+
+    tables = [{"name": "HIST", "keys": ["id"], "format": "datastream-json", "history": True,
+               "maintenance": {"trim_staging_after": "1h"}},
+              {"name": "TRIM", "keys": ["id"], "format": "datastream-json",
+               "maintenance": {"trim_changes_after": "1h", "trim_staging_after": "1h"}}]
+    cfg = write_config(workdir, tables)
+    key = [f"{KEY_SECRET}-{i}" for i in range(5)]
+    first = [mysql("INSERT", {"id": key[i], "v": "a"}, 1, 10 + i, uuid=f"ev-{i}") for i in range(1, 4)]
+    batches = [first,
+               [mysql("UPDATE", {"id": key[1], "v": "b"}, 1, 20), mysql("DELETE", {"id": key[2], "v": None}, 1, 21),
+                mysql("INSERT", {"id": key[4], "v": "a"}, 1, 22), first[0]],
+               [mysql("UPDATE", {"id": key[3], "v": "c"}, 1, 30), first[1]]]
+    home = workdir / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    env = {**{k: v for k, v in os.environ.items() if k != "CDC_ASSETS_CRASH_AT"}, "DAGSTER_HOME": str(home)}
+    printed = []
+
+    def command(*args: str) -> None:
+        proc = subprocess.run(cli + list(args) + ["--config", str(workdir / "cdc.yaml")], env=env,
+                              capture_output=True, text=True, errors="replace", timeout=600)
+        printed.append(proc.stdout + proc.stderr)
+        assert proc.returncode == 0, printed[-1][-3000:]
+
+    for n, changes in enumerate(batches[:2], start=1):
+        for t in tables:
+            land(cfg, t["name"], f"batch-{n}", {"p.jsonl": jsonl(changes)})
+        command("run")  # the first build, then an incremental apply and history update, with their checks
+    command("maintain")
+    instance = dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
+    for t in tables:
+        assert build_definitions(cfg).resolve_job_def(f"{t['name']}_maintenance_job").execute_in_process(
+            instance=instance).success
+        report = maintain(cfg, cfg.table(t["name"]), now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2),
+                          retention=0)
+        assert report.staging_trimmed_through == 2
+    for t in tables:
+        land(cfg, t["name"], "batch-3", {"p.jsonl": jsonl(batches[2])})
+    command("run")  # after the trims: a re-delivery, and an update
+    command("status")
+    captured = capfd.readouterr()
+    printed.append(captured.out + captured.err)
+
+    for t in tables:
+        assert {r["id"]: r["v"] for r in target_rows(cfg, t["name"])} == {
+            key[1]: "b", key[3]: "c", key[4]: "a"}, t
+    assert len(delta_rows(cfg, "HIST", "history")) >= 6
+
+    runs = instance.get_runs()
+    assert len(runs) >= 6
+    leaks = [f"run {r.run_id} tags: {r.tags}" for r in runs if KEY_SECRET in repr(r.tags) or KEY_SECRET in repr(r)]
+    events = [e for r in runs for e in instance.all_logs(r.run_id)]
+    assert any(e.dagster_event and e.dagster_event.is_step_materialization for e in events)
+    leaks += [repr(e)[:1500] for e in events if KEY_SECRET in repr(e)]
+    leaks += [os.path.join(folder, f) for folder, _, files in os.walk(home) for f in files
+              if KEY_SECRET.encode() in open(os.path.join(folder, f), "rb").read()]
+    leaks += [f"printed: ...{p[max(0, p.find(KEY_SECRET) - 300):p.find(KEY_SECRET) + 300]}" for p in printed
+              if KEY_SECRET in p]
+    leaks += _leaks_in_delta_logs(cfg.warehouse, KEY_SECRET)
+    assert not leaks, "\n".join(leaks)

@@ -17,7 +17,7 @@ from cdc_assets.cli.main import main
 from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.engine import checks, delta
 from cdc_assets.engine.maintenance import maintain
-from cdc_assets.engine.target_versions import versions
+from cdc_assets.engine.target_versions import RestoreFailed, restore, versions
 from cdc_assets.engine.tables import CHANGES, TARGET, path
 from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
 
@@ -42,8 +42,9 @@ def batch(n: int) -> list[dict]:
 def test_maintenance_compacts_trims_and_vacuums_without_changing_a_row(spark, workdir, capsys):
     cfg = write_config(workdir, [TABLE])
     table = cfg.table("ORDERS")
+    first = batch(1)
     for n in range(1, 6):
-        land(cfg, "ORDERS", f"batch-{n}", {"p.jsonl": jsonl(batch(n))})
+        land(cfg, "ORDERS", f"batch-{n}", {"p.jsonl": jsonl(first if n == 1 else batch(n))})
         run_ok(cfg, "ORDERS")
     target_path = path(cfg.table_dir("ORDERS"), TARGET)
     before_rows = canonical(target_rows(cfg, "ORDERS", source_only=False))
@@ -67,14 +68,20 @@ def test_maintenance_compacts_trims_and_vacuums_without_changing_a_row(spark, wo
         assert figures["adds_up"] and figures["counted_from_commits"] == ["changes_new"], (seq, figures)
     assert report.files_vacuumed[TARGET] == files_before + checksums  # the compacted-away files, and those
     assert {v.kind for v in versions(cfg.table_dir("ORDERS"))} >= {"compaction", "vacuum"}
-    with pytest.raises(Exception):  # a version from before the vacuum's retention is gone
+    # a version from before the vacuum's retention is gone: a Delta reader finds its files missing,
+    # and a restore to it fails, naming the version, and commits nothing
+    with pytest.raises(FileNotFoundError):
         DeltaTable(target_path, version=1).to_pyarrow_table()
+    with pytest.raises(RestoreFailed, match="restoring target version 1 failed"):
+        restore("ORDERS", cfg.table_dir("ORDERS"), 1)
+    assert delta.load(target_path).version() == after.version()
 
     # the next batches apply as before; a change re-delivered from a trimmed batch changes no value
     land(cfg, "ORDERS", "batch-6", {"p.jsonl": jsonl(batch(6) + [mysql("UPDATE", {"id": 10, "region": "eu", "v": "b"},
                                                                        1, 99)])})
-    land(cfg, "ORDERS", "batch-7", {"p.jsonl": jsonl(batch(1)[:1])})
     run_ok(cfg, "ORDERS")
+    land(cfg, "ORDERS", "batch-7", {"p.jsonl": jsonl(first[:1])})  # the same event, its uuid included
+    assert run_ok(cfg, "ORDERS").figures["changes"]["duplicates_skipped"] == 1  # known from `seen`
     got = values(target_rows(cfg, "ORDERS"), "id", "v")
     assert len(got) == 24 and got[10] == "b" and got[11] == "a"
 

@@ -2,9 +2,12 @@
 counts once, and landing nothing new changes nothing: no new Delta version anywhere."""
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
-from cdc_assets.engine import ingest
+from cdc_assets.engine import ingest, maintenance
+from cdc_assets.engine.maintenance import maintain
 from cdc_assets_tests.helpers import jsonl, land, run_table, target_rows, write_config
 
 from .records import MARKS, delta_rows, delta_version, mysql, run_ok, values
@@ -75,6 +78,45 @@ def test_changeset_redelivery_without_event_ids_counts_once(spark, workdir):
     outcome = run_ok(cfg, "CSDUP")
     assert (outcome.figures["changes"]["changes_new"], outcome.figures["changes"]["duplicates_skipped"]) == (2, 2)
     assert values(target_rows(cfg, "CSDUP"), "ID", "VALUE") == {1: "A2"}
+
+
+TIE_FEEDS = {
+    # no event id: the change's identity is its content (key, operation, source order, values)
+    "changeset": ({"format": "changeset", "options": {"op_column": "FLAG", "sequence_by": ["SEQ"], "inserts": ["I"],
+                                                       "updates": ["U"], "deletes": ["D"]}},
+                  ["FLAG,id,v,SEQ\nU,1,A,2024-03-01T10:00:05\nU,1,B,2024-03-01T10:00:05\n",
+                   "FLAG,id,v,SEQ\nU,1,A,2024-03-01T10:00:05\n"], "p.csv"),
+    # event ids: two events at one source position, the first re-delivered with its uuid
+    "datastream": ({"format": "datastream-json"},
+                   [jsonl([mysql("UPDATE", {"id": 1, "v": "A"}, 1, 10, uuid="ev-a"),
+                           mysql("UPDATE", {"id": 1, "v": "B"}, 1, 10, uuid="ev-b")]),
+                    jsonl([mysql("UPDATE", {"id": 1, "v": "A"}, 1, 10, uuid="ev-a")])], "p.jsonl"),
+}
+
+
+@pytest.mark.parametrize("feed", sorted(TIE_FEEDS))
+def test_a_change_redelivered_after_its_batch_was_trimmed_changes_no_value(spark, workdir, monkeypatch, feed):
+    """Two changes of a key tie on their source order; the later one by arrival wins (the tie rule).
+    Re-delivering the earlier one is a duplicate, before and after a trim took its batch out of
+    `changes`: the arrival of the re-delivery, being newer, must not make it win."""
+    spec, (first, again), name = TIE_FEEDS[feed]
+    monkeypatch.setattr(maintenance, "TRIM_WINDOW_ROWS", 1)  # the trim records the ids a batch at a time
+    cfg = write_config(workdir, [{"name": "TIE", "keys": ["id"], **spec,
+                                  "maintenance": {"trim_changes_after": "1h"}}])
+    land(cfg, "TIE", "batch-1", {name: first})
+    run_ok(cfg, "TIE")
+    assert values(target_rows(cfg, "TIE"), "id", "v") == {1: "B"}
+    land(cfg, "TIE", "batch-2", {name: again})
+    assert run_ok(cfg, "TIE").figures["changes"]["duplicates_skipped"] == 1
+    assert values(target_rows(cfg, "TIE"), "id", "v") == {1: "B"}
+
+    report = maintain(cfg, cfg.table("TIE"), now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2))
+    # batch 1, the one holding both changes, is out of `changes`
+    assert report.changes_trimmed_through >= 1 and delta_rows(cfg, "TIE", "changes") == []
+    target = target_rows(cfg, "TIE", source_only=False)
+    land(cfg, "TIE", "batch-3", {name: again})
+    assert run_ok(cfg, "TIE").figures["changes"]["duplicates_skipped"] == 1
+    assert target_rows(cfg, "TIE", source_only=False) == target
 
 
 def test_a_run_with_nothing_new_commits_nothing(spark, workdir):

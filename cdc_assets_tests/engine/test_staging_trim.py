@@ -1,7 +1,9 @@
 """The trim of `staging` (`maintenance.trim_staging_after`): the applied batches older than the
 setting keep only each key's latest change, and nothing a user reads changes for it: a full
-and a partition rebuild, a restore followed by the next run, late changes arriving after the
-trim, and each trimmed batch's `batch_accounted` check give what they gave before."""
+and a partition rebuild, a restore to a version older than the trim followed by a rebuild (of a
+partition, or of all) or by the next run, late changes arriving after the trim, and each trimmed
+batch's `batch_accounted` check give what they gave before: every target version committed is
+one a clean run passes through."""
 from __future__ import annotations
 
 import datetime as dt
@@ -24,6 +26,11 @@ pytestmark = MARKS
 
 TABLE = {"name": "ORDERS", "keys": ["id"], "format": "datastream-json", "partition_by": ["region"],
          "maintenance": {"trim_staging_after": "1h"}}
+
+
+def target_rows_at(table_dir: str, version: int) -> list[dict]:
+    rows = delta.load(path(table_dir, TARGET), version).to_pyarrow_table().to_pylist()
+    return [{k: v for k, v in r.items() if not k.startswith("_cdc_")} for r in rows]
 
 
 def row(id_: int, region: str, v: str) -> dict:
@@ -51,9 +58,11 @@ def test_a_trimmed_staging_rebuilds_restores_and_applies_late_changes_as_the_who
     monkeypatch.setattr(maintenance, "TRIM_WINDOW_ROWS", 5)
     cfg = write_config(workdir, [TABLE])
     table, table_dir = cfg.table("ORDERS"), cfg.table_dir("ORDERS")
+    clean = []  # the target's rows after each batch of a clean run: the states a target may show
     for n, changes in enumerate(BATCHES, start=1):
         land(cfg, "ORDERS", f"batch-{n}", {"p.jsonl": jsonl(changes)})
         run_ok(cfg, "ORDERS")
+        clean.append(canonical(target_rows(cfg, "ORDERS")))
     target = target_rows(cfg, "ORDERS", source_only=False)
     assert values(target_rows(cfg, "ORDERS"), "id", "v") == {1: "b", 2: "again", 3: "c", 4: "b", 6: "b", 7: "a"}
     staged_before = delta_rows(cfg, "ORDERS", STAGING)
@@ -94,12 +103,22 @@ def test_a_trimmed_staging_rebuilds_restores_and_applies_late_changes_as_the_who
         figures = checks.batch_accounting(cfg, table, seq)
         assert figures["adds_up"] and figures["counted_from_commits"] == ["staged"], (seq, figures)
 
-    # back to the version after batch 1: the next run re-applies batches 2..5 from the trimmed staging
-    restore("ORDERS", table_dir, version_after_batch_1)
-    assert values(target_rows(cfg, "ORDERS"), "id", "v") == {i: "a" for i in range(1, 7)}
-    run_ok(cfg, "ORDERS")
-    assert canonical(target_rows(cfg, "ORDERS")) == canonical(
-        [{k: v for k, v in r.items() if not k.startswith("_cdc_")} for r in target])
+    def committed_since(version: int) -> list[list[str]]:
+        """The rows of every target version committed after `version`."""
+        return [canonical(target_rows_at(table_dir, v)) for v in range(version + 1, delta.table_version(
+            path(table_dir, TARGET)) + 1)]
+
+    # back to the version after batch 1, whose batch the trimmed staging no longer holds whole:
+    # a rebuild (of a partition, or of all), and the next run, commit only states a clean run
+    # passes through, ending where the clean run ended
+    for then in (lambda: rebuild(spark, cfg, table, ["region=eu"]), lambda: rebuild(spark, cfg, table, None),
+                 lambda: run_ok(cfg, "ORDERS")):
+        restored = restore("ORDERS", table_dir, version_after_batch_1).version
+        assert canonical(target_rows(cfg, "ORDERS")) == clean[0]
+        then()
+        states = committed_since(restored)
+        assert states and all(state in clean for state in states), states
+        assert states[-1] == clean[-1]
 
     # changes older than what the trimmed batches decided, arriving now, change nothing
     land(cfg, "ORDERS", "batch-6", {"p.jsonl": jsonl([
@@ -124,3 +143,32 @@ def test_the_maintenance_job_reports_the_staging_trim(workdir):
     assert observation.metadata["staging_trimmed_through_batch"].value == "none"
     assert observation.metadata["staging_rows_trimmed"].value == 0
     assert len(delta_rows(cfg, "ORDERS", STAGING)) == 6 + 3
+
+
+def test_a_widening_after_a_restore_older_than_the_trim_commits_only_clean_states(spark, workdir):
+    """A restore to a version older than the trim's reach, then a batch that widens a column: the
+    widening rewrites the target, which staging can no longer give as of the restored batch."""
+    cfg = write_config(workdir, [{"name": "WIDE", "keys": ["id"], "format": "datastream-json",
+                                  "maintenance": {"trim_staging_after": "1h"}}])
+    table, table_dir = cfg.table("WIDE"), cfg.table_dir("WIDE")
+    batches = [[mysql("INSERT", {"id": 1, "n": 1}, 1, 10), mysql("INSERT", {"id": 2, "n": 1}, 1, 11)],
+               [mysql("UPDATE", {"id": 1, "n": 2}, 1, 20)],
+               [mysql("UPDATE", {"id": 2, "n": 3}, 1, 30)]]
+    def shown(rows: list[dict]) -> dict:  # n as a number, whichever type the widening gave it
+        return {r["id"]: float(r["n"]) for r in rows}
+
+    clean = []
+    for n, changes in enumerate(batches, start=1):
+        land(cfg, "WIDE", f"batch-{n}", {"p.jsonl": jsonl(changes)})
+        run_ok(cfg, "WIDE")
+        clean.append(shown(target_rows(cfg, "WIDE")))
+    assert maintain(cfg, table, now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2)) \
+        .staging_trimmed_through == 3
+    restored = restore("WIDE", table_dir, 0).version
+    land(cfg, "WIDE", "batch-4", {"p.jsonl": jsonl([mysql("UPDATE", {"id": 1, "n": 2.5}, 1, 40)])})  # no integer
+    run_ok(cfg, "WIDE")
+    final = {1: 2.5, 2: 3.0}
+    assert target_rows(cfg, "WIDE") and shown(target_rows(cfg, "WIDE")) == final
+    states = [shown(target_rows_at(table_dir, v))
+              for v in range(restored + 1, delta.table_version(path(table_dir, TARGET)) + 1)]
+    assert states and all(state in clean + [final] for state in states), states
