@@ -32,7 +32,10 @@ def unstorable(name: str) -> str | None:
 
 
 def way_out(name: str) -> str:
-    """The fix a name error points at: the table's `rename:` map in cdc.yaml."""
+    """The fix a name error points at: the table's `rename:` map in cdc.yaml (a name that is no
+    Unicode text has none: no YAML file can name it)."""
+    if _LONE_SURROGATE.search(name):
+        return "the writer must send valid Unicode"
     return f"give it a storable name in the table's `rename:` map in cdc.yaml, e.g. rename: {{{name!r}: new_name}}"
 
 
@@ -60,3 +63,37 @@ def datafusion(name: str) -> str:
 def bigquery(name: str) -> str:
     """A column name in GoogleSQL: backticks, a backslash and a backtick escaped."""
     return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
+
+
+# BigQuery's flexible column names take any letter, mark, number, connector or dash, spaces and
+# `&%=+:'<>#|`, but none of these, and no name over 300 characters or starting with a prefix it
+# reserves. A target column whose name holds one is published with each of them as `_`.
+BIGQUERY_EXCLUDED = "!\"$()*,./;?@[\\]^`{}~"
+BIGQUERY_RESERVED = ("_table_", "_file_", "_partition", "_row_timestamp", "__root__", "_colidentifier")
+BIGQUERY_MAX = 300
+
+
+def bigquery_name(name: str) -> str:
+    """The column name a target column has in BigQuery (the README's "On Google Cloud")."""
+    out = "".join("_" if c in BIGQUERY_EXCLUDED or not c.isprintable() else c for c in name)
+    if out.lower().startswith(BIGQUERY_RESERVED):
+        out = "c" + out
+    return out
+
+
+def bigquery_names(columns, table: str) -> dict[str, str]:
+    """Each target column's BigQuery name; a ValueError names two columns that would share one
+    (BigQuery compares names without case) or a name too long, with the way out."""
+    out: dict[str, str] = {}
+    seen: dict[str, str] = {}
+    for c in columns:
+        bq = bigquery_name(c)
+        if len(bq) > BIGQUERY_MAX:
+            raise ValueError(f"table {table}: column {c[:60]!r}... is longer than BigQuery's {BIGQUERY_MAX} "
+                             f"characters; {way_out(c)}")
+        if bq.lower() in seen:
+            raise ValueError(f"table {table}: columns {seen[bq.lower()]!r} and {c!r} would both be BigQuery column "
+                             f"{bq!r}; {way_out(c)}")
+        seen[bq.lower()] = c
+        out[c] = bq
+    return out
