@@ -378,3 +378,53 @@ def test_a_key_given_twice_is_an_error_naming_it_and_its_line(tmp_path, text, li
     with pytest.raises(ConfigError) as e:
         load_config(str(p))
     assert f"cdc.yaml line {line}: '{key}' is given twice" in str(e.value)
+
+
+# ---- column names (SPEC 3 "Keys and names") ----------------------------------------
+
+@pytest.mark.parametrize("key", ['my"id', "user.id", "a`b", "it's", "select", "1st", "$k#", "été", "MixedCase"])
+def test_names_delta_allows_are_keys(key):
+    cfg = parse_config(raw_config(keys=[key], partition_by=[key + "_p"], columns={key: "string"}), CONFIG_PATH)
+    assert cfg.tables[0].keys == (key,) and cfg.tables[0].partition_by == (key + "_p",)
+
+
+@pytest.mark.parametrize("field", ["keys", "partition_by"])
+@pytest.mark.parametrize("name,why", [("a b", "forbids ' '"), ("a,b", "forbids ','"), ("f(x)", "forbids '(', ')'"),
+                                      ("a=b", "forbids '='"), ("a\tb", "forbids '\\t'"), ("_cdc_key", "'_cdc_'"),
+                                      ("_CDC_order", "'_cdc_'")])
+def test_a_name_no_target_can_hold_is_refused_with_the_way_out(field, name, why):
+    msg = error(raw_config(**{field: [name]}) if field == "keys" else raw_config(partition_by=[name]))
+    assert f"table 'ORDERS': field '{field}'" in msg and repr(name) in msg and why in msg, msg
+    assert "rename:" in msg
+
+
+def test_names_equal_but_for_case_are_one_column():
+    msg = error(raw_config(keys=["v", "V"]))
+    assert "field 'keys' names 'v' and 'V'" in msg, msg
+
+
+def test_rename_gives_a_source_column_a_storable_name_and_keys_name_the_target():
+    cfg = parse_config(raw_config(keys=["order_id"], rename={"order id": "order_id", "_cdc_key": "cdc_key"},
+                                  columns={"cdc_key": "string"}), CONFIG_PATH)
+    assert cfg.tables[0].rename == {"order id": "order_id", "_cdc_key": "cdc_key"}
+    assert "renamed to 'order_id' by 'rename': name the target column" in \
+        error(raw_config(keys=["order id"], rename={"order id": "order_id"}))
+
+
+@pytest.mark.parametrize("rename,expected", [
+    ({"a": "b c"}, "field 'rename.a': the target name cannot be stored: column 'b c': Delta Lake forbids ' '"),
+    ({"a": "_cdc_x"}, "field 'rename.a': the target name cannot be stored"),
+    ({"a": "x", "b": "X"}, "two columns are renamed to"),
+    ({"a": "x", "b": "x"}, "two columns are renamed to 'x'"),
+    ({"a": 5}, "field 'rename.a': 5 is not a column name"),
+    (["a", "b"], "field 'rename' must map source column names to target names"),
+])
+def test_rename_is_validated_like_the_other_keys(rename, expected):
+    assert expected in error(raw_config(rename=rename))
+
+
+def test_zorder_by_a_dotted_column_is_refused_before_maintenance_would_fail_on_it():
+    msg = error(raw_config(keys=["user.id"], maintenance={"zorder_by": ["user.id"]}))
+    assert "field 'maintenance.zorder_by': column 'user.id': delta-rs cannot Z-order" in msg, msg
+    cfg = parse_config(raw_config(keys=["user.id"], maintenance={"zorder_by": ['my"id', "été"]}), CONFIG_PATH)
+    assert cfg.tables[0].maintenance.zorder_by == ('my"id', "été")
