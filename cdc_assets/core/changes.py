@@ -10,7 +10,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import ordering
+from . import names, ordering
 from .schema import STRICT, split
 from .target import arrow_type
 from .values import (BINARY, BOOLEAN, DATE, DOUBLE, INT, LONG, NULL, STRING, TIMESTAMP, TIMESTAMP_NTZ, Misfit, convert,
@@ -117,9 +117,9 @@ def to_reject(rej: Rejection, *, batch_seq: int, batch_id: str, file_name: str) 
 
 
 def storable_name(column: str) -> bool:
-    """A source column name that can be a column beside the record's own (`_cdc_` ones) and
-    be named in Spark SQL."""
-    return not column.startswith("_cdc_") and "`" not in column
+    """A source column name that can be a typed column beside the record's own (`_cdc_` ones);
+    one holding a backtick stays in the row image."""
+    return names.unstorable(column) is None and "`" not in column
 
 
 def stored_form(images: list[dict], from_text: list[bool], ledger: dict[str, str],

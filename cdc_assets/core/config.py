@@ -9,7 +9,7 @@ import yaml
 
 from .apply_policy import ApplyPolicy, parse_duration
 from .formats import FORMATS, inserts
-from . import cycles
+from . import cycles, names
 from .cycles import CycleGroup
 from .maintenance_policy import MIN_RETENTION, MaintenancePolicy
 from .values import parse_type
@@ -20,7 +20,7 @@ TOP_KEYS = {"warehouse", "landing", "tables", "spark", "groups", "timezone"}
 WAREHOUSE_SCHEMES = ("gs", "s3")
 TABLE_KEYS = {"name", "keys", "format", "options", "partition_by", "base_snapshot", "reconcile_with", "columns",
               "source", "source_position", "publish", "change_feed", "apply", "maintenance",
-              "insert_only", "history", "schedule"}
+              "insert_only", "history", "schedule", "rename"}
 APPLY_KEYS = {"min_changes", "max_staleness"}
 MAINTENANCE_KEYS = {"retention", "zorder_by", "trim_changes_after", "trim_staging_after", "schedule"}
 # Formats a table can read from a BigQuery table instead of landed files (`source: bigquery://...`).
@@ -56,6 +56,9 @@ class TableConfig:
     insert_only: bool = False  # batches are appended, never merged; an update or delete goes to quarantine
     history: bool = False  # a `history` table: every version of each key (SCD type 2), from `changes`
     schedule: str | None = None  # cron of the table's own cycle schedule (defs/schedules.py); None: none
+    # source column name -> target column name, for names a target cannot hold (core/names.py);
+    # keys, partition_by, columns and zorder_by name target columns
+    rename: dict = field(default_factory=dict, hash=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,50 @@ def _names(value, where: str, *, required: bool) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _target_names(value, where: str, rename: dict, *, required: bool) -> tuple[str, ...]:
+    """Column names of the target: storable, distinct but for case, after `rename:`."""
+    out = _names(value, where, required=required)
+    for i, n in enumerate(out):
+        _target_name(n, where, rename)
+        other = names.same_but_case(n, out[:i])
+        if other is not None:
+            raise ConfigError(f"{where} names {other!r} and {n!r}, one column to Spark and Delta (case is not "
+                              "told apart)")
+    return out
+
+
+def _target_name(name: str, where: str, rename: dict) -> None:
+    if name in rename and name not in rename.values():
+        raise ConfigError(f"{where}: column {name!r} is renamed to {rename[name]!r} by 'rename': name the "
+                          "target column")
+    why = names.unstorable(name)
+    if why:
+        raise ConfigError(f"{where}: {why}; {names.way_out(name)}")
+
+
+def _rename(value, here: str) -> dict:
+    """`rename: {source_name: target_name}`: the target's name of a source column."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not value:
+        raise ConfigError(f"{here}: field 'rename' must map source column names to target names, "
+                          "e.g. rename: {'unit price': unit_price}")
+    for source, target in value.items():
+        if not isinstance(source, str) or not source:
+            raise ConfigError(f"{here}: field 'rename': {source!r} is not a column name")
+        if not isinstance(target, str) or not target:
+            raise ConfigError(f"{here}: field 'rename.{source}': {target!r} is not a column name")
+        why = names.unstorable(target)
+        if why:
+            raise ConfigError(f"{here}: field 'rename.{source}': the target name cannot be stored: {why}")
+        other = names.same_but_case(target, [t for s, t in value.items() if s != source])
+        if other is not None or list(value.values()).count(target) > 1:
+            raise ConfigError(f"{here}: field 'rename': two columns are renamed to {target!r}"
+                              + (f" and {other!r}, one name to Spark and Delta (case is not told apart)"
+                                 if other is not None else ""))
+    return dict(value)
+
+
 def _table(t, i: int, where: str, base_dir: str) -> TableConfig:
     if not isinstance(t, dict):
         raise ConfigError(f"{where}: tables[{i}] must be a mapping")
@@ -190,7 +237,8 @@ def _table(t, i: int, where: str, base_dir: str) -> TableConfig:
             raise ConfigError(f"{here}: unknown field '{k}' (allowed: {', '.join(sorted(TABLE_KEYS))})")
     if not t.get("keys"):
         raise ConfigError(f"{here}: field 'keys' is required: list the primary key columns (1 to {MAX_KEYS})")
-    keys = _names(t["keys"], f"{here}: field 'keys'", required=True)
+    rename = _rename(t.get("rename"), here)
+    keys = _target_names(t["keys"], f"{here}: field 'keys'", rename, required=True)
     if len(keys) > MAX_KEYS:
         raise ConfigError(f"{here}: field 'keys' has {len(keys)} columns; at most {MAX_KEYS}")
     fmt = t.get("format")
@@ -200,7 +248,7 @@ def _table(t, i: int, where: str, base_dir: str) -> TableConfig:
     if not isinstance(options, dict):
         raise ConfigError(f"{here}: field 'options' must be a mapping")
     options = _options(fmt, options, here)
-    partition_by = _names(t.get("partition_by"), f"{here}: field 'partition_by'", required=False)
+    partition_by = _target_names(t.get("partition_by"), f"{here}: field 'partition_by'", rename, required=False)
     base = t.get("base_snapshot")
     reconcile = t.get("reconcile_with")
     source, position = _source(t.get("source"), t.get("source_position"), fmt, here)
@@ -216,16 +264,17 @@ def _table(t, i: int, where: str, base_dir: str) -> TableConfig:
     history = t.get("history", False)
     if not isinstance(history, bool):
         raise ConfigError(f"{here}: field 'history' must be true or false, not {history!r}")
-    maintenance = _maintenance(t.get("maintenance"), here)
+    maintenance = _maintenance(t.get("maintenance"), here, rename)
     if history and maintenance.trim_changes_after is not None:
         # history is computed from every change ever taken: a rebuild after a trim would lose versions
         raise ConfigError(f"{here}: field 'history' needs every change kept: remove 'maintenance.trim_changes_after'")
     return TableConfig(
         name=name, keys=keys, format=fmt, options=options, partition_by=partition_by,
-        columns=_columns(t.get("columns"), here), source=source, source_position=position,
+        columns=_columns(t.get("columns"), here, rename), source=source, source_position=position,
         publish=_publish(t.get("publish"), source, here), change_feed=change_feed,
         apply=_apply_policy(t.get("apply"), here), maintenance=maintenance,
         insert_only=insert_only, history=history, schedule=_cron(t.get("schedule"), f"{here}: field 'schedule'"),
+        rename=rename,
         base_snapshot=_path(base, base_dir, f"{here}: field 'base_snapshot'") if base is not None else None,
         reconcile_with=_path(reconcile, base_dir, f"{here}: field 'reconcile_with'") if reconcile is not None else None,
     )
@@ -293,7 +342,7 @@ def _apply_policy(value, here: str) -> ApplyPolicy:
     return ApplyPolicy(min_changes=n, max_staleness=seconds)
 
 
-def _maintenance(value, here: str) -> MaintenancePolicy:
+def _maintenance(value, here: str, rename: dict) -> MaintenancePolicy:
     """`maintenance: {retention: 7d, zorder_by: [col], trim_changes_after: 30d, trim_staging_after: 30d,
     schedule: "0 3 * * *"}`."""
     if value is None:
@@ -315,7 +364,8 @@ def _maintenance(value, here: str) -> MaintenancePolicy:
         raise ConfigError(f"{here}: field 'maintenance.retention' must be at least 1h: a run's apply or a fresh "
                           "read may still read the files a shorter one removes")
     if "zorder_by" in value:
-        out["zorder_by"] = _names(value["zorder_by"], f"{here}: field 'maintenance.zorder_by'", required=True)
+        out["zorder_by"] = _target_names(value["zorder_by"], f"{here}: field 'maintenance.zorder_by'", rename,
+                                         required=True)
     schedule = _cron(value.get("schedule"), f"{here}: field 'maintenance.schedule'")
     if schedule is not None:
         out["schedule"] = schedule
@@ -332,7 +382,7 @@ def _cron(value, where: str) -> str | None:
         raise ConfigError(str(e)) from None
 
 
-def _columns(value, here: str) -> dict:
+def _columns(value, here: str, rename: dict) -> dict:
     """`columns:` maps column names to types (SPEC 3), for files that carry none (JSON, CSV)."""
     if value is None:
         return {}
@@ -342,6 +392,7 @@ def _columns(value, here: str) -> dict:
     for col, type_ in value.items():
         if not isinstance(col, str) or not col:
             raise ConfigError(f"{here}: field 'columns': {col!r} is not a column name")
+        _target_name(col, f"{here}: field 'columns'", rename)
         try:
             out[col] = parse_type(type_)
         except ValueError as e:

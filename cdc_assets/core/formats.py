@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import csv
 import datetime as dt
+import functools
 import gzip
 import io
 import json
@@ -17,7 +18,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from decimal import Decimal
 
-from . import ordering
+from . import names, ordering
 from .changes import DELETE, UPSERT, Change, Rejection, content_id
 from .ordering import OrderingError
 from .values import (BINARY, BOOLEAN, DATE, DOUBLE, INT, LONG, MAX_PRECISION, STRING, TIMESTAMP, TIMESTAMP_NTZ,
@@ -40,23 +41,41 @@ class Typing:
     """The column types one file's values have: its own schema's (Avro, Parquet), else the
     table's `columns:` map, whose values are converted here so a misfit names its line.
     `text_columns`: columns earlier batches made text; a number there is its text, so that
-    a key reads the same whichever way a file spells it."""
+    a key reads the same whichever way a file spells it. `rename`: the table's `rename:` map,
+    source name -> target name; every other name here is a target name but `file_types`'."""
 
-    def __init__(self, declared: dict | None, text_columns: Iterable[str] = ()):
+    def __init__(self, declared: dict | None, text_columns: Iterable[str] = (), rename: dict | None = None):
         self.declared = dict(declared or {})
         self.text_columns = [c for c in text_columns if c not in self.declared]
-        self.file_types: dict[str, str] = {}  # filled by the reader before the first record
+        self.rename = tuple(sorted((rename or {}).items()))
+        self.file_types: dict[str, str] = {}  # the file's own names; filled by the reader before the first record
         self._types: dict | None = None
+        self._by_file: dict | None = None
+
+    def source_name(self, target: str) -> str:
+        """The name a file gives the target column `target`."""
+        return next((s for s, t in self.rename if t == target), target)
 
     @property
     def types(self) -> dict:
         if self._types is None:
-            self._types = {**self.declared, **self.file_types}
+            self._types = {**self.declared, **self.by_file()}
         return self._types
 
+    def by_file(self) -> dict:
+        """The file's column types under their target names (the reader has filled `file_types`
+        before the first record)."""
+        if not self.rename:
+            return self.file_types
+        if self._by_file is None:
+            own = dict(self.rename)
+            self._by_file = {own.get(c, c): t for c, t in self.file_types.items()}
+        return self._by_file
+
     def apply(self, row: dict) -> dict:
+        typed_by_file = self.by_file() if self.file_types else {}
         for col, type_ in self.declared.items():
-            if row.get(col) is not None and col not in self.file_types:
+            if row.get(col) is not None and col not in typed_by_file:
                 try:
                     row[col] = convert(row[col], type_)
                 except Misfit:
@@ -64,7 +83,7 @@ class Typing:
                         from None
         for col in self.text_columns:
             value = row.get(col)
-            if value is not None and not isinstance(value, str) and col not in self.file_types:
+            if value is not None and not isinstance(value, str) and col not in typed_by_file:
                 row[col] = convert(value, STRING)
         return row
 
@@ -83,14 +102,15 @@ def inserts(fmt: str, options: dict) -> set[str] | None:
 
 def parse_file(fmt: str, options: dict, keys: list[str], name: str, data: bytes,
                columns: dict | None = None, insert_only: bool = False,
-               text_columns: Iterable[str] = ()) -> Iterator[Change | Rejection]:
+               text_columns: Iterable[str] = (), rename: dict | None = None) -> Iterator[Change | Rejection]:
     """`insert_only`: a change that is not an insert is a rejection (the table appends, never merges).
-    `text_columns`: the columns earlier batches made text, whose CSV values keep their spelling."""
+    `text_columns`: the columns earlier batches made text, whose CSV values keep their spelling.
+    `rename`: the table's `rename:` map (keys, columns and text_columns name target columns)."""
     parse_record = _RECORD_PARSERS[fmt]
     allowed = inserts(fmt, options) if insert_only else None
-    typing = Typing(columns, text_columns)
-    for line, record, raw in _records(name, data, fmt, typing.file_types, _header_needs(fmt, options, keys),
-                                      [*typing.declared, *typing.text_columns]):
+    typing = Typing(columns, text_columns, rename)
+    for line, record, raw in _records(name, data, fmt, typing.file_types, _header_needs(fmt, options, keys, typing),
+                                      [typing.source_name(c) for c in [*typing.declared, *typing.text_columns]]):
         if isinstance(record, RecordError):
             yield Rejection(line, str(record), _text_of(raw))
             continue
@@ -112,9 +132,10 @@ def parse_file(fmt: str, options: dict, keys: list[str], name: str, data: bytes,
 
 # ---- files to records -------------------------------------------------------
 
-def _header_needs(fmt: str, options: dict, keys: list[str]) -> list[str]:
-    """The columns a CSV header must name for its rows to become changes: the key columns, and
-    the op column of the formats that keep it beside the source columns."""
+def _header_needs(fmt: str, options: dict, keys: list[str], typing: Typing) -> list[str]:
+    """The columns a CSV header must name for its rows to become changes: the key columns (as
+    the file names them), and the op column of the formats that keep it beside the source columns."""
+    keys = [typing.source_name(k) for k in keys]
     if fmt == "changeset":
         return [options["op_column"], *keys]
     if fmt == "bigquery-cdc":
@@ -414,18 +435,42 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _row(values: dict, typing: Typing | None = None) -> dict:
-    row = {str(k): source_value(v) for k, v in values.items()}
+    target = _target_names(tuple(values), typing.rename if typing else ())
+    if isinstance(target, str):
+        raise RecordError(target)
+    row = {name: source_value(v) for name, v in zip(target, values.values())}
     for name, value in row.items():
         _storable(name, value)
     return typing.apply(row) if typing else row
 
 
+@functools.lru_cache(maxsize=1024)
+def _target_names(source: tuple, rename: tuple) -> tuple[str, ...] | str:
+    """The target names of a record's columns (after the table's `rename:`), or why they cannot
+    be the columns of a target (SPEC 3): a name Delta forbids, a `_cdc_` name, two names one but
+    for case. Records of a file share their names, so each set of names is checked once."""
+    renamed = dict(rename)
+    out: dict[str, tuple[str, str]] = {}  # lower-case target name -> (source name, target name)
+    for name in source:
+        name = str(name)
+        new = renamed.get(name, name)
+        why = names.unstorable(new)
+        if why:
+            return why if name in renamed else f"{why}; {names.way_out(name)}"
+        if new.lower() in out:
+            other, other_new = out[new.lower()]
+            if other_new == new:  # `rename:` gave a column the name of another one
+                return f"columns {other!r} and {name!r} are both named {new!r} by the table's `rename:` map"
+            return (f"columns {other_new!r} and {new!r} are one column to Spark and Delta (case is not told "
+                    f"apart); {names.way_out(name)}")
+        out[new.lower()] = (name, new)
+    return tuple(new for _, new in out.values())
+
+
 def _storable(name: str, value) -> None:
-    """A name or value no Delta table can hold is the record's fault, named by its column: a
-    lone surrogate (JSON's "\\ud800" escape) is no Unicode text, and an integer of more than
-    38 digits fits no number type."""
-    if _LONE_SURROGATE.search(name):
-        raise RecordError("a column name that is not valid Unicode (a lone surrogate)")
+    """A value no Delta table can hold is the record's fault, named by its column: a lone
+    surrogate (JSON's "\\ud800" escape) is no Unicode text, and an integer of more than 38
+    digits fits no number type."""
     if isinstance(value, str):
         if _LONE_SURROGATE.search(value):
             raise RecordError(f"column {name!r} holds text that is not valid Unicode (a lone surrogate)")
@@ -663,7 +708,8 @@ def _debezium_row(image: dict, fields: dict, typing: Typing | None) -> tuple[dic
     by the schema takes its type from it, the others the table's `columns:` types."""
     if not fields:
         return _row(image, typing), None
-    own = Typing(typing.declared if typing else None)  # the schema may change from one event to the next
+    # the schema may change from one event to the next
+    own = Typing(typing.declared if typing else None, rename=dict(typing.rename) if typing else None)
     values = dict(image)
     for col, value in image.items():
         if col not in fields:
@@ -748,19 +794,22 @@ _RECORD_PARSERS = {
 }
 
 
-def parse_snapshot(keys: list[str], name: str, data: bytes, columns: dict | None = None) -> Iterator[Change | Rejection]:
+def parse_snapshot(keys: list[str], name: str, data: bytes, columns: dict | None = None,
+                   rename: dict | None = None) -> Iterator[Change | Rejection]:
     """A source export (base snapshot) as upserts ordered by line; the tier puts them below every change."""
-    typing = Typing(columns)
-    return snapshot_changes(keys, _records(name, data, "snapshot", typing.file_types, _header_needs("snapshot", {}, keys),
-                                           list(typing.declared)), typing)
+    typing = Typing(columns, rename=rename)
+    return snapshot_changes(keys, _records(name, data, "snapshot", typing.file_types,
+                                           _header_needs("snapshot", {}, keys, typing),
+                                           [typing.source_name(c) for c in typing.declared]), typing)
 
 
-def parquet_row_group(keys: list[str], source, row_group: int, columns: dict | None = None) -> Iterator[Change | Rejection]:
+def parquet_row_group(keys: list[str], source, row_group: int, columns: dict | None = None,
+                      rename: dict | None = None) -> Iterator[Change | Rejection]:
     """One row group of a Parquet export, so that a large export is read by many tasks; lines
     count from the file's first row, as when the whole file is read."""
     import pyarrow.parquet as pq
 
-    typing = Typing(columns)
+    typing = Typing(columns, rename=rename)
     pf = pq.ParquetFile(source)
     for f in pf.schema_arrow:
         type_ = arrow_column_type(f.type)

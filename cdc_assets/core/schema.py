@@ -13,6 +13,7 @@ Each column's type is recorded in a ledger with how it was set:
 """
 from __future__ import annotations
 
+from . import names
 from .values import (BOOLEAN, DOUBLE, INT, LONG, NULL, STRING, decimal_parts, exact_type, fits as value_fits,
                      infer_text, join_types, value_type, widen)
 
@@ -107,6 +108,11 @@ def admit(types: dict[str, str], row: dict, text_source: bool, row_types: dict |
     for col, value in row.items():
         typed = row_types.get(col)
         t = typed or value_type(value)
+        if col not in types:
+            other = names.same_but_case(col, types)
+            if other is not None:
+                return (f"column {col!r} and the table's column {other!r} are one column to Spark and Delta (case "
+                        f"is not told apart); {names.way_out(col)}")
         if value is None:
             continue
         mark, have = split(types.get(col, SOFT + NULL))

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.types as pt
 
 from . import ordering
-from .changes import DELETE, UPSERT
+from .changes import DELETE, UPSERT, storable_name
 from .formats import arrow_column_type, scalar_column_type
 from .ordering import OrderingError
 from .typed_export import json_quoted, key_texts, string_array
@@ -65,8 +65,10 @@ def read_typed_change_file(fmt: str, options: dict, keys, name: str, data: bytes
 
 def _usable(table: pa.Table) -> bool:
     names = table.column_names
-    if len(set(names)) != len(names) or table.num_rows == 0:
-        return False
+    if len({n.lower() for n in names}) != len(names) or table.num_rows == 0:
+        return False  # names one but for case are quarantined, record by record
+    if any(not storable_name(n) for n in names):
+        return False  # and so are names no target can hold
     for f in table.schema:
         t = f.type.value_type if pt.is_dictionary(f.type) else f.type
         if pt.is_null(t):

@@ -23,12 +23,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
-from ..core import target as shape
+from ..core import names, target as shape
 from ..core.changes import DELETE, RECORD_FIELDS, UPSERT
 from ..core.config import Config, TableConfig
 from ..core.values import DATE, DOUBLE, INT, LONG, STRING, convert, decimal_parts, decode_row
 from . import delta, faults, spark_files, storage
-from .spark import session_of
+from .spark import map_in_arrow, session_of
 from .ingest import column_types
 from .records import read_records, stored_columns
 from .stage import latest_of_batch, latest_per_key
@@ -62,16 +62,16 @@ def _as_target_types(spark, table_path: str, columns: dict[str, str]):
     frame = delta.spark_frame(spark, table_path, list(RECORD_FIELDS) + [(c, spark_type(t)) for c, t in stored.items()])
     record = [F.col(n) for n, _ in RECORD_FIELDS]
     if all(_cast_keeps(stored[c], t) for c, t in columns.items() if c in stored):
-        cast = [(F.col(f"`{c}`") if c in stored else F.lit(None)).cast(spark_type(t)).alias(c)
+        cast = [(F.col(names.spark(c)) if c in stored else F.lit(None)).cast(spark_type(t)).alias(c)
                 for c, t in columns.items()]
         return frame.select(*record, *cast)
     schema = _spark_columns(columns) + ", " + delta.spark_schema(RECORD_FIELDS)
-    return frame.mapInArrow(lambda batches: (_cast_typed(b, columns, [n for n, _ in RECORD_FIELDS]) for b in batches),
-                            schema)
+    return map_in_arrow(frame, lambda batches: (_cast_typed(b, columns, [n for n, _ in RECORD_FIELDS]) for b in batches),
+                        schema)
 
 
 def _spark_columns(columns: dict[str, str]) -> str:
-    return ", ".join(f"`{c}` {spark_type(t)}" for c, t in columns.items())
+    return ", ".join(f"{names.spark(c)} {spark_type(t)}" for c, t in columns.items())
 
 
 def _existing_columns(dt_: DeltaTable | None) -> dict[str, str]:
@@ -136,8 +136,8 @@ def _typed_frame(live, columns: dict[str, str], schema: str, extra=()):
     the meta columns."""
     from pyspark.sql import functions as F
 
-    imaged = live.where(F.col("_cdc_row").isNotNull()).mapInArrow(_typed_batches(columns, extra), schema)
-    plain = live.where(F.col("_cdc_row").isNull()).select(*[F.col(f"`{c}`") for c in columns],
+    imaged = map_in_arrow(live.where(F.col("_cdc_row").isNotNull()), _typed_batches(columns, extra), schema)
+    plain = live.where(F.col("_cdc_row").isNull()).select(*[F.col(names.spark(c)) for c in columns],
                                                           *[F.col(m) for m in shape.META_COLUMNS + tuple(extra)])
     return plain.unionByName(imaged)
 
@@ -199,7 +199,14 @@ def key_range(source: pa.Table, table: TableConfig, columns: dict[str, str], ali
     lo, hi = _literal(bounds["min"], type_), _literal(bounds["max"], type_)
     if bounds["min"] is None or lo is None or hi is None:
         return None
-    return f'{alias}"{first}" >= {lo} AND {alias}"{first}" <= {hi}'
+    column = alias + names.datafusion(first)
+    return f"{column} >= {lo} AND {column} <= {hi}"
+
+
+def every_column(source: pa.Table, except_cols=()) -> dict[str, str]:
+    """A MERGE's assignment of every source column to the target's column of that name, quoted
+    (delta-rs' update_all and insert_all do not quote a name holding a double quote)."""
+    return {names.datafusion(c): "s." + names.datafusion(c) for c in source.column_names if c not in except_cols}
 
 
 def _commit_files(table_path: str, version: int) -> tuple[list[dict], list[dict]]:
@@ -326,9 +333,9 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
     result = dt_.merge(source, predicate, source_alias="s", target_alias="t", merge_schema=True,
                        commit_properties=props) \
         .when_matched_delete(f"s._cdc_apply = '{DELETE}' AND s._cdc_order > t._cdc_order") \
-        .when_matched_update_all(f"s._cdc_apply = '{UPSERT}' AND s._cdc_order > t._cdc_order",
-                                 except_cols=["_cdc_apply"]) \
-        .when_not_matched_insert_all(f"s._cdc_apply = '{UPSERT}'", except_cols=["_cdc_apply"]) \
+        .when_matched_update(every_column(source, except_cols=["_cdc_apply"]),
+                             f"s._cdc_apply = '{UPSERT}' AND s._cdc_order > t._cdc_order") \
+        .when_not_matched_insert(every_column(source, except_cols=["_cdc_apply"]), f"s._cdc_apply = '{UPSERT}'") \
         .execute()
     faults.point("target.committed")
     final = delta.load(target_path)
@@ -407,7 +414,7 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
         # Files of about ROWS_PER_FILE rows, each holding one range of keys (within a partition),
         # so that a MERGE's key range rules most of them out by their statistics.
         n_files = max(1, math.ceil(live.count() / ROWS_PER_FILE))
-        order = [F.col(c) for c in list(table.partition_by) + list(table.keys)]
+        order = [F.col(names.spark(c)) for c in list(table.partition_by) + list(table.keys)]
         typed = typed.repartitionByRange(n_files, *order)
         adds = spark_files.write_files(typed, target_path, table.partition_by, sort_by=list(table.keys))
         arrow_schema = pa.schema([pa.field(c, shape.arrow_type(t)) for c, t in columns.items()]

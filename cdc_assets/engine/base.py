@@ -80,8 +80,8 @@ SLICE_ROWS = 64 * 1024  # rows per Arrow batch a task hands to Spark
 def typed_export_columns(table: TableConfig) -> dict[str, str] | None:
     """The export's column types when it is a readable Parquet file every column of which has
     one; None sends it down the row-by-row path (which also names an unreadable file)."""
-    if not table.base_snapshot.lower().endswith(".parquet"):
-        return None
+    if table.rename or not table.base_snapshot.lower().endswith(".parquet"):
+        return None  # columns are renamed record by record
     try:
         schema = pq.read_schema(table.base_snapshot)
     except Exception:  # noqa: BLE001 - the row-by-row path quarantines it with its reason

@@ -126,23 +126,26 @@ class ExportRow:
     row: dict
 
 
-def read_export(export_path: str, keys, columns: dict | None = None) -> tuple[list, list]:
-    """The export's rows (each with its `line` and `row`), and the lines that could not be read
-    (reported, never skipped silently)."""
+def read_export(export_path: str, keys, columns: dict | None = None, rename: dict | None = None) -> tuple[list, list]:
+    """The export's rows (each with its `line` and `row`, columns under their target names: the
+    table's `rename:`), and the lines that could not be read (reported, never skipped silently)."""
     if export_path.lower().endswith(".parquet"):
         import pyarrow.parquet as pq
 
-        return [ExportRow(n, r) for n, r in enumerate(pq.read_table(export_path).to_pylist(), start=1)], []
+        export = pq.read_table(export_path)
+        if rename:
+            export = export.rename_columns([rename.get(c, c) for c in export.column_names])
+        return [ExportRow(n, r) for n, r in enumerate(export.to_pylist(), start=1)], []
     with open(export_path, "rb") as fh:
         data = fh.read()
-    items = list(parse_snapshot(list(keys), os.path.basename(export_path), data, columns))
+    items = list(parse_snapshot(list(keys), os.path.basename(export_path), data, columns, rename))
     return [c for c in items if hasattr(c, "row")], [c for c in items if not hasattr(c, "row")]
 
 
 def reconciliation(cfg: Config, table: TableConfig) -> dict:
     target = delta.read_arrow(path(cfg.table_dir(table.name), TARGET))
     rows = target.to_pylist() if target is not None else []
-    source, unreadable = read_export(table.reconcile_with, table.keys, table.columns)
+    source, unreadable = read_export(table.reconcile_with, table.keys, table.columns, table.rename)
     report = reconcile.compare(rows, [s.row for s in source], table.keys, [s.line for s in source])
     report["unreadable_source_rows"] = len(unreadable)
     report["sample_unreadable_source_rows"] = [f"line {r.line}: {r.reason}" for r in unreadable[:5]]

@@ -6,6 +6,7 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
+from ..core import names
 from . import faults, storage
 
 APP = "cdc_assets"
@@ -18,7 +19,7 @@ def arrow_schema(fields) -> pa.Schema:
 
 
 def spark_schema(fields) -> str:
-    return ", ".join(f"`{name}` {t}" for name, t in fields)
+    return ", ".join(f"{names.spark(name)} {t}" for name, t in fields)
 
 
 class CommitConflict(Exception):

@@ -18,12 +18,13 @@ import pyarrow.compute as pc
 from ..core import history as versions
 from ..core import target as shape
 from ..core.changes import DELETE
+from ..core.names import spark as spark_name
 from ..core.config import Config, TableConfig
 from ..core.ordering import BASE_TIER
 from ..core.values import decode_row
 from . import delta, spark_files
 from .apply import (ROWS_PER_FILE, _as_target_types, _cast_typed, _existing_columns, _spark_columns, _target_rows,
-                    _target_schema, _typed_frame, key_range)
+                    _target_schema, _typed_frame, every_column, key_range)
 from .ingest import column_types
 from .records import read_records
 from .spark import session_of
@@ -114,7 +115,8 @@ def update(spark, cfg: Config, table: TableConfig) -> dict:
     props = delta.commit_props(HISTORY, through, {"from_batch": taken + 1})
     if rows.num_rows:
         result = dt_.merge(rows, predicate, source_alias="s", target_alias="t", merge_schema=True,
-                           commit_properties=props).when_matched_update_all().when_not_matched_insert_all().execute()
+                           commit_properties=props).when_matched_update(every_column(rows)) \
+            .when_not_matched_insert(every_column(rows)).execute()
     else:  # every change of these batches went to quarantine: the watermark still moves
         dt_.create_write_transaction([], mode="append", schema=dt_.schema(), commit_properties=props)
         result = {}
@@ -186,10 +188,10 @@ def _build(spark, cfg: Config, table: TableConfig, dt_, through: int, columns: d
                          extra=_OP)
     order, op = F.col("_cdc_order"), F.col("_cdc_op")
     # a delete holds its key only (core/history.key_only_deletes)
-    typed = typed.select(*[F.col(f"`{c}`") if c in table.keys else
-                           F.when(op == DELETE, F.lit(None)).otherwise(F.col(f"`{c}`")).alias(c) for c in columns],
+    typed = typed.select(*[F.col(spark_name(c)) if c in table.keys else
+                           F.when(op == DELETE, F.lit(None)).otherwise(F.col(spark_name(c))).alias(c) for c in columns],
                          *[F.col(m) for m in meta])
-    data = [F.col(f"`{c}`") for c in columns]
+    data = [F.col(spark_name(c)) for c in columns]
     # a re-delivery: the same key, source order, operation and values; its first delivery stays
     same = Window.partitionBy(F.col("_cdc_key"), F.substring_index(order, "|", 1), op, *data).orderBy(order)
     first = typed.withColumn("_n", F.row_number().over(same)).where("_n = 1").drop("_n")
@@ -206,7 +208,7 @@ def _build(spark, cfg: Config, table: TableConfig, dt_, through: int, columns: d
     # Files of about ROWS_PER_FILE rows, each a range of keys, as target's: an update's key range
     # rules most of them out by their statistics.
     n_files = max(1, math.ceil(records.count() / ROWS_PER_FILE))
-    rows = rows.repartitionByRange(n_files, *[F.col(f"`{k}`") for k in table.keys])
+    rows = rows.repartitionByRange(n_files, *[F.col(spark_name(k)) for k in table.keys])
     adds = spark_files.write_files(rows, history_path, (), sort_by=list(table.keys) + [versions.VALID_FROM])
     props = delta.commit_props(HISTORY, through, {"build": step})
     try:

@@ -52,12 +52,12 @@ def _parse_partition(table: TableConfig, snapshot: bool, root: str | None, text_
 
     def items(f):
         if snapshot and f["row_group"] is not None:
-            return parquet_row_group(keys, f["path"], f["row_group"], table.columns)
+            return parquet_row_group(keys, f["path"], f["row_group"], table.columns, table.rename)
         data = read_landed(f["path"], root)
         if snapshot:
-            return parse_snapshot(keys, f["file"], data, table.columns)
+            return parse_snapshot(keys, f["file"], data, table.columns, table.rename)
         return parse_file(table.format, table.options, keys, f["file"], data, table.columns, table.insert_only,
-                          text_columns)
+                          text_columns, table.rename)
 
     def run(batches):
         # An export's column types are widened here, in the task that reads the rows; each task
@@ -282,8 +282,10 @@ def parse_batch(spark, table: TableConfig, files: list[dict], root: str,
 
 
 def _typed_file(table: TableConfig, f: dict, root: str, schema: pa.Schema) -> TypedFile | None:
-    if table.insert_only or not read_by_column(table.format, f["file"]):
-        return None  # the column reader does not reject updates: an insert_only table's files go record by record
+    if table.insert_only or table.rename or not read_by_column(table.format, f["file"]):
+        # the column reader does not reject updates: an insert_only table's files go record by record;
+        # nor does it rename columns
+        return None
     try:
         data = read_landed(f["path"], root)
     except UnreadableFile:

@@ -173,3 +173,14 @@ def _used(description: str) -> str:
     if description not in used:
         used.append(description)
     return description
+
+
+def map_in_arrow(frame, func, schema):
+    """`frame.mapInArrow(func, schema)` for columns of any name: PySpark names each input column
+    by parsing its name as an attribute, which fails on a backtick, so the columns travel under
+    their positions and `func` sees them under their own names again."""
+    own = frame.columns
+
+    def run(batches):
+        return func(b.rename_columns(own) for b in batches)
+    return frame.toDF(*[f"_{i}" for i in range(len(own))]).mapInArrow(run, schema)

@@ -21,7 +21,9 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable, Schema
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
+from ..core import names
 from . import delta, faults, storage
+from .spark import map_in_arrow
 
 # Spark's name for a null partition value in a folder name
 _NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
@@ -59,8 +61,10 @@ def file_stats(meta: pq.FileMetaData, schema: pa.Schema) -> str:
     """Delta statistics (numRecords, minValues, maxValues, nullCount) from a Parquet footer."""
     mins, maxs, nulls = {}, {}, {}
     for i in range(meta.num_columns):
-        name = meta.schema.column(i).path
-        if "." in name or name not in schema.names or not any(f(schema.field(name).type) for f in _STAT_TYPES):
+        column = meta.schema.column(i)
+        name = column.path
+        # a nested field's path has its parents' names before its own; a top-level name may hold dots
+        if column.name != name or name not in schema.names or not any(f(schema.field(name).type) for f in _STAT_TYPES):
             continue
         lo = hi = None
         n_null, complete = 0, True
@@ -89,10 +93,18 @@ def _partition_values(rel_dir: str, partition_by: list[str]) -> dict:
     values = {}
     for part in rel_dir.split(os.sep)[1:]:
         col, _, text = part.partition("=")
+        col = unquote(col)  # Spark escapes a folder's column name as it escapes the value
         if col in partition_by:
             text = unquote(text)
             values[col] = None if text == _NULL_PARTITION else text
     return values
+
+
+def _columns(column_names):
+    """Spark columns by name, whatever the name holds (a dot names a column, not a struct's field)."""
+    from pyspark.sql import functions as F
+
+    return [F.col(names.spark(c)) for c in column_names]
 
 
 def write_files(frame, table_path: str, partition_by=(), sort_by=()) -> list[AddAction]:
@@ -102,7 +114,7 @@ def write_files(frame, table_path: str, partition_by=(), sort_by=()) -> list[Add
     write_session_settings(frame.sparkSession)
     out = new_folder(table_path)
     if sort_by:
-        frame = frame.sortWithinPartitions(*sort_by)  # files hold key ranges: statistics prune them
+        frame = frame.sortWithinPartitions(*_columns(sort_by))  # files hold key ranges: statistics prune them
     writer = frame.write.mode("error").option("compression", "snappy")
     if partition_by:
         writer = writer.partitionBy(*partition_by)
@@ -221,10 +233,10 @@ def _write_through_workers(frame, table_path: str, partition_by: list[str], sort
     folder = new_folder(table_path)
     order = partition_by + sort_by
     if order:
-        frame = frame.sortWithinPartitions(*order)  # one file per partition value per task; key ranges
+        frame = frame.sortWithinPartitions(*_columns(order))  # one file per partition value per task; key ranges
     try:
-        written = frame.mapInArrow(_writer_task(table_path, folder, schema, partition_by, storage.settings()),
-                                   delta.spark_schema(WRITTEN)).toArrow()
+        written = map_in_arrow(frame, _writer_task(table_path, folder, schema, partition_by, storage.settings()),
+                               delta.spark_schema(WRITTEN)).toArrow()
     except Exception:
         storage.remove_tree(folder)
         raise

@@ -362,3 +362,46 @@ def test_publish_errors_name_table_and_field(publish, expected):
 def test_a_table_cannot_publish_to_its_own_bigquery_source():
     message = error(raw_config(format="bigquery-append", source="bigquery://p.d.t", publish={"bigquery": "p.d.t"}))
     assert "table 'ORDERS'" in message and "field 'publish.bigquery' names the table's own source" in message
+
+
+# ---- column names (SPEC 3 "Keys and names") ----------------------------------------
+
+@pytest.mark.parametrize("key", ['my"id', "user.id", "a`b", "it's", "select", "1st", "$k#", "été", "MixedCase"])
+def test_names_delta_allows_are_keys(key):
+    cfg = parse_config(raw_config(keys=[key], partition_by=[key + "_p"], columns={key: "string"}), CONFIG_PATH)
+    assert cfg.tables[0].keys == (key,) and cfg.tables[0].partition_by == (key + "_p",)
+
+
+@pytest.mark.parametrize("field", ["keys", "partition_by"])
+@pytest.mark.parametrize("name,why", [("a b", "forbids ' '"), ("a,b", "forbids ','"), ("f(x)", "forbids '(', ')'"),
+                                      ("a=b", "forbids '='"), ("a\tb", "forbids '\\t'"), ("_cdc_key", "'_cdc_'"),
+                                      ("_CDC_order", "'_cdc_'")])
+def test_a_name_no_target_can_hold_is_refused_with_the_way_out(field, name, why):
+    msg = error(raw_config(**{field: [name]}) if field == "keys" else raw_config(partition_by=[name]))
+    assert f"table 'ORDERS': field '{field}'" in msg and repr(name) in msg and why in msg, msg
+    assert "rename:" in msg
+
+
+def test_names_equal_but_for_case_are_one_column():
+    msg = error(raw_config(keys=["v", "V"]))
+    assert "field 'keys' names 'v' and 'V'" in msg, msg
+
+
+def test_rename_gives_a_source_column_a_storable_name_and_keys_name_the_target():
+    cfg = parse_config(raw_config(keys=["order_id"], rename={"order id": "order_id", "_cdc_key": "cdc_key"},
+                                  columns={"cdc_key": "string"}), CONFIG_PATH)
+    assert cfg.tables[0].rename == {"order id": "order_id", "_cdc_key": "cdc_key"}
+    assert "renamed to 'order_id' by 'rename': name the target column" in \
+        error(raw_config(keys=["order id"], rename={"order id": "order_id"}))
+
+
+@pytest.mark.parametrize("rename,expected", [
+    ({"a": "b c"}, "field 'rename.a': the target name cannot be stored: column 'b c': Delta Lake forbids ' '"),
+    ({"a": "_cdc_x"}, "field 'rename.a': the target name cannot be stored"),
+    ({"a": "x", "b": "X"}, "two columns are renamed to"),
+    ({"a": "x", "b": "x"}, "two columns are renamed to 'x'"),
+    ({"a": 5}, "field 'rename.a': 5 is not a column name"),
+    (["a", "b"], "field 'rename' must map source column names to target names"),
+])
+def test_rename_is_validated_like_the_other_keys(rename, expected):
+    assert expected in error(raw_config(rename=rename))

@@ -845,3 +845,45 @@ def test_base_snapshot_csv_without_a_header_row_loses_no_row():
     out = list(parse_snapshot(["id"], "ORDERS.csv", b"1,a\n2,b\n"))
     assert summary(out) == [("Rejection", 1), ("Rejection", 2)]
     assert out[0].raw == "1,a" and "no header row" in out[0].reason and "'id'" in out[0].reason
+
+
+# ---- column names (SPEC 3 "Keys and names") ---------------------------------------------
+
+def _cdc_lines(*rows: dict) -> bytes:
+    return "".join(json.dumps({**r, "_CHANGE_TYPE": "UPSERT"}) + "\n" for r in rows).encode()
+
+
+@pytest.mark.parametrize("row,reason", [
+    ({"id": 1, "a b": 1}, "column 'a b': Delta Lake forbids ' ' in a column name; give it a storable name in the "
+                          "table's `rename:` map in cdc.yaml, e.g. rename: {'a b': new_name}"),
+    ({"id": 1, "_cdc_order": "9"}, "column '_cdc_order': names starting with '_cdc_' are the target's bookkeeping"),
+    ({"id": 1, "v": 1, "V": 2}, "columns 'v' and 'V' are one column to Spark and Delta (case is not told apart)"),
+    ({"id": 1, "\udc00": 1}, "a column name that is not valid Unicode (a lone surrogate); the writer must send"),
+])
+def test_a_record_with_a_name_no_target_can_hold_is_rejected_naming_the_column(row, reason):
+    [item] = parse_file("bigquery-cdc", {}, ["id"], "a.jsonl", _cdc_lines(row))
+    assert isinstance(item, Rejection) and item.line == 1 and item.reason.startswith(reason), item
+
+
+def test_rename_gives_columns_their_target_names_before_keys_and_declared_types():
+    rename = {"user id": "user_id", "unit price": "unit_price", "_cdc_key": "cdc_key"}
+    [c] = parse_file("bigquery-cdc", {}, ["user_id"], "a.jsonl",
+                     _cdc_lines({"user id": "007", "unit price": 1.5, "_cdc_key": "k"}),
+                     columns={"unit_price": "decimal(4,2)", "user_id": "string"}, rename=rename)
+    assert c.row == {"user_id": "007", "unit_price": Decimal("1.50"), "cdc_key": "k"} and c.key == ("007",)
+    [r] = parse_file("bigquery-cdc", {}, ["user_id"], "a.jsonl", _cdc_lines({"user id": 1, "user_id": 2}),
+                     rename=rename)
+    assert r.reason == "columns 'user id' and 'user_id' are both named 'user_id' by the table's `rename:` map"
+
+
+def test_rename_of_a_csv_header_and_of_a_parquet_file_typed_column():
+    options = {"op_column": "op", "inserts": ["I"], "updates": [], "deletes": ["D"], "sequence_by": []}
+    [c] = parse_file("changeset", options, ["user_id"], "a.csv", b"op,user id,v\nI,007,x\n", rename={"user id": "user_id"},
+                     columns={"user_id": "string"})
+    assert c.row == {"user_id": "007", "v": "x"}
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"op": ["I"], "user id": pa.array([5], pa.int32()), "a(b)": ["y"]}), buf)
+    [c] = parse_file("changeset", options, ["user_id"], "a.parquet", buf.getvalue(),
+                     rename={"user id": "user_id", "a(b)": "a_b"})
+    assert c.row == {"user_id": 5, "a_b": "y"}
+    assert (c.types["user_id"], c.types["a_b"]) == ("int", "string") and "user id" not in c.types

@@ -65,3 +65,12 @@ def test_text_sources_and_joined_ledgers():
     assert is_text_source("b1/x.csv") and is_text_source("B.CSV.GZ") and not is_text_source("a.jsonl")
     assert joined({"a": "long", "b": "~string"}, {"a": "~double", "b": "~long", "c": "boolean"}) == \
         {"a": "double", "b": "~string", "c": "boolean"}
+
+
+def test_a_column_equal_but_for_case_to_one_the_table_has_cannot_join_it():
+    types = {"id": "long", "v": "string"}
+    reason = admit(types, {"id": 1, "V": "x"}, False)
+    assert reason.startswith("column 'V' and the table's column 'v' are one column to Spark and Delta"), reason
+    assert admit(types, {"id": 1, "V": None}, False) is not None  # a null there would still make a column
+    assert types == {"id": "long", "v": "string"}
+    assert admit(types, {"id": 2, "v": "y", "w": 1}, False) is None and "w" in types

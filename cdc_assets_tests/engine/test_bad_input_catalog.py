@@ -181,6 +181,27 @@ def catalog() -> list[Kind]:
             ds(7, ts="9999-12-31T23:30:00-05:00"), "column 'ts' is declared timestamp")
     between("a timestamp before year 1 in UTC", "DSTYPED", lambda i: ds(i, ts="2024-01-01T00:00:00Z"),
             ds(8, ts="0001-01-01T00:00:00+05:00"), "column 'ts' is declared timestamp")
+    # Datastream JSON: column names no target can hold (SPEC 3 "Keys and names")
+    between("a source column named _cdc_key", "DS", ds, lambda i: event(i, lambda e: e["payload"].update(_cdc_key="k")),
+            "column '_cdc_key': names starting with '_cdc_' are the target's bookkeeping columns")
+    between("a source column named _CDC_ORDER", "DS", ds,
+            lambda i: event(i, lambda e: e["payload"].update(_CDC_ORDER="9")), "column '_CDC_ORDER': names starting")
+    between("columns v and V in one record", "DS", ds, lambda i: event(i, lambda e: e["payload"].update(V="x")),
+            "columns 'v' and 'V' are one column to Spark and Delta")
+    between("a column V beside the table's column v", "DS", ds,
+            lambda i: event(i, lambda e: e["payload"].update(V=e["payload"].pop("v"))),
+            "column 'V' and the table's column 'v' are one column to Spark and Delta")
+    between("a column name with a space", "DS", ds, lambda i: event(i, lambda e: e["payload"].update({"unit price": 1})),
+            "column 'unit price': Delta Lake forbids ' ' in a column name; give it a storable name in the table's "
+            "`rename:` map")
+    between("a column name with '=' and a tab", "DS", ds, lambda i: event(i, lambda e: e["payload"].update({"a=\tb": 1})),
+            "Delta Lake forbids '\\t', '='")
+    i = 1000 * (len(kinds) + 1)
+    kinds.append(Kind("a CSV header with a name Delta forbids", "CHANGES",
+                      {"good.csv": lines(CHANGESET_HEADER, changeset_csv(i + 1), changeset_csv(i + 2)),
+                       "named.csv": lines(CHANGESET_HEADER + ",unit(price)", "I,7,x,1,2", "I,8,x,1,3")},
+                      [("named.csv", n, "column 'unit(price)': Delta Lake forbids '(', ')'") for n in (2, 3)],
+                      {i + 1, i + 2}))
     # Datastream JSON: whole files
     whole_file("a corrupt gzip file", "DS", ds, "bad.jsonl.gz", b"\x1f\x8b\x08 not gzip data",
                [("bad.jsonl.gz", 0, "not a readable gzip file")])
@@ -270,6 +291,9 @@ def tolerated() -> list[Kind]:
         ("a gzip file", "DS", gzip.compress(lines(ds(90031), ds(90032)))),
         ("a CSV with a byte-order mark and CRLF", "CHANGES",
          b"\xef\xbb\xbf" + lines(CHANGESET_HEADER + "\r", changeset_csv(90041) + "\r", changeset_csv(90042) + "\r")),
+        ("column names Delta allows: dots, quotes, a backtick, $, #, a leading digit, non-ASCII", "DS",
+         lines(ds(90061, **{"a.b": 1, 'q"d': 2, "q'd": 3, "b`t": 4, "$c": 5, "#t": 6, "1st": 7, "é-x": 8}),
+               ds(90062, **{"a.b": 9, "select": "x"}))),
         ("an integer past the long range, within decimal(38,0)", "DS",
          lines(ds(90051, wide=123456789012345678901234567890), ds(90052, wide=-(10 ** 38 - 1)))),
     ]):
