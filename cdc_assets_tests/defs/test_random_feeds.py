@@ -1382,7 +1382,7 @@ _SHRUNK: dict[str, str] = {}  # failing example -> report, so hypothesis' replay
 
 
 def test_random_feeds(spark, long_run, capsys, figures):
-    draw_names_in = False
+    draw_names_in = True
     examples = int(os.environ.get("RANDOM_FEEDS_EXAMPLES", 10 if long_run else 2))
     feeds_per_table = int(os.environ.get("RANDOM_FEEDS_PER_TABLE", 40 if long_run else 18))
     threads = int(os.environ.get("RANDOM_FEEDS_THREADS", "2"))
