@@ -29,6 +29,9 @@ without overrunning hypothesis' buffer):
   timestamp column), and changeset JSON lines whose columns are all declared
   (`columns:`: long, double, string, timestamp), which changes and staging
   store in typed columns, some of their files Parquet (read column by column);
+- column names: every table kind, in one of the two examples, names its columns (keys and
+  partition column included) from NAME_POOL, names Delta stores without column mapping; the
+  plan keeps logical names, renamed where files and cdc.yaml are written and rows read back;
 - a delivery: shuffled, split into files and batches, some events duplicated
   (same event id, in the same or another batch), some delayed into later
   batches; CSV base snapshots (source exports) for some tables.
