@@ -781,7 +781,7 @@ def declared_columns(kind: str, scale: int, csv_involved: bool) -> dict[str, str
 
 
 def plan_table(rnd: random.Random, pools: Pools, name: str, kind: str, n_feeds: int, long: bool,
-               partitioned: bool = False, names: bool = False) -> TablePlan:
+               partitioned: bool = False, named: bool = False) -> TablePlan:
     n_batches = rnd.randint(2, 5 if long else 4)
     base = kind == "ds_base" or (kind != "ds" and rnd.random() < 0.5)
     fmt = {"ds": "datastream-json", "ds_base": "datastream-json", "bqa": "bigquery-append",
@@ -818,7 +818,7 @@ def plan_table(rnd: random.Random, pools: Pools, name: str, kind: str, n_feeds: 
         table.feeds.append(plan_feed(frnd, pools, table, fid, kind, sequence_by, flags, sources[i % 4]))
     table.deferred = rnd.random() < 0.4
     table.trimmed = rnd.random() < 0.5
-    if names:
+    if named:
         table.names = draw_names(rnd)
     return table
 
@@ -1257,6 +1257,7 @@ def run_plans(spark, tables: list[TablePlan], rnd: random.Random, threads: int =
 
         def one_table(t: TablePlan) -> None:
             # an instance per table, as separate `run` processes would have: tables run side by side
+            seen["tables with drawn column names"] += bool(t.names)
             with dg.DagsterInstance.ephemeral() as inst:
                 rows: list[dict] = []
                 for b in range(t.batches):
@@ -1403,7 +1404,7 @@ def test_random_feeds(spark, long_run, capsys, figures):
         # names its columns from NAME_POOL in one of two examples (some of them partitioned)
         ex = tally["examples"]
         tables = [plan_table(rnd, value_pools, f"R{seed % 10000:04d}_{kind.upper()}", kind, feeds_per_table, long_run,
-                             partitioned=(i + ex) % 2 == 0, names=draw_names_in and (i // 2 + ex) % 2 == 0)
+                             partitioned=(i + ex) % 2 == 0, named=draw_names_in and (i // 2 + ex) % 2 == 0)
                   for i, kind in enumerate(TABLE_KINDS)]
         results = run_plans(spark, tables, rnd, threads=threads, seen=seen)
         tally["examples"] += 1
@@ -1445,7 +1446,8 @@ def test_random_feeds(spark, long_run, capsys, figures):
                   f"{seen['deferred applies']} deferred applies; {seen['history tables compared']} history tables "
                   f"compared with the target, {seen['histories rebuilt']} rebuilt; {seen['staging trims']} stagings "
                   f"trimmed ({seen['staged rows trimmed']} rows), {seen['trimmed tables rebuilt']} rebuilt whole from "
-                  f"them; {time.time() - t0:.0f} s)")
+                  f"them; {seen['tables with drawn column names']} tables with drawn column names; "
+                  f"{time.time() - t0:.0f} s)")
         if figures:
             figures.write_json("random_feeds.json", {
                 "generated": tally["generated"], "passed": tally["passed"], "examples": tally["examples"],
