@@ -430,11 +430,15 @@ def _text_keys(rnd: random.Random, pools: Pools) -> list[tuple]:
 
 
 def _keys(rnd: random.Random, pools: Pools, fid: str) -> list[tuple]:
-    kids = rnd.sample(pools.ints, min(len(pools.ints), rnd.choice([1, 1, 2])))
+    """2-5 keys sharing one `kid`, their text parts of one family (so that only the text tells them
+    apart), sometimes one more under another `kid`; few keys: many changes per key."""
     pairs = _text_keys(rnd, pools)
-    combos = [(fid, k, *p) for k in kids for p in rnd.sample(pairs, min(len(pairs), rnd.randint(2, 5)))]
-    rnd.shuffle(combos)
-    return combos[:rnd.choice([1, 2, 2, 3, 4, 5])]  # few keys: many changes per key
+    kid = rnd.choice(pools.ints)
+    keys = [(fid, kid, *p) for p in rnd.sample(pairs, min(len(pairs), rnd.randint(2, 5)))]
+    if rnd.random() < 0.3:
+        keys.append((fid, rnd.choice(pools.ints), *rnd.choice(pairs)))
+    rnd.shuffle(keys)
+    return list(dict.fromkeys(keys))
 
 
 def source_history(rnd: random.Random, pools: Pools, fid: str, *, pairs: bool, initial: dict) -> list[tuple]:
