@@ -366,6 +366,12 @@ def _maintenance(value, here: str, rename: dict) -> MaintenancePolicy:
     if "zorder_by" in value:
         out["zorder_by"] = _target_names(value["zorder_by"], f"{here}: field 'maintenance.zorder_by'", rename,
                                          required=True)
+        dotted = [c for c in out["zorder_by"] if "." in c]
+        if dotted:
+            # delta-rs' Z-order reads a dot as a path into a struct, whatever the quoting
+            raise ConfigError(f"{here}: field 'maintenance.zorder_by': column {dotted[0]!r}: delta-rs cannot Z-order "
+                              "by a column whose name holds a dot; give it another name in the table's `rename:` "
+                              "map, or leave it out")
     schedule = _cron(value.get("schedule"), f"{here}: field 'maintenance.schedule'")
     if schedule is not None:
         out["schedule"] = schedule

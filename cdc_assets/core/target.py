@@ -84,9 +84,11 @@ def partition_key(partition_by, partition_text_values) -> str:
 
 
 def partition_values(partition_key_text: str) -> list:
+    # A value is quoted (no '/' or '=' in it) and no column name holds '=' (Delta forbids it), but
+    # a name may hold '/': each value runs from an '=' to the next '/'.
     out = []
-    for part in partition_key_text.split("/"):
-        _, _, v = part.partition("=")
+    for part in partition_key_text.split("=")[1:]:
+        v = part.split("/", 1)[0]
         out.append(None if v == NULL_PARTITION else unquote(v))
     return out
 

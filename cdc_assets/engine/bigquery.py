@@ -26,6 +26,7 @@ Functions take a google.cloud.bigquery Client; nothing here knows Dagster.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import io
 import math
@@ -38,7 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 
-from ..core import target as shape
+from ..core import names, target as shape
 from ..core.config import Config, TableConfig
 from ..core.values import (BINARY, BOOLEAN, DATE, DOUBLE, INT, LONG, STRING, TIMESTAMP, TIMESTAMP_NTZ, decimal_parts,
                            decode_row)
@@ -128,7 +129,7 @@ def _arrow_schema(columns: dict[str, str], with_deleted: bool = False) -> pa.Sch
 
 
 def _quote(name: str) -> str:
-    return "`" + name.replace("`", "\\`") + "`"
+    return names.bigquery(name)
 
 
 def _delta_quote(name: str) -> str:
@@ -434,14 +435,17 @@ def publish(client, cfg: Config, table: TableConfig, timeout: float = TIMEOUT) -
     missing = [k for k in table.keys if k not in columns]
     if missing:
         raise BigQueryPublishError(table.name, dest, "schema check", f"key columns {missing} are not in the target")
-    created = ensure_table(calls, table, columns)
+    bq, as_published = _bigquery_names(table, dest, columns)
+    created = ensure_table(calls, as_published, {bq[c]: t for c, t in columns.items()})
     mode = "all" if created else p.mode
     reason = "the BigQuery table was created" if created and p.mode != "all" else p.reason
     chunks = _whole_target(dt_, columns) if mode == "all" else [changed_rows(cfg, table, dt_, columns, p)]
-    sent, deletes = load_staging(calls, table, columns, chunks)
+    sent, deletes = load_staging(calls, as_published, {bq[c]: t for c, t in columns.items()},
+                                 (chunk.rename_columns([bq.get(n, n) for n in chunk.column_names]) for chunk in chunks))
     faults.point("publish.loaded")
     affected = 0
-    sql = merge_statement(dest, columns, table.keys, delete_others=(mode == "all"))
+    sql = merge_statement(dest, {bq[c]: t for c, t in columns.items()}, as_published.keys,
+                          delete_others=(mode == "all"))
     if sent or mode == "all":
         job = calls.query(f"MERGE into {dest}", sql)
         affected = int(job.num_dml_affected_rows or 0)
@@ -454,7 +458,22 @@ def publish(client, cfg: Config, table: TableConfig, timeout: float = TIMEOUT) -
     return figures
 
 
+def _bigquery_names(table: TableConfig, dest: str, columns: dict[str, str]) -> tuple[dict[str, str], TableConfig]:
+    """Each target column's BigQuery name (core/names.bigquery_name), and the table's keys and
+    partition columns under those names; two columns sharing one fail the publish, naming them."""
+    try:
+        bq = names.bigquery_names(columns, table.name)
+    except ValueError as e:
+        raise BigQueryPublishError(table.name, dest, "schema check", str(e)) from None
+    return bq, dataclasses.replace(table, keys=tuple(bq[k] for k in table.keys),
+                                   partition_by=tuple(bq.get(c, c) for c in table.partition_by))
+
+
 # ---- the reconciliation check -----------------------------------------------------------
+
+def _as_published(rows: pa.Table, bq: dict[str, str]) -> pa.Table:
+    return rows.rename_columns([bq.get(n, n) for n in rows.column_names])
+
 
 def _same(a, b) -> bool:
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
@@ -474,20 +493,22 @@ def reconcile(client, cfg: Config, table: TableConfig, sample: int = SAMPLE_ROWS
         return {"published": False, "discrepancies": 1 if exists else 0}
     calls = _Calls(client, table, dest, timeout)
     dt_ = delta.load(path(cfg.table_dir(table.name), TARGET), version=int(last["target_version"]))
-    columns = published_columns(dt_)
-    keys = list(table.keys)
+    delta_columns = published_columns(dt_)
+    bq, as_published = _bigquery_names(table, dest, delta_columns)
+    columns = {bq[c]: t for c, t in delta_columns.items()}
+    keys = list(as_published.keys)
     n_target = dt_.count()
     n_bq = calls.rows(f"count rows of {dest}", f"SELECT COUNT(*) AS n FROM {_quote(dest)}")[0]["n"]
     select = ", ".join(_quote(c) for c in columns)
     if n_target <= small:
-        expected = dt_.to_pyarrow_table(columns=list(columns)).to_pylist()
+        expected = _as_published(dt_.to_pyarrow_table(columns=list(delta_columns)), bq).to_pylist()
         found = calls.rows(f"read {dest}", f"SELECT {select} FROM {_quote(dest)}")
         how = "all rows"
     else:
-        key_rows = dt_.to_pyarrow_table(columns=keys + ["_cdc_key"])
+        key_rows = dt_.to_pyarrow_table(columns=["_cdc_key"])
         picks = sorted(random.sample(range(key_rows.num_rows), sample))
         wanted = key_rows.take(picks)["_cdc_key"].to_pylist()
-        expected = _rows_with_keys(dt_, columns, wanted).drop_columns(["_cdc_key"]).to_pylist()
+        expected = _as_published(_rows_with_keys(dt_, delta_columns, wanted).drop_columns(["_cdc_key"]), bq).to_pylist()
         first = keys[0]
         from google.cloud import bigquery
         param = bigquery.ArrayQueryParameter("k", bigquery_type(columns[first])[0],

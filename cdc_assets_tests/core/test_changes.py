@@ -64,3 +64,11 @@ def test_a_stored_value_widens_to_what_converting_the_original_gives(rows, wider
     cast = pc.cast(amounts, arrow_type(wider)).to_pylist() if amounts is not None else [None] * len(rows)
     assert cast == [convert(a, wider) for _, a in rows]
     assert pc.cast(columns["n"], arrow_type("long")).to_pylist() == [convert(n, "long") for n, _ in rows]
+
+
+def test_a_partition_key_reads_back_whatever_its_column_names_hold():
+    from cdc_assets.core import target
+
+    columns = ["a/b", "1p.ré-gion'`#$\"x", "plain"]
+    text = target.partition_key(columns, ["e/u", "x=y", None])
+    assert target.partition_values(text) == ["e/u", "x=y", None]

@@ -405,3 +405,10 @@ def test_rename_gives_a_source_column_a_storable_name_and_keys_name_the_target()
 ])
 def test_rename_is_validated_like_the_other_keys(rename, expected):
     assert expected in error(raw_config(rename=rename))
+
+
+def test_zorder_by_a_dotted_column_is_refused_before_maintenance_would_fail_on_it():
+    msg = error(raw_config(keys=["user.id"], maintenance={"zorder_by": ["user.id"]}))
+    assert "field 'maintenance.zorder_by': column 'user.id': delta-rs cannot Z-order" in msg, msg
+    cfg = parse_config(raw_config(keys=["user.id"], maintenance={"zorder_by": ['my"id', "été"]}), CONFIG_PATH)
+    assert cfg.tables[0].maintenance.zorder_by == ('my"id', "été")

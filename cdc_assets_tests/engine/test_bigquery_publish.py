@@ -227,3 +227,56 @@ def test_column_types_map_to_bigquery_types_that_keep_their_values():
     sql = publishing.merge_statement("p.d.t", {"id": "long", "v": "string"}, ["id"], delete_others=False)
     assert sql.count("MERGE") == 1 and "WHEN MATCHED AND S._cdc_deleted THEN DELETE" in sql
     assert "T.`v` IS DISTINCT FROM S.`v`" in sql and "NOT MATCHED BY SOURCE" not in sql
+
+
+def _unquoted(quoted: str) -> str:
+    """A GoogleSQL quoted identifier read back: between backticks, a backslash escapes the next
+    character (a backtick or a backslash among them); an unescaped backtick ends it."""
+    assert quoted[0] == "`" and quoted[-1] == "`", quoted
+    out, chars = [], iter(quoted[1:-1])
+    for c in chars:
+        assert c != "`", quoted  # it would end the identifier
+        out.append(next(chars) if c == "\\" else c)
+    return "".join(out)
+
+
+@pytest.mark.parametrize("name", ["a\\`b", "back\\slash", "tick`", "end\\", "plain"])
+def test_a_name_is_quoted_for_googlesql_backslashes_and_backticks_included(name):
+    assert _unquoted(publishing._quote(name)) == name
+    sql = publishing.merge_statement("p.d.t", {name: "string", "id": "long"}, ["id"], delete_others=False)
+    assert f"T.{publishing._quote(name)} IS DISTINCT FROM S.{publishing._quote(name)}" in sql
+
+
+def test_a_name_bigquery_cannot_take_is_published_with_each_character_it_excludes_as_underscore():
+    from cdc_assets.core import names
+
+    assert names.bigquery_name("user.id") == "user_id"
+    assert names.bigquery_name('my"id$') == "my_id_"
+    assert names.bigquery_name("a`b") == "a_b"
+    for kept in ("it's", "#tag", "1st", "a-b", "été", "MixedCase", "select", "a&b|c"):
+        assert names.bigquery_name(kept) == kept
+    assert names.bigquery_name("_PARTITIONTIME") == "c_PARTITIONTIME"
+    with pytest.raises(ValueError, match="columns 'user.id' and 'user_id' would both be BigQuery column 'user_id'"):
+        names.bigquery_names(["user.id", "user_id"], "T")
+
+
+def test_odd_column_names_publish_under_their_bigquery_names(spark, workdir, bigquery_emulator):
+    client = bigquery_emulator
+    dest = f"{PROJECT}.{client.test_dataset}.odd"
+    cols = ["it's", "#tag", "1st", "a-b", "été", "x.y", 'q"d', "a`b", "$c"]
+    cfg = write_config(workdir, [{"name": "ODD", "keys": ["user.id"], "format": "datastream-json",
+                                  "publish": {"bigquery": dest}}])
+    land(cfg, "ODD", "b1", {"a.jsonl": jsonl([mysql("INSERT", {"user.id": i, **{c: f"{c}{i}" for c in cols}}, 1, i)
+                                             for i in (1, 2, 3)])})
+    out = run_ok(cfg, "ODD")
+    assert out.checks["reconciles_with_target"] is True
+    land(cfg, "ODD", "b2", {"a.jsonl": jsonl([mysql("UPDATE", {"user.id": 2, **{c: "new" for c in cols}}, 1, 10),
+                                             mysql("DELETE", {"user.id": 3}, 1, 11)])})
+    out = run_ok(cfg, "ODD")
+    assert out.figures["bigquery"]["mode"] == "changes" and out.checks["reconciles_with_target"] is True
+    published = sorted((dict(r.items()) for r in client.query(f"SELECT * FROM `{dest}`").result()),
+                       key=lambda r: r["user_id"])
+    from cdc_assets.core.names import bigquery_name
+    assert published == sorted(({bigquery_name(c): v for c, v in r.items()} for r in target_rows(cfg, "ODD")),
+                               key=lambda r: r["user_id"])
+    assert [r["user_id"] for r in published] == [1, 2] and published[1]["x_y"] == "new"
