@@ -363,11 +363,13 @@ TIMESTAMPS = ["0001-01-01T00:00:00Z", "0001-01-01T05:30:00+05:30", "0001-01-01 0
 DECIMAL_SCALES = [0, 2, 18, 38]
 
 # Column names Delta Lake stores without column mapping (SPEC section 3): dots, hyphens, leading
-# digits, SQL reserved words, mixed case, non-ASCII, quotes, backticks, `$`, `#`; none is a logical
+# digits, SQL reserved words, mixed case, non-ASCII, quotes, backticks, `$`, `#`, and characters a
+# path or URL escapes (a partition folder is `name=value`); none is a logical
 # column name, and `draw_names` keeps them distinct but for case
 NAME_POOL = ["user.id", "a.b.c", "first-name", "x-y.z", "1st", "2024", "select", "from", "group", "order",
              "Table", "MiXeD.Case", "Ünïcödé", "名前", "ключ", 'say"hi', "it's", "back`tick", "``", "$amount",
-             "#tag", "a$b#c", "null", "true", "key", "value", "é", "e\u0301", "😀", "a'b\"c`d", "\\esc"]
+             "#tag", "a$b#c", "null", "true", "key", "value", "é", "e\u0301", "😀", "a'b\"c`d", "\\esc",
+             "a/b", "50%", "a%2Fb/c", "k:v", "a+b", "@at", "a[0]", "a&b", "q?", "~t"]  # path and URL characters
 RENAMED = KEYS + ["n", "x", TEXT_COL, REGION, AMT, TS, "late"]
 
 
