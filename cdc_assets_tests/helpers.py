@@ -14,7 +14,8 @@ def write_config(root, tables: list[dict], **top) -> Config:
     """tables: cdc.yaml table entries; paths default to <root>/landing and <root>/warehouse."""
     cfg = {"warehouse": str(root / "warehouse"), "landing": str(root / "landing"), "tables": tables, **top}
     path = root / "cdc.yaml"
-    path.write_text(json.dumps(cfg, indent=2))
+    # as UTF-8 text: JSON's \ud83d\ude00 escapes of an astral character are two lone surrogates to YAML
+    path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False), encoding="utf-8")
     return load_config(str(path))
 
 
