@@ -112,6 +112,7 @@ class _Jobs:
         if self.progress is not None:
             ok = result is not None and result.success and watch.expired is None
             self.progress(f"{self.outcome.table}: {label} {'done' if ok else 'FAILED'} in {time.time() - t:.1f}s")
+        faults.point("run.job_done")  # between one job's last step and the next job's first
 
 
 def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table: TableConfig,
