@@ -112,7 +112,6 @@ class _Jobs:
         if self.progress is not None:
             ok = result is not None and result.success and watch.expired is None
             self.progress(f"{self.outcome.table}: {label} {'done' if ok else 'FAILED'} in {time.time() - t:.1f}s")
-        faults.point("run.job_done")  # between one job's last step and the next job's first
 
 
 def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table: TableConfig,
@@ -151,6 +150,7 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
             if b.seq > staged and outcome.ok:
                 jobs.run(f"ingest {b.id}", names.ingest_job, tags, partition_key=b.id)
         staged = delta.step_version(path(table_dir, STAGING), STAGING)
+        faults.point("run.staged")  # between steps: the batches staged, the apply not begun
         reached = max(staged, 0 if table.base_snapshot else -1)
         due = None
         applied = delta.step_version(path(table_dir, TARGET), TARGET)

@@ -39,13 +39,13 @@ from cdc_assets.cli.pools import ensure_settings
 
 TABLE = "CRASHY"
 # Where a run can die, in the order a run reaches them (faults.point in the code); each is tried at
-# each batch. Most are inside a step, holding the table's pool; `run.job_done` is between steps
-# (the ingest job's last and the apply job's first).
+# each batch. Most are inside a step, holding the table's pool; `run.staged` is between steps
+# (the staging step's and the target step's).
 POINTS = [
     "register.before_commit", "register.committed",
     "changes.parsed", "quarantine.before_commit", "quarantine.committed",
     "changes.before_commit", "changes.committed",
-    "staging.before_commit", "staging.committed", "run.job_done",
+    "staging.before_commit", "staging.committed", "run.staged",
     "target.computed", "target.committed", "run.table_done",
 ]
 # The tables a run writes, in that order. `<table>.file_created` is no point in the code: the run is
