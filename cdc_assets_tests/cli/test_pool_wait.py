@@ -147,3 +147,18 @@ def test_a_sensor_tick_frees_what_a_killed_run_left_in_the_pool(tmp_path):
         assert _held(home) == {live.run_id}  # the dead runs' places are free, the live one's kept
     finally:
         live.end()
+
+
+def test_sigterm_inside_a_step_stops_the_run_and_the_next_run_finishes(tmp_path, cli):
+    cfg, home, env = _setup(tmp_path)
+    # SIGTERM arrives inside the ingest step, just after it committed the batch's changes
+    stopping = {**env, "CDC_ASSETS_CRASH_AT": "changes.committed:TERM"}
+    proc = subprocess.run(cli + ["run", "--config", cfg.path], env=stopping, capture_output=True, text=True,
+                          timeout=HANG)
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-2000:]
+    assert "stopped by SIGTERM" in proc.stderr
+    assert _held(home) == set()
+    assert all(r.is_finished for r in dg.DagsterInstance.from_config(home).get_runs())
+    proc = subprocess.run(cli + ["run", "--config", cfg.path], env=env, capture_output=True, text=True, timeout=HANG)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(target_rows(cfg, "T")) == 3
