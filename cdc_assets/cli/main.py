@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
 import sys
+import traceback
 
 from . import demo, generate, maintain, read, rekey, run, spark, status, ui, versions
 
@@ -19,9 +21,60 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command of `argv`, returning its exit status. Without `argv` this is the `cdc-assets`
+    program itself (sys.argv): it ends the process with the command's status (end_process)."""
+    if argv is None:
+        end_process(lambda: _command(None, console=True))
+    return _command(argv)
+
+
+def _command(argv: list[str] | None, console: bool = False) -> int:
     args = build_parser().parse_args(argv)
+    args.console = console  # the process is the command's own: it may take its signals (run, demo)
     return int(args.func(args) or 0)
 
 
+def end_process(command) -> None:
+    """End the process with the status the callable `command` returns.
+
+    The status is the command's own: after the output is flushed and a Spark session this process
+    started is stopped, the process ends at once, before interpreter teardown, where native threads
+    (the JVM bridge, delta-rs' runtime, gRPC) torn down mid-flight could abort it (`terminate called
+    without an active exception`, status 134) after a command had passed; it also saves the
+    second that teardown takes."""
+    try:
+        status = command()
+    except SystemExit as e:  # argparse's usage errors (2), --version and --help (0)
+        status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, (int, type(None))):
+            print(e.code, file=sys.stderr)
+    except KeyboardInterrupt:
+        status = 130
+    except BaseException:  # noqa: BLE001 - shown as Python would, then the status Python gives
+        traceback.print_exc()
+        status = 1
+    _stop_spark()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed pipe leaves nothing to flush
+            pass
+    os._exit(status if isinstance(status, int) and 0 <= status < 256 else 1)
+
+
+def _stop_spark() -> None:
+    """Stop an in-process Spark session (its JVM ends with this process); a Spark Connect server
+    is not this process's to stop."""
+    if "pyspark.sql.session" not in sys.modules:
+        return
+    try:
+        from pyspark import SparkContext
+
+        if SparkContext._active_spark_context is not None:
+            SparkContext._active_spark_context.stop()
+    except Exception as e:  # noqa: BLE001 - the command's status stands; the JVM ends with the process
+        print(f"cdc-assets: stopping Spark: {type(e).__name__}: {e}", file=sys.stderr)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -4,11 +4,20 @@ Each table's writer assets are in the pool `cdc_<TABLE>` (defs/table_assets.py).
 pool only limits anything once the instance gives it a limit: a new DAGSTER_HOME
 gets `default_limit: 1`, so one writer step per table runs at a time across the
 sensor's, the UI's and `cdc-assets run`'s runs, and different tables side by side.
+
+A run this process executes waits for its table's pool in Dagster's executor; PoolWatch frees
+what dead runs hold there, says who the run waits for, and bounds the wait. SIGTERM and SIGINT
+end the process wherever it is (stop_on_signals): the steps are made to survive a kill at any
+point, so a stop is a kill that also hands back the pool and ends its Dagster run.
 """
 from __future__ import annotations
 
+import ctypes
 import os
-import socket
+import signal
+import sys
+import threading
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the `ui` command imports this module and needs no Dagster in its own process
@@ -21,8 +30,6 @@ concurrency:
     default_limit: 1
 """
 
-PID_TAG = "cdc/process"  # host:pid of the `cdc-assets run` process executing the run in-process
-
 
 def ensure_settings(home: str) -> None:
     """Write dagster.yaml into a new DAGSTER_HOME; an existing one is the user's and stays."""
@@ -34,37 +41,155 @@ def ensure_settings(home: str) -> None:
 
 
 def run_tags() -> dict:
-    return {PID_TAG: f"{socket.gethostname()}:{os.getpid()}"}
+    """The tags of a run this process executes in-process: the process, so a later run can tell
+    whether it died holding the table's pool (defs/pools.py)."""
+    from ..defs.pools import PID_TAG, process_tag
+
+    return {PID_TAG: process_tag()}
 
 
-def _gone(tag: str | None) -> bool:
-    host, _, pid = (tag or "").rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False  # not ours to judge: another machine's, or launched by the UI or the sensor
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+POOL_WAIT_SECONDS = 600.0  # `run --pool-wait`: how long a step waits for its table's pool
 
 
-def release_abandoned(instance: dg.DagsterInstance, pool: str) -> list[str]:
-    """Free the pool's slots held by in-process runs whose process died (killed mid-step).
+class PoolWaitExpired(Exception):
+    """Raised in the thread executing a run whose step waited for its pool past the bound."""
 
-    Dagster frees a slot when its step ends; a killed process never ends it, and every
-    later run of the table would wait for that slot forever. Returns the runs released."""
-    storage = instance.event_log_storage
-    if not storage.supports_global_concurrency_limits:
-        return []
-    released = []
-    for run_id in {s.run_id for s in storage.get_concurrency_info(pool).claimed_slots}:
+
+class PoolWatch:
+    """While a run of `table` executes in this thread: every `interval` seconds, frees what dead
+    runs hold in the pool; when the run's step waits for another run's slot, says so (`say`) and,
+    after `limit` seconds of waiting, raises PoolWaitExpired in the executing thread. The step has
+    not started then, so nothing of it is done; `expired` holds the message for the table's line."""
+
+    def __init__(self, instance: dg.DagsterInstance, table: str, pool: str, run_id: str, limit: float, say,
+                 interval: float = 1.0):
+        self.instance, self.table, self.pool, self.run_id = instance, table, pool, run_id
+        self.limit, self.say, self.interval = limit, say, interval
+        self.expired: str | None = None
+        self._since: float | None = None
+        self._said = False
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._executing = threading.get_ident()
+        self._thread = threading.Thread(target=self._loop, name=f"cdc-pool-{table}", daemon=True)
+
+    def __enter__(self) -> PoolWatch:
+        self._executing = threading.get_ident()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self._done.set()
+        self._thread.join()
+        if self.expired is not None:
+            run = self.instance.get_run_by_id(self.run_id)
+            if run is not None and not run.is_finished:
+                self.instance.report_run_failed(run, self.expired)
+            self.instance.event_log_storage.free_concurrency_slots_for_run(self.run_id)
+
+    def _loop(self) -> None:
+        while not self._done.wait(self.interval):
+            try:
+                self._look()
+            except Exception as e:  # noqa: BLE001 - a failed look at the pool must not end the run
+                self.say(f"{self.table}: could not read pool {self.pool}: {type(e).__name__}: {e}")
+
+    def _look(self) -> None:
+        from ..defs.pools import holders, release_abandoned
+
+        release_abandoned(self.instance, self.pool)
+        held = holders(self.instance, self.pool)
+        mine = [h for h in held if h.run_id == self.run_id]
+        others = sorted((h for h in held if h.run_id != self.run_id), key=lambda h: not h.claimed)
+        if not mine or any(h.claimed for h in mine) or not others:
+            self._since = None  # running, or not in the pool (yet), or about to get the free slot
+            return
+        now = time.monotonic()
+        self._since = now if self._since is None else self._since
+        h = others[0]
+        who = (f"run {h.run_id} ({'running' if h.claimed else 'waiting for'} step {h.step_key}, "
+               f"process {h.process or 'not recorded'})")
+        if not self._said:
+            self._said = True
+            self.say(f"{self.table}: waiting for pool {self.pool}, held by {who}; "
+                     f"giving up after {self.limit:g} s (run --pool-wait)")
+        if now - self._since >= self.limit:
+            with self._lock:
+                if self._done.is_set() or self.expired is not None:
+                    return
+                self.expired = (f"gave up after waiting {self.limit:g} s for pool {self.pool}, held by {who}; "
+                                "nothing of this run was done. A run whose process died is freed by the "
+                                "next run; a live one frees the pool when it ends")
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._executing),
+                                                           ctypes.py_object(PoolWaitExpired))
+
+
+_executing: list = []  # (instance, run_id) of the Dagster run this process executes now
+
+
+class Executing:
+    """Marks the Dagster run this process executes, so that a stop can end it and free its pool."""
+
+    def __init__(self, instance: dg.DagsterInstance, run_id: str):
+        self.entry = (instance, run_id)
+
+    def __enter__(self) -> None:
+        _executing.append(self.entry)
+
+    def __exit__(self, *exc) -> None:
+        _executing.remove(self.entry)
+
+
+def _end_executing_runs(reason: str) -> None:
+    for instance, run_id in list(_executing):
         run = instance.get_run_by_id(run_id)
-        if run is not None and not run.is_finished and not _gone(run.tags.get(PID_TAG)):
-            continue
         if run is not None and not run.is_finished:
-            instance.report_run_failed(run, "its process ended without finishing it (killed?)")
-        storage.free_concurrency_slots_for_run(run_id)
-        released.append(run_id)
-    return released
+            instance.report_run_canceled(run, reason)
+        instance.event_log_storage.free_concurrency_slots_for_run(run_id)
+
+
+_stopping: list = []
+
+
+def stop_on_signals() -> None:
+    """SIGTERM and SIGINT end this process promptly wherever it is: waiting for a pool, inside a
+    step (a Spark job, a Delta write) or between tables. Every step survives a kill at any point
+    (the next run finishes what it began), so a stop is a kill that also cancels the Dagster run
+    it was executing, frees that run's place in its pool and ends `--parallel`'s workers; the exit
+    status is 128 + the signal's number.
+
+    A thread of its own acts on the signal, woken by the byte the interpreter writes for it
+    (signal.set_wakeup_fd): Dagster's executor replaces the handlers during a run and only notes a
+    signal until a step begins, so a run waiting for its pool never stopped. (Blocking the signals
+    instead would pass the block on to child processes, which Dagster stops by SIGINT.)"""
+    if _stopping or threading.current_thread() is not threading.main_thread():
+        return
+    wanted = {signal.SIGINT, signal.SIGTERM}
+    wake, woken = os.pipe()
+    os.set_blocking(woken, False)
+    signal.set_wakeup_fd(woken, warn_on_full_buffer=False)
+    for signo in wanted:
+        signal.signal(signo, lambda *_: None)  # the thread below acts; a handler makes the wake-up byte
+
+    def wait() -> None:
+        signo = 0
+        while signo not in wanted:
+            signo = os.read(wake, 1)[0]
+        name = signal.Signals(signo).name
+        print(f"cdc-assets: stopped by {name}; the next run finishes what this one began", file=sys.stderr,
+              flush=True)
+        try:
+            import multiprocessing
+
+            for child in multiprocessing.active_children():
+                child.terminate()
+            _end_executing_runs(f"stopped by {name}")
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(128 + signo)
+
+    thread = threading.Thread(target=wait, name="cdc-stop", daemon=True)
+    thread.start()
+    _stopping.append(thread)

@@ -6,14 +6,17 @@ one Spark session of this process serves every table and batch.
 from __future__ import annotations
 
 import os
+import sys
 import time
 import traceback
+import uuid
 from dataclasses import dataclass, field
 
 import dagster as dg
 
 from ..core.config import Config, TableConfig
 from ..defs.history import history_job_name
+from ..defs.pools import release_abandoned
 from ..defs.publish import publish_job_name
 from ..defs.sensors import apply_request_tags, failed_accounting
 from ..defs.table_assets import WITHIN_MAX_STALENESS, TableNames, sync_target_partitions
@@ -25,7 +28,7 @@ from ..engine.lock import table_lock
 from ..engine.retry import on_conflict
 from ..engine.status import record_run
 from ..engine.tables import BASE, STAGING, TARGET, path
-from .pools import ensure_settings, release_abandoned, run_tags
+from .pools import POOL_WAIT_SECONDS, Executing, PoolWaitExpired, PoolWatch, ensure_settings, run_tags
 
 
 # Dagster's console logger at WARNING: the summary line says what a user needs.
@@ -78,22 +81,49 @@ def _record(outcome: TableOutcome, result) -> None:
             outcome.error = f"step {failure.step_key}: {root_cause_of_info(err) if err else 'failed'}"
 
 
-def _job(outcome: TableOutcome, progress, label: str, execute) -> None:
-    t = time.time()
-    result = execute()
-    _record(outcome, result)
-    if progress is not None:
-        progress(f"{outcome.table}: {label} {'done' if result.success else 'FAILED'} in {time.time() - t:.1f}s")
+@dataclass
+class _Jobs:
+    """What each job run of one table's cycle shares: it executes in-process, watched in its pool."""
+    defs: dg.Definitions
+    instance: dg.DagsterInstance
+    outcome: TableOutcome
+    pool: str
+    pool_wait: float
+    progress: object = None
+
+    def run(self, label: str, job_name: str, tags: dict, partition_key: str | None = None) -> None:
+        t = time.time()
+        run_id = str(uuid.uuid4())
+        watch = PoolWatch(self.instance, self.outcome.table, self.pool, run_id, self.pool_wait,
+                          self.progress or (lambda line: print(line, file=sys.stderr, flush=True)))
+        result = None
+        try:
+            with Executing(self.instance, run_id), watch:
+                result = self.defs.resolve_job_def(job_name).execute_in_process(
+                    instance=self.instance, run_id=run_id, partition_key=partition_key, tags=tags,
+                    raise_on_error=False, run_config=QUIET)
+        except PoolWaitExpired:
+            pass  # raised into the executing thread by the watch; its message is the error
+        if watch.expired is not None:
+            self.outcome.ok = False
+            self.outcome.error = f"{label}: {watch.expired}"
+        elif result is not None:
+            _record(self.outcome, result)
+        if self.progress is not None:
+            ok = result is not None and result.success and watch.expired is None
+            self.progress(f"{self.outcome.table}: {label} {'done' if ok else 'FAILED'} in {time.time() - t:.1f}s")
 
 
 def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table: TableConfig,
-              progress=None) -> TableOutcome:
-    """`progress(line)`: called after each job with its step and time (the CLI prints it on stderr)."""
+              progress=None, pool_wait: float = POOL_WAIT_SECONDS) -> TableOutcome:
+    """`progress(line)`: called after each job with its step and time (the CLI prints it on stderr).
+    `pool_wait`: how long a step waits for the table's pool before the table fails saying who holds it."""
     t0 = time.time()
     names = TableNames(table.name)
     table_dir = cfg.table_dir(table.name)
     outcome = TableOutcome(table.name)
     tags = run_tags()
+    jobs = _Jobs(defs, inst, outcome, names.pool, pool_wait, progress)
     try:
         release_abandoned(inst, names.pool)
         with table_lock(table_dir):
@@ -114,15 +144,13 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
         if missing:
             inst.add_dynamic_partitions(names.batches, missing)
         if table.base_snapshot and delta.step_version(path(table_dir, BASE), BASE) < 0:
-            _job(outcome, progress, "base import", lambda: defs.resolve_job_def(names.base_job).execute_in_process(
-                instance=inst, tags=tags, raise_on_error=False, run_config=QUIET))
+            jobs.run("base import", names.base_job, tags)
         staged = delta.step_version(path(table_dir, STAGING), STAGING)
         for b in batches:
             if b.seq > staged and outcome.ok:
-                _job(outcome, progress, f"ingest {b.id}", lambda b=b: defs.resolve_job_def(names.ingest_job)
-                     .execute_in_process(instance=inst, partition_key=b.id, tags=tags, raise_on_error=False,
-                                         run_config=QUIET))
+                jobs.run(f"ingest {b.id}", names.ingest_job, tags, partition_key=b.id)
         staged = delta.step_version(path(table_dir, STAGING), STAGING)
+        faults.point("run.staged")  # between steps: the batches staged, the apply not begun
         reached = max(staged, 0 if table.base_snapshot else -1)
         due = None
         applied = delta.step_version(path(table_dir, TARGET), TARGET)
@@ -139,19 +167,15 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
             sync_target_partitions(inst, cfg, table)  # staged by an earlier run, maybe on another instance
             apply_tags = apply_request_tags(inst, table)
             if apply_tags is not None:
-                _job(outcome, progress, "apply", lambda: defs.resolve_job_def(names.apply_job).execute_in_process(
-                    instance=inst, tags={**apply_tags, **tags}, raise_on_error=False, run_config=QUIET))
+                jobs.run("apply", names.apply_job, {**apply_tags, **tags})
         if reached > applied and table.apply.max_staleness is not None and WITHIN_MAX_STALENESS not in outcome.checks:
             # No apply evaluated the freshness check (the merge waits, is held or failed): it runs alone,
             # a warning that never fails the table.
-            _job(outcome, progress, "freshness check", lambda: defs.resolve_job_def(names.freshness_job)
-                 .execute_in_process(instance=inst, tags=tags, raise_on_error=False, run_config=QUIET))
+            jobs.run("freshness check", names.freshness_job, tags)
         if outcome.ok and table.history and history.pending(cfg, table):  # whether or not the merge waits
-            _job(outcome, progress, "history", lambda: defs.resolve_job_def(history_job_name(table)).execute_in_process(
-                instance=inst, tags=tags, raise_on_error=False, run_config=QUIET))
+            jobs.run("history", history_job_name(table), tags)
         if outcome.ok and publishing.pending(cfg, table):  # also catches up after a failed publish
-            _job(outcome, progress, "publish", lambda: defs.resolve_job_def(publish_job_name(table)).execute_in_process(
-                instance=inst, tags=tags, raise_on_error=False, run_config=QUIET))
+            jobs.run("publish", publish_job_name(table), tags)
     except Exception as e:  # noqa: BLE001 - one failing table never stops the others
         outcome.ok = False
         outcome.error = root_cause_of_exception(e)

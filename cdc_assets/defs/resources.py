@@ -15,6 +15,7 @@ from pydantic import PrivateAttr
 from ..core.config import Config, load_config
 from ..engine.gcs import is_gcs
 from ..engine.spark import choose_session
+from .pools import mark_process
 
 
 class CdcSparkResource(LazyPySparkResource):
@@ -24,6 +25,10 @@ class CdcSparkResource(LazyPySparkResource):
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self._log = context.log
+        if context.instance is not None and context.dagster_run is not None:
+            # The process executing the run (the UI's or the sensor's run worker, or `cdc-assets
+            # run`), so that a later run can tell it died holding the table's pool (pools.py).
+            mark_process(context.instance, context.run_id)
 
     def _init_session(self) -> None:
         if self._spark_session is not None:

@@ -22,6 +22,7 @@ from ..engine.landing import Batch, ListingCursor, batches_path, register_new_ba
 from ..engine.lock import table_lock
 from ..engine.retry import on_conflict
 from ..engine.tables import BASE, STAGING, TARGET, path
+from .pools import release_abandoned
 from .table_assets import APPLY_TAG, INCREMENTAL, TableNames, batch_partitions, target_partitions
 
 
@@ -150,6 +151,12 @@ def landing_sensor(cfg: Config, table: TableConfig, jobs: list) -> dg.SensorDefi
                default_status=dg.DefaultSensorStatus.STOPPED, required_resource_keys=resource_keys or None,
                description=f"Watches {cfg.landing_dir(table.name)} for complete change files of {table.name}.")
     def sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        # A run killed while it held the table's pool would keep every later run of the table
+        # waiting: each tick frees what dead runs hold there (pools.py says how they are judged).
+        freed = release_abandoned(context.instance, TableNames(table.name).pool)
+        if freed:
+            context.log.warning(f"{table.name}: freed pool {TableNames(table.name).pool} of dead runs "
+                                f"{', '.join(freed)}")
         # On a gs:// landing a tick lists from its cursor on (engine/landing.py), by the client of
         # the `gcs` resource (dagster_gcp's GCSResource).
         new, busy, cursor = register_landed(

@@ -1,22 +1,60 @@
-"""The instance settings that make a table's pool take turns, and the release of a slot
-that a killed `cdc-assets run` left claimed (else the table's later runs wait forever)."""
+"""The instance settings that make a table's pool take turns, and the freeing of what a killed
+process left in the pool: a step it was running (a claimed slot) and a step it was waiting with
+(a pending step). Else every later run of the table waits forever."""
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
 import sys
 
 import dagster as dg
 from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
 
-from cdc_assets.cli.pools import PID_TAG, ensure_settings, release_abandoned, run_tags
+from cdc_assets.cli.pools import ensure_settings, run_tags
+from cdc_assets.defs.pools import release_abandoned
 
 POOL = "cdc_T"
 
+# A process that starts a run of its own (tagged as `cdc-assets run` tags its runs), asks the
+# pool (at the instance's default limit) for a slot for each step named, says what it got, and waits to be killed.
+HOLDER = """
+import json, sys, time
+import dagster as dg
+from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
+from cdc_assets.cli.pools import run_tags
+instance = dg.DagsterInstance.from_config(sys.argv[1])
+run = instance.add_run(DagsterRun(job_name="T_ingest_job", status=DagsterRunStatus.STARTED, tags=run_tags()))
+instance.event_log_storage.initialize_concurrency_limit_to_default(sys.argv[2])  # as Dagster's executor does
+got = {step: instance.event_log_storage.claim_concurrency_slot(sys.argv[2], run.run_id, step).is_claimed
+       for step in sys.argv[3:]}
+print(json.dumps({"run_id": run.run_id, "claimed": got}), flush=True)
+time.sleep(3600)
+"""
 
-def _run(instance, tags: dict, status=DagsterRunStatus.STARTED) -> str:
-    run = instance.add_run(DagsterRun(job_name="T_apply_job", status=status, tags=tags))
-    assert instance.event_log_storage.claim_concurrency_slot(POOL, run.run_id, "T__target").is_claimed
-    return run.run_id
+
+class Holder:
+    """A real process holding the pool: killed (SIGKILL, no cleanup) or left alive."""
+
+    def __init__(self, home: str, *steps: str, pool: str = POOL):
+        self.proc = subprocess.Popen([sys.executable, "-c", HOLDER, home, pool, *steps], stdout=subprocess.PIPE,
+                                     text=True)
+        said = json.loads(self.proc.stdout.readline())
+        self.run_id, self.claimed = said["run_id"], said["claimed"]
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def end(self) -> None:
+        if self.proc.poll() is None:
+            self.kill()
+
+
+def _held(instance) -> tuple[set, set]:
+    info = instance.event_log_storage.get_concurrency_info(POOL)
+    return {s.run_id for s in info.claimed_slots}, {p.run_id for p in info.pending_steps}
 
 
 def test_a_new_home_gets_the_pool_limit_and_an_existing_one_is_left_alone(tmp_path):
@@ -31,19 +69,52 @@ def test_a_new_home_gets_the_pool_limit_and_an_existing_one_is_left_alone(tmp_pa
     assert (tmp_path / "mine" / "dagster.yaml").read_text() == "telemetry:\n  enabled: false\n"
 
 
-def test_only_slots_of_dead_or_finished_runs_are_released(tmp_path):
-    ensure_settings(str(tmp_path))
-    instance = dg.DagsterInstance.from_config(str(tmp_path))
-    instance.event_log_storage.set_concurrency_slots(POOL, 4)
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    host = run_tags()[PID_TAG].rpartition(":")[0]
+def test_what_killed_processes_hold_is_freed_and_what_live_runs_hold_is_kept(tmp_path):
+    home = str(tmp_path)
+    ensure_settings(home)
+    instance = dg.DagsterInstance.from_config(home)
+    holders = []
+    try:
+        # pool limit 1 (the product's setting): the first takes the slot, the others wait in the queue
+        running = Holder(home, "T__changes")  # killed inside its step: a claimed slot
+        waiting = Holder(home, "T__staging")  # killed while it waited: a pending step
+        alive = Holder(home, "T__target")  # a live run waiting behind them
+        holders += [running, waiting, alive]
+        assert (running.claimed, waiting.claimed, alive.claimed) == ({"T__changes": True}, {"T__staging": False},
+                                                                     {"T__target": False})
+        finished = instance.add_run(DagsterRun(job_name="T_apply_job", status=DagsterRunStatus.FAILURE))
+        instance.event_log_storage.claim_concurrency_slot(POOL, finished.run_id, "T__target")  # queued as well
+        launched = instance.add_run(DagsterRun(job_name="T_apply_job", status=DagsterRunStatus.STARTED))
+        instance.event_log_storage.claim_concurrency_slot(POOL, launched.run_id, "T__target")  # no process record
+        running.kill()
+        waiting.kill()
 
-    killed = _run(instance, {PID_TAG: f"{host}:{gone.stdout.strip()}"})
-    finished = _run(instance, {}, status=DagsterRunStatus.FAILURE)
-    alive = _run(instance, run_tags())  # this process: still running
-    launched = _run(instance, {})  # by the UI or the sensor: the daemon's to judge
+        freed = release_abandoned(instance, POOL)
 
-    assert sorted(release_abandoned(instance, POOL)) == sorted([killed, finished])
-    held = {s.run_id for s in instance.event_log_storage.get_concurrency_info(POOL).claimed_slots}
-    assert held == {alive, launched}
-    assert instance.get_run_by_id(killed).status == DagsterRunStatus.FAILURE
+        assert sorted(freed) == sorted([running.run_id, waiting.run_id, finished.run_id])
+        claimed, pending = _held(instance)
+        assert claimed | pending == {alive.run_id, launched.run_id}  # a live run's place is never taken
+        for dead in (running, waiting):
+            assert instance.get_run_by_id(dead.run_id).status == DagsterRunStatus.FAILURE
+        assert instance.get_run_by_id(alive.run_id).status == DagsterRunStatus.STARTED
+
+        # the queue moves on: the slot the killed run held is handed to one of the live waiters
+        info = instance.event_log_storage.get_concurrency_info(POOL)
+        assert [p.run_id for p in info.pending_steps if p.assigned_timestamp] in ([alive.run_id], [launched.run_id])
+    finally:
+        for h in holders:
+            h.end()
+
+
+def test_a_reused_process_id_does_not_pass_for_the_dead_run(tmp_path):
+    """A run's record names its process by host, pid and start time: another process that got the
+    same pid later is not the run's."""
+    from cdc_assets.defs.pools import PID_TAG, process_gone, process_tag
+
+    host, pid, start = process_tag().split(":")
+    assert not process_gone(process_tag())
+    assert process_gone(f"{host}:{pid}:{int(start) + 1}")  # this pid, but a process started at another time
+    assert not process_gone(f"another-{host}:{pid}:{start}")  # another machine's: not ours to judge
+    assert not process_gone(None)
+    assert run_tags() == {PID_TAG: process_tag()}
+    assert os.getpid() == int(pid)

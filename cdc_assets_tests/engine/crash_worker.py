@@ -22,8 +22,11 @@ moment a data file (or its temporary) is created in that table, i.e. inside a de
 it began writing data files and, as a rule, before it commits them. The watch is inotify and the
 child runs at nice 19, so the server usually acts within a millisecond; on a heavily loaded machine
 the commit can still win the race, so the tests check for the uncommitted file instead of assuming it.
+Any request may carry "hang_after": seconds after which a child still running is taken as hung (for
+example waiting forever for its table's pool) and killed, so that a hang fails its test instead of
+blocking it.
 Answer: {"pid": child pid, "rc": exit code (negative: killed by that signal), "seconds": wall time,
-"triggered": whether a kill_after or kill_on_create kill was sent}.
+"triggered": whether a kill_after or kill_on_create kill was sent, "hung": whether the hang_after kill was}.
 """
 from __future__ import annotations
 
@@ -226,20 +229,25 @@ def serve() -> None:
                 sys.stderr.flush()
                 os._exit(rc if isinstance(rc, int) and 0 <= rc < 256 else 1)
         deadline = None if req.get("kill_after") is None else t0 + float(req["kill_after"])
-        triggered = False
+        hang = None if req.get("hang_after") is None else t0 + float(req["hang_after"])
+        triggered = hung = False
         while True:
             armed = not triggered and (deadline is not None or watch is not None)
-            done, status = os.waitpid(pid, os.WNOHANG if armed else 0)
+            done, status = os.waitpid(pid, os.WNOHANG if armed or (hang is not None and not hung) else 0)
             if done:
                 break
-            if (watch is not None and watch.triggered(0.05)) or (deadline is not None and time.time() >= deadline):
+            if armed and ((watch is not None and watch.triggered(0.05))
+                          or (deadline is not None and time.time() >= deadline)):
                 os.kill(pid, signal.SIGKILL)  # our own child, not yet reaped: the pid is still its own
                 triggered = True
-            elif watch is None:
+            elif hang is not None and not hung and time.time() >= hang:
+                os.kill(pid, signal.SIGKILL)
+                hung = True
+            elif not armed or watch is None:
                 time.sleep(0.05)
         if watch is not None:
             watch.close()
-        print(json.dumps({"pid": pid, "rc": os.waitstatus_to_exitcode(status), "triggered": triggered,
+        print(json.dumps({"pid": pid, "rc": os.waitstatus_to_exitcode(status), "triggered": triggered, "hung": hung,
                           "seconds": round(time.time() - t0, 2)}), flush=True)
 
 

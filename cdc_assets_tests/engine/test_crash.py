@@ -35,15 +35,17 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from cdc_assets.cli.generate import write_feed
+from cdc_assets.cli.pools import ensure_settings
 
 TABLE = "CRASHY"
 # Where a run can die, in the order a run reaches them (faults.point in the code); each is tried at
-# each batch.
+# each batch. Most are inside a step, holding the table's pool; `run.staged` is between steps
+# (the staging step's and the target step's).
 POINTS = [
     "register.before_commit", "register.committed",
     "changes.parsed", "quarantine.before_commit", "quarantine.committed",
     "changes.before_commit", "changes.committed",
-    "staging.before_commit", "staging.committed",
+    "staging.before_commit", "staging.committed", "run.staged",
     "target.computed", "target.committed", "run.table_done",
 ]
 # The tables a run writes, in that order. `<table>.file_created` is no point in the code: the run is
@@ -59,6 +61,9 @@ SENSOR_POINTS = ["register.before_commit", "register.committed", "sensor.batch_r
                  "sensor.before_result", "daemon.partitions_added"]
 BATCHES = 3
 KILLED = -signal.SIGKILL
+# A run not done after this many seconds is taken as hung (waiting for a pool forever) and fails
+# the test instead of blocking it; far above what a run takes on a loaded machine.
+HANG = 900
 COLUMNS = {
     "batches": ["batch_seq", "file"],
     "changes": ["_cdc_batch_seq", "_cdc_event_id"],
@@ -119,11 +124,16 @@ class Worker:
             env["DAGSTER_HOME"] = home
         if crash_at:
             env["CDC_ASSETS_CRASH_AT"] = crash_at
-        self.proc.stdin.write(json.dumps({**request, "env": env, "out": out, "result": result}) + "\n")
+        self.proc.stdin.write(json.dumps({**request, "env": env, "out": out, "result": result, "hang_after": HANG})
+                              + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         assert line, "the crash worker died"
-        rc = json.loads(line)["rc"]
+        answer = json.loads(line)
+        rc = answer["rc"]
+        if answer["hung"]:
+            with open(out, errors="replace") as fh:
+                pytest.fail(f"a run hung for {HANG} s; its output ends:\n{fh.read()[-3000:]}")
         if rc not in (0, KILLED):
             with open(out, errors="replace") as fh:
                 print(fh.read()[-3000:])
@@ -179,11 +189,11 @@ def _warehouse(root, feed) -> str:
 
 
 def _dagster_home(root) -> str:
-    """A persistent instance: killed runs and ticks leave their run and partition records half-done too."""
+    """A persistent instance with the settings real use has (the table's pool limited to one step):
+    killed runs and ticks leave their run and partition records half-done too, and their place in
+    the pool taken."""
     home = os.path.join(root, "dagster_home")
-    os.makedirs(home, exist_ok=True)
-    with open(os.path.join(home, "dagster.yaml"), "w") as fh:
-        fh.write("telemetry:\n  enabled: false\n")
+    ensure_settings(home)
     return home
 
 
@@ -200,7 +210,7 @@ def _run(cli, cfg, remote, home=None) -> int:
     if home:
         env["DAGSTER_HOME"] = home
     proc = subprocess.run(cli + ["run", "--config", cfg], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          timeout=600)
+                          timeout=HANG)
     if proc.returncode != 0:
         print(proc.stdout.decode(errors="replace")[-3000:])
     return proc.returncode
@@ -498,7 +508,7 @@ def test_concurrent_runs_neither_lose_nor_double_a_batch(tmp_path, reference, sp
         _land(feed, root, b)
         procs = [subprocess.Popen(cli + ["run", "--config", cfg], env=env, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT) for _ in range(2)]
-        codes = [p.wait(timeout=600) for p in procs]
+        codes = [p.wait(timeout=HANG) for p in procs]
         assert codes == [0, 0], [p.stdout.read().decode(errors="replace")[-2000:] for p in procs]
         assert _state(root) == clean[b]
     assert sorted({b for b, _ in _state(root)["batches"]}) == [str(b) for b in range(1, BATCHES + 1)]
