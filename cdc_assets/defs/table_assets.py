@@ -175,8 +175,12 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
                   description=f"The source export {table.name} starts from; its rows rank below every change.")
         def base_snapshot(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource) -> dg.MaterializeResult:
             spark = spark_session(pyspark)
-            figures = _write(context, table_dir, f"{table.name}/base",
-                             lambda: base.import_base(spark, cfg, table, log=context.log.warning))
+
+            def import_exact():
+                rekey.ensure_exact(cfg, table)  # a table that starts here stores exact keys from the start
+                return base.import_base(spark, cfg, table, log=context.log.warning)
+
+            figures = _write(context, table_dir, f"{table.name}/base", import_exact)
             _register_target_partitions(context, cfg, table)
             return dg.MaterializeResult(metadata={**as_metadata(figures), **table_metadata("base", None)})
 

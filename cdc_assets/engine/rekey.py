@@ -59,10 +59,11 @@ def _mark(table_dir: str) -> None:
 def _exact_keys(records: pa.Table, table: TableConfig, text_columns: set[str]) -> tuple[pa.Array, pa.Array]:
     """Each record's key and partition text by the exact rule, from the values it stores."""
     images = records["_cdc_row"].to_pylist()
+    absent = [None] * records.num_rows
     typed = {c: records[c].to_pylist() for c in {*table.keys, *table.partition_by} if c in records.column_names}
 
     def value(i: int, row: dict | None, column: str):
-        v = row.get(column) if row is not None else typed.get(column, [None] * records.num_rows)[i]
+        v = row.get(column) if row is not None else typed.get(column, absent)[i]
         if v is not None and column in text_columns and not isinstance(v, str):
             try:
                 return convert(v, STRING)
