@@ -1,14 +1,11 @@
 """`staging` (+ `base`) -> `target`: apply the pending batches, or rebuild partitions.
 
 An incremental apply reads the pending batches' staged changes (batch-sized), keeps each
-key's latest, and commits
-one delta-rs MERGE that compares every winner with the key's current row by ordering
-key: target keeps each row's `_cdc_order`, base rows included (their tier ranks below
-every change, rule 3), and `tombstones` keeps the ordering key of each deleted key (rule
-2). Neither the history nor the base is read again. The MERGE rewrites only the target files
-holding a touched key; its condition is the key alone, with no literal, since delta-rs records a
-MERGE's condition (and any filter it derives from the source) in the commit, and key values stay
-out of commit info: so it reads every target file's keys to find them.
+key's latest, and compares every winner with the key's current row by ordering key: target
+keeps each row's `_cdc_order`, base rows included (their tier ranks below every change, rule
+3), and `tombstones` keeps the ordering key of each deleted key (rule 2). Neither the history
+nor the base is read again. Only the target files whose key statistics can hold a touched key
+are opened, and only those holding a changed row are rewritten (engine/rewrite.py).
 
 The first apply, a rebuild and a type widening compute the state from all of staging
 and base; Spark executors compute and write it, delta-rs commits the files (spark_files).
@@ -29,7 +26,7 @@ from ..core import names, target as shape
 from ..core.changes import DELETE, RECORD_FIELDS, UPSERT
 from ..core.config import Config, TableConfig
 from ..core.values import DATE, DOUBLE, INT, LONG, STRING, convert, decimal_parts, decode_row
-from . import delta, faults, spark_files, storage
+from . import delta, faults, rewrite, spark_files, storage
 from .spark import map_in_arrow, session_of
 from .ingest import column_types
 from .records import read_records, stored_columns
@@ -336,27 +333,33 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
     dt_ = delta.keep_change_feed(target_path, dt_, table.change_feed)  # before the MERGE that it is to record
     files_before, version_before = len(dt_.file_uris()), dt_.version()
     source = m.source
-    # The join alone: delta-rs writes a MERGE's predicate, and any early filter it derives from
-    # the source's values, into the commit's operationParameters, so a key range there would put
-    # key values in the Delta log's commit info (streamed_exec, delta-rs' default, derives none).
     props = delta.commit_props(TARGET, reached, {"from_batch": applied + 1})
-    result = dt_.merge(source, MERGE_ON_KEY, source_alias="s", target_alias="t", merge_schema=True,
-                       streamed_exec=True, commit_properties=props) \
-        .when_matched_delete(f"s._cdc_apply = '{DELETE}' AND s._cdc_order > t._cdc_order") \
-        .when_matched_update(every_column(source, except_cols=["_cdc_apply"]),
-                             f"s._cdc_apply = '{UPSERT}' AND s._cdc_order > t._cdc_order") \
-        .when_not_matched_insert(every_column(source, except_cols=["_cdc_apply"]), f"s._cdc_apply = '{UPSERT}'") \
-        .execute()
+    if rewrite.applies(dt_, source):
+        done = rewrite.rewrite(target_path, dt_, source, table.partition_by, props, ROWS_PER_FILE)
+        inserts, updates, deletes = done.inserts, done.updates, done.deletes
+    else:
+        # A new column (schema evolution) or a change data feed to write: delta-rs' MERGE, on
+        # the join alone, since delta-rs writes a MERGE's predicate, and any early filter it
+        # derives from the source's values, into the commit's operationParameters, so a key
+        # range there would put key values in the Delta log's commit info (streamed_exec
+        # derives none). It reads every target file's keys.
+        result = dt_.merge(source, MERGE_ON_KEY, source_alias="s", target_alias="t", merge_schema=True,
+                           streamed_exec=True, commit_properties=props) \
+            .when_matched_delete(f"s._cdc_apply = '{DELETE}' AND s._cdc_order > t._cdc_order") \
+            .when_matched_update(every_column(source, except_cols=["_cdc_apply"]),
+                                 f"s._cdc_apply = '{UPSERT}' AND s._cdc_order > t._cdc_order") \
+            .when_not_matched_insert(every_column(source, except_cols=["_cdc_apply"]),
+                                     f"s._cdc_apply = '{UPSERT}'") \
+            .execute()
+        inserts, updates, deletes = (result.get(f"num_target_rows_{n}", 0) for n in ("inserted", "updated", "deleted"))
     faults.point("target.committed")
     final = delta.load(target_path)
-    changed = result.get("num_target_rows_inserted", 0) + result.get("num_target_rows_updated", 0) \
-        + result.get("num_target_rows_deleted", 0)
+    changed = inserts + updates + deletes
     adds, removes = _commit_files(target_path, final.version()) if final.version() > version_before else ([], [])
     return {
         "batches_applied": f"{applied + 1}..{reached}", "applied_batch": reached,
         "changes_pending": pending.num_rows, "keys_changed": changed,
-        "inserts": result.get("num_target_rows_inserted", 0), "updates": result.get("num_target_rows_updated", 0),
-        "deletes": result.get("num_target_rows_deleted", 0), "stale_skipped": winners.num_rows - changed,
+        "inserts": inserts, "updates": updates, "deletes": deletes, "stale_skipped": winners.num_rows - changed,
         "superseded": pending.num_rows - winners.num_rows,
         "files_added": len(adds), "files_removed": len(removes), "files_before": files_before,
         "partitions_rewritten": _partitions_of(adds + removes, table.partition_by) if table.partition_by else [],

@@ -176,7 +176,7 @@ def partition_text(value) -> str | None:
     return str(value)
 
 
-def _split_by_partition(table: pa.Table, partition_by: list[str]):
+def split_by_partition(table: pa.Table, partition_by: list[str]):
     """(partition values, rows) for each distinct combination of `partition_by` in `table`."""
     if not partition_by:
         yield (), table
@@ -201,7 +201,7 @@ def _writer_task(table_path: str, folder: str, schema: pa.Schema, partition_by: 
         try:
             for batch in batches:
                 rows = pa.Table.from_batches([batch]).cast(schema)
-                for values, part in _split_by_partition(rows, partition_by):
+                for values, part in split_by_partition(rows, partition_by):
                     if values not in writers:
                         location = storage.join(folder, f"part-{task}-{len(writers):05d}.snappy.parquet")
                         stream = fs.open_output_stream(storage.filesystem(location, settings)[1])

@@ -1,0 +1,187 @@
+"""Apply a batch's winners to target by rewriting only the files that can hold a touched key.
+
+The Delta log's statistics give each file's smallest and largest `_cdc_key`; a file whose
+range holds none of the batch's keys is never opened. Of the others, only the key and
+ordering key columns are read to find the rows the batch changes, and only a file holding
+such a row is rewritten, one file at a time. delta-rs then commits the adds and removes as
+one version. Unlike a delta-rs MERGE, nothing here puts a key value into the commit: the
+choice of files is made in this process, from statistics, and a MERGE records its condition
+and any filter it derives in the commit's `operationParameters`.
+
+A replaced row goes back into its own file of an unpartitioned table, so files keep their
+key ranges; new keys (and, in a partitioned table, every new row image, which may move its
+key to another partition) are written as new files, key-sorted, per partition.
+"""
+from __future__ import annotations
+
+import bisect
+import os
+import dataclasses
+import time
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+from deltalake.transaction import AddAction, RemoveAction
+
+from ..core.changes import DELETE, UPSERT
+from . import spark_files, storage
+
+KEY, ORDER, APPLY = "_cdc_key", "_cdc_order", "_cdc_apply"
+
+
+@dataclasses.dataclass
+class Rewritten:
+    """What one rewrite changed and committed."""
+    inserts: int
+    updates: int
+    deletes: int
+    files_added: int
+    files_removed: int
+
+
+def applies(dt_: DeltaTable, source: pa.Table) -> bool:
+    """Whether this path can apply `source`: the target's columns are the source's (a new
+    column takes delta-rs' MERGE with schema evolution) and the target records no change
+    data feed (a MERGE writes its change files)."""
+    from .delta import CHANGE_FEED
+
+    if (dt_.metadata().configuration or {}).get(CHANGE_FEED, "false").lower() == "true":
+        return False
+    return {f.name for f in dt_.schema().fields} == set(source.column_names) - {APPLY}
+
+
+def _candidates(dt_: DeltaTable, keys: list[str]) -> list[dict]:
+    """The add actions whose `_cdc_key` statistics range holds one of `keys` (all of them
+    without statistics); delta-rs truncates long strings' bounds outward, so a range never
+    excludes a key its file holds."""
+    actions = pa.table(dt_.get_add_actions(flatten=True))
+    lows = actions[f"min.{KEY}"].to_pylist() if f"min.{KEY}" in actions.column_names else [None] * actions.num_rows
+    highs = actions[f"max.{KEY}"].to_pylist() if f"max.{KEY}" in actions.column_names else [None] * actions.num_rows
+    ordered = sorted(keys)
+    out = []
+    for row, lo, hi in zip(actions.select(["path", "size_bytes"]).to_pylist(), lows, highs):
+        if lo is None or hi is None:
+            out.append(row)
+            continue
+        i = bisect.bisect_left(ordered, lo)
+        if i < len(ordered) and ordered[i] <= hi:
+            out.append(row)
+    return out
+
+
+def _removal(action: dict, partition: dict, now: int) -> RemoveAction:
+    # get_add_actions gives paths URI-encoded once more than the log holds them (FIELD_NOTES)
+    return RemoveAction(path=unquote(action["path"]), data_change=True, deletion_timestamp=now,
+                        size=action["size_bytes"], partition_values=partition or None)
+
+
+def _write(table_path: str, folder: str, rows: pa.Table, data_schema: pa.Schema, partition: dict,
+           start: int, rows_per_file: int) -> list[AddAction]:
+    """`rows` (one partition's) sorted by key into files of at most `rows_per_file` rows."""
+    rows = rows.take(pc.sort_indices(rows, [(KEY, "ascending")]))
+    if not storage.is_remote(folder):
+        os.makedirs(folder, exist_ok=True)  # an object store has no folders to make
+    adds = []
+    for n, offset in enumerate(range(0, rows.num_rows, rows_per_file)):
+        location = storage.join(folder, f"part-{start + n:05d}.snappy.parquet")
+        fs, p = storage.filesystem(location)
+        with fs.open_output_stream(p) as stream:
+            pq.write_table(rows.slice(offset, rows_per_file).select(data_schema.names).cast(data_schema), stream,
+                           compression="snappy", coerce_timestamps="us")
+        adds.append(spark_files.add_action(table_path, location, data_schema, partition))
+    return adds
+
+
+def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, props,
+            rows_per_file: int) -> Rewritten:
+    """Apply `source` (each key's winner, `_cdc_apply` saying upsert or delete, target's
+    columns) to the snapshot `dt_`: a row changes only when the winner's ordering key is
+    greater than the row's (an older or equal change is stale), and a winning upsert of a
+    key target lacks is inserted. One commit through `dt_`, so a concurrent commit that
+    removed one of these files fails ours."""
+    partition_by = list(partition_by)
+    dataset = dt_.to_pyarrow_dataset()
+    schema = dataset.schema
+    data_schema = pa.schema([f for f in schema if f.name not in partition_by])
+    source = source.select(schema.names + [APPLY]).cast(pa.schema(list(schema) + [pa.field(APPLY, pa.string())]))
+    keys = source[KEY].to_pylist()
+    chosen = _candidates(dt_, keys)
+    fragments = {f.path: f for f in dataset.get_fragments()}
+    picked = [fragments[unquote(a["path"])] for a in chosen]
+
+    # The target's rows of the batch's keys: which file each is in, and its ordering key.
+    if picked:
+        found = ds.FileSystemDataset(picked, schema, dataset.format, dataset.filesystem).to_table(
+            columns=[KEY, ORDER, "__filename"], filter=pc.field(KEY).isin(source[KEY]))
+    else:
+        found = pa.table({KEY: pa.array([], pa.string()), ORDER: pa.array([], pa.string()),
+                          "__filename": pa.array([], pa.string())})
+    winner_at = {k: i for i, k in enumerate(keys)}
+    orders, applies_ = source[ORDER].to_pylist(), source[APPLY].to_pylist()
+    matched = set()
+    changed_in: dict[str, set[str]] = {}  # file -> keys whose row there this batch replaces or deletes
+    for key, order, file in zip(*(found[c].to_pylist() for c in (KEY, ORDER, "__filename"))):
+        matched.add(key)
+        i = winner_at[key]
+        if orders[i] > order:
+            changed_in.setdefault(file, set()).add(key)
+    changing = set().union(*changed_in.values()) if changed_in else set()
+    deletes = sum(1 for k in changing if applies_[winner_at[k]] == DELETE)
+    updates = len(changing) - deletes
+    is_upsert = pc.equal(source[APPLY], UPSERT)
+    inserted = source.filter(pc.and_(is_upsert, pc.invert(pc.is_in(source[KEY], pa.array(sorted(matched),
+                                                                                          pa.string())))))
+    replaced = source.filter(pc.and_(is_upsert, pc.is_in(source[KEY], pa.array(sorted(changing), pa.string()))))
+    if not changing and inserted.num_rows == 0:
+        return Rewritten(0, 0, 0, 0, 0)  # as a MERGE that changes no row: no version
+
+    now = int(time.time() * 1000)
+    folder = spark_files.new_folder(table_path)
+    adds: list[AddAction] = []
+    removes: list[RemoveAction] = []
+    by_path = {unquote(a["path"]): a for a in chosen}
+    pool = [inserted]  # rows written as new files
+    placed: set[str] = set()
+    try:
+        for file, keys_here in sorted(changed_in.items()):
+            fragment = fragments[file]
+            rows = ds.FileSystemDataset([fragment], schema, dataset.format, dataset.filesystem).to_table()
+            rows = rows.filter(pc.invert(pc.is_in(rows[KEY], pa.array(sorted(keys_here), pa.string()))))
+            # a key found in two files (a target from before keys were unique) gets one row
+            fresh_keys = sorted(keys_here - placed)
+            placed.update(fresh_keys)
+            back = replaced.filter(pc.is_in(replaced[KEY], pa.array(fresh_keys, pa.string())))
+            partition = _partition_of(fragment, partition_by)
+            if partition_by:
+                pool.append(back)  # a new image may name another partition
+            else:
+                rows = pa.concat_tables([rows, back.drop_columns([APPLY])])
+            removes.append(_removal(by_path[file], {c: spark_files.partition_text(v) for c, v in partition.items()},
+                                    now))
+            if rows.num_rows:
+                adds += _write(table_path, folder, rows, data_schema, _texts(partition), len(adds), rows_per_file)
+        new_rows = pa.concat_tables(pool).drop_columns([APPLY])
+        for values, part in spark_files.split_by_partition(new_rows, partition_by):
+            if part.num_rows:
+                partition = dict(zip(partition_by, values))
+                adds += _write(table_path, folder, part, data_schema, _texts(partition), len(adds), rows_per_file)
+        spark_files.commit(table_path, dt_, schema, adds, removes, partition_by, props)
+    except BaseException:
+        storage.remove_tree(folder)  # nothing references its files
+        raise
+    return Rewritten(inserted.num_rows, updates, deletes, len(adds), len(removes))
+
+
+def _partition_of(fragment, partition_by: list[str]) -> dict:
+    """A file's partition values, typed, from the equalities delta-rs puts in its expression
+    (a null value is an `is_null` there, which holds no equality)."""
+    known = ds.get_partition_keys(fragment.partition_expression) if partition_by else {}
+    return {c: known.get(c) for c in partition_by}
+
+
+def _texts(partition: dict) -> dict:
+    return {c: spark_files.partition_text(v) for c, v in partition.items()}
