@@ -75,7 +75,11 @@ def _parse_partition(table: TableConfig, snapshot: bool, root: str | None, text_
                 out = []
                 for item in found:
                     if isinstance(item, Change) and snapshot:
-                        admit(ledger, item.row, True, item.types)
+                        # an export row that cannot join the others' columns (a name differing
+                        # only by case, a value its declared column cannot hold) is quarantined
+                        why = admit(ledger, item.row, True, item.types)
+                        if why is not None:
+                            item = Rejection(item.line, why, encode_row(item.row))
                     if isinstance(item, Change):
                         rec = to_record(item, batch_seq=f["batch_seq"], batch_id=f["batch_id"], file_name=f["file"],
                                         file_index=f["file_index"], partition_by=partition_by, tier=tier)

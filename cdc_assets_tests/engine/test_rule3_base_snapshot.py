@@ -46,3 +46,17 @@ def test_base_and_first_batch_applied_together(spark, workdir):
     ])})
     run_ok(cfg, "BASED1")
     assert values(target_rows(cfg, "BASED1"), "ID", "VALUE") == {1: "change"}
+
+
+def test_a_base_row_whose_column_differs_from_another_rows_only_by_case_is_quarantined(spark, workdir):
+    # Spark and Delta take `v` and `V` as one column: the row naming it the other way goes to
+    # quarantine with its line and reason, and its value is not lost into the other column.
+    export = workdir / "export.jsonl"
+    export.write_text('{"id": 1, "v": "a"}\n{"id": 2, "V": "b"}\n{"id": 3, "v": "c"}\n')
+    cfg = write_config(workdir, [{"name": "CASES", "keys": ["id"], "format": "datastream-json",
+                                  "base_snapshot": str(export)}])
+    run_ok(cfg, "CASES")
+    assert values(target_rows(cfg, "CASES"), "id", "v") == {1: "a", 3: "c"}
+    [bad] = delta_rows(cfg, "CASES", "quarantine")
+    assert (bad["_cdc_file"], bad["_cdc_line"]) == ("export.jsonl", 2)
+    assert "column 'V' and the table's column 'v' are one column to Spark and Delta" in bad["_cdc_reason"]
