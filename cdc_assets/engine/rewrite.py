@@ -54,27 +54,32 @@ def applies(dt_: DeltaTable, source: pa.Table) -> bool:
     return {f.name for f in dt_.schema().fields} == set(source.column_names) - {APPLY}
 
 
-def _candidates(dt_: DeltaTable, keys: list[str]) -> list[dict]:
-    """The add actions whose `_cdc_key` statistics range holds one of `keys` (all of them
-    without statistics); delta-rs truncates long strings' bounds outward, so a range never
-    excludes a key its file holds."""
+def _candidates(dt_: DeltaTable, keys: list[str], partition_by: list[str]) -> list[dict]:
+    """The add actions (path, size, typed partition values) whose `_cdc_key` statistics range
+    holds one of `keys` (all of them without statistics); delta-rs truncates long strings'
+    bounds outward, so a range never excludes a key its file holds."""
     actions = pa.table(dt_.get_add_actions(flatten=True))
     lows = actions[f"min.{KEY}"].to_pylist() if f"min.{KEY}" in actions.column_names else [None] * actions.num_rows
     highs = actions[f"max.{KEY}"].to_pylist() if f"max.{KEY}" in actions.column_names else [None] * actions.num_rows
+    parts = [actions[f"partition.{c}"].to_pylist() for c in partition_by]
     ordered = sorted(keys)
     out = []
-    for row, lo, hi in zip(actions.select(["path", "size_bytes"]).to_pylist(), lows, highs):
-        if lo is None or hi is None:
-            out.append(row)
-            continue
-        i = bisect.bisect_left(ordered, lo)
-        if i < len(ordered) and ordered[i] <= hi:
-            out.append(row)
+    for n, (row, lo, hi) in enumerate(zip(actions.select(["path", "size_bytes"]).to_pylist(), lows, highs)):
+        if lo is not None and hi is not None:
+            i = bisect.bisect_left(ordered, lo)
+            if i == len(ordered) or ordered[i] > hi:
+                continue
+        row["partition"] = {c: parts[j][n] for j, c in enumerate(partition_by)}
+        out.append(row)
     return out
 
 
+def _location(table_path: str, action: dict) -> str:
+    # get_add_actions gives paths URI-encoded once more than the files' names (FIELD_NOTES)
+    return storage.join(table_path, unquote(action["path"]))
+
+
 def _removal(action: dict, partition: dict, now: int) -> RemoveAction:
-    # get_add_actions gives paths URI-encoded once more than the log holds them (FIELD_NOTES)
     return RemoveAction(path=unquote(action["path"]), data_change=True, deletion_timestamp=now,
                         size=action["size_bytes"], partition_values=partition or None)
 
@@ -104,19 +109,21 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
     key target lacks is inserted. One commit through `dt_`, so a concurrent commit that
     removed one of these files fails ours."""
     partition_by = list(partition_by)
-    dataset = dt_.to_pyarrow_dataset()
-    schema = dataset.schema
+    schema = pa.schema(dt_.schema().to_arrow())
     data_schema = pa.schema([f for f in schema if f.name not in partition_by])
     source = source.select(schema.names + [APPLY]).cast(pa.schema(list(schema) + [pa.field(APPLY, pa.string())]))
     keys = source[KEY].to_pylist()
-    chosen = _candidates(dt_, keys)
-    fragments = {f.path: f for f in dataset.get_fragments()}
-    picked = [fragments[unquote(a["path"])] for a in chosen]
+    chosen = {_location(table_path, a): a for a in _candidates(dt_, keys, partition_by)}
+    fs, paths = storage.arrow_paths(list(chosen))
+    at = dict(zip(paths, chosen))  # the path Arrow reads -> the file's location
 
     # The target's rows of the batch's keys: which file each is in, and its ordering key.
-    if picked:
-        found = ds.FileSystemDataset(picked, schema, dataset.format, dataset.filesystem).to_table(
-            columns=[KEY, ORDER, "__filename"], filter=pc.field(KEY).isin(source[KEY]))
+    if paths:
+        # Filtered here, not in the scan: a file delta-rs wrote keeps its strings as string_view,
+        # and Arrow's scan cannot compare those statistics with a string filter.
+        found = ds.dataset(paths, schema=pa.schema([schema.field(KEY), schema.field(ORDER)]), format="parquet",
+                           filesystem=fs).to_table(columns=[KEY, ORDER, "__filename"])
+        found = found.filter(pc.is_in(found[KEY], value_set=source[KEY]))
     else:
         found = pa.table({KEY: pa.array([], pa.string()), ORDER: pa.array([], pa.string()),
                           "__filename": pa.array([], pa.string())})
@@ -143,25 +150,23 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
     folder = spark_files.new_folder(table_path)
     adds: list[AddAction] = []
     removes: list[RemoveAction] = []
-    by_path = {unquote(a["path"]): a for a in chosen}
     pool = [inserted]  # rows written as new files
     placed: set[str] = set()
     try:
         for file, keys_here in sorted(changed_in.items()):
-            fragment = fragments[file]
-            rows = ds.FileSystemDataset([fragment], schema, dataset.format, dataset.filesystem).to_table()
+            action = chosen[at[file]]
+            partition = action["partition"]
+            rows = _with_partition(pq.read_table(file, filesystem=fs, schema=data_schema), partition, schema)
             rows = rows.filter(pc.invert(pc.is_in(rows[KEY], pa.array(sorted(keys_here), pa.string()))))
             # a key found in two files (a target from before keys were unique) gets one row
             fresh_keys = sorted(keys_here - placed)
             placed.update(fresh_keys)
             back = replaced.filter(pc.is_in(replaced[KEY], pa.array(fresh_keys, pa.string())))
-            partition = _partition_of(fragment, partition_by)
             if partition_by:
                 pool.append(back)  # a new image may name another partition
             else:
                 rows = pa.concat_tables([rows, back.drop_columns([APPLY])])
-            removes.append(_removal(by_path[file], {c: spark_files.partition_text(v) for c, v in partition.items()},
-                                    now))
+            removes.append(_removal(action, _texts(partition), now))
             if rows.num_rows:
                 adds += _write(table_path, folder, rows, data_schema, _texts(partition), len(adds), rows_per_file)
         new_rows = pa.concat_tables(pool).drop_columns([APPLY])
@@ -176,11 +181,11 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
     return Rewritten(inserted.num_rows, updates, deletes, len(adds), len(removes))
 
 
-def _partition_of(fragment, partition_by: list[str]) -> dict:
-    """A file's partition values, typed, from the equalities delta-rs puts in its expression
-    (a null value is an `is_null` there, which holds no equality)."""
-    known = ds.get_partition_keys(fragment.partition_expression) if partition_by else {}
-    return {c: known.get(c) for c in partition_by}
+def _with_partition(rows: pa.Table, partition: dict, schema: pa.Schema) -> pa.Table:
+    """A data file's rows with its partition columns (Delta keeps those in the log), in the table's order."""
+    for c, v in partition.items():
+        rows = rows.append_column(schema.field(c), pa.array([v] * rows.num_rows, schema.field(c).type))
+    return rows.select(schema.names)
 
 
 def _texts(partition: dict) -> dict:
