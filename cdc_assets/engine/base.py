@@ -15,6 +15,7 @@ import json
 import os
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -35,6 +36,8 @@ BASE_BATCH = 0  # base rows count as batch 0; landed batches start at 1
 
 
 def import_base(spark, cfg: Config, table: TableConfig, log=None) -> dict:
+    """`spark`: a session, or a function that starts one; a typed export of at most
+    spark_files.LOCAL_ROWS rows is imported without calling it."""
     t0 = time.time()
     table_dir = cfg.table_dir(table.name)
     base_path = path(table_dir, BASE)
@@ -44,7 +47,7 @@ def import_base(spark, cfg: Config, table: TableConfig, log=None) -> dict:
               "batch_seq": BASE_BATCH, "batch_id": "base"}]
     columns = typed_export_columns(table)
     if columns is not None:
-        return _import_typed(session_of(spark), table, table_dir, columns, log, t0)
+        return _import_typed(spark, table, table_dir, columns, log, t0)
     parsed = parse_files(session_of(spark), table, files, snapshot=True).cache()  # read three times below
     try:
         ledgers = [json.loads(r["_cdc_row"]) for r in parsed.where(F.col("_cdc_op") == LEDGER)
@@ -145,17 +148,31 @@ def _export_tasks(table: TableConfig, columns: dict[str, str], folder: str):
     return run
 
 
+LISTING = pa.schema([("path", pa.string()), ("row_group", pa.int32()), ("start", pa.int64()), ("rows", pa.int64())])
+
+
+def _run_tasks(spark, table: TableConfig, columns: dict[str, str], folder: str, slices: list[dict]) -> pa.Table:
+    """The export tasks' results: Spark runs them for a large export; a small one (at most
+    spark_files.LOCAL_ROWS rows) runs them in this process, one thread per core (Arrow and
+    Parquet work without the interpreter lock), so that Spark is not started for it."""
+    task = _export_tasks(table, columns, folder)
+    if sum(s["rows"] for s in slices) > spark_files.LOCAL_ROWS:
+        listing = session_of(spark).createDataFrame(slices, "path string, row_group int, start long, rows long")
+        return listing.repartition(max(1, min(len(slices), MAX_TASKS))) \
+            .mapInArrow(task, delta.spark_schema(TASK_RESULT_FIELDS)).toArrow()
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        parts = pool.map(lambda s: list(task([pa.RecordBatch.from_pylist([s], schema=LISTING)])), slices)
+        return pa.Table.from_batches([b for bs in parts for b in bs], schema=delta.arrow_schema(TASK_RESULT_FIELDS))
+
+
 def _import_typed(spark, table: TableConfig, table_dir: str, columns: dict[str, str], log, t0: float) -> dict:
     base_path = path(table_dir, BASE)
     slices = _export_slices(table.base_snapshot)
     folder = spark_files.new_folder(base_path)
     if not storage.is_remote(folder):
         os.makedirs(folder)
-    listing = spark.createDataFrame(slices, "path string, row_group int, start long, rows long")
-    ddl = delta.spark_schema(TASK_RESULT_FIELDS)
     try:
-        results = listing.repartition(max(1, min(len(slices), MAX_TASKS))) \
-            .mapInArrow(_export_tasks(table, columns, folder), ddl).toArrow()
+        results = _run_tasks(spark, table, columns, folder, slices)
         kinds = results.column("kind")
         rejected = results.filter(pc.equal(kinds, "reject")).select([n for n, _ in REJECT_FIELDS])
         n_rejected = quarantine(table, table_dir, rejected.cast(delta.arrow_schema(REJECT_FIELDS)), BASE_BATCH, log)

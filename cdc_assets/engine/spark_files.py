@@ -25,6 +25,11 @@ from ..core import names
 from . import delta, faults, storage
 from .spark import map_in_arrow
 
+# A whole-table write (a base import, a first build, a rebuild) of at most this many rows runs in
+# this process with Arrow and delta-rs, the same way each Spark task writes its share: Spark costs
+# 15-35 s to start and seconds per job, more than such a write takes. Larger tables go to Spark.
+LOCAL_ROWS = int(os.environ.get("CDC_ASSETS_LOCAL_BUILD_ROWS", str(4_000_000)))
+
 # Spark's name for a null partition value in a folder name
 _NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 # Statistics are written for these kinds of columns; other columns simply have none, which
@@ -240,10 +245,33 @@ def _write_through_workers(frame, table_path: str, partition_by: list[str], sort
     except Exception:
         storage.remove_tree(folder)
         raise
+    return _add_actions(written.to_pylist())
+
+
+def write_arrow(data: pa.Table, table_path: str, partition_by=(), rows_per_file: int | None = None) -> list[AddAction]:
+    """`data` written in this process as Parquet files into a new folder of the table, in its
+    row order, by the code each Spark task runs for an object store: a file per partition value
+    per `rows_per_file` rows; the add actions for them."""
+    partition_by = list(partition_by)
+    folder = new_folder(table_path)
+    if not storage.is_remote(folder):
+        os.makedirs(folder)
+    task = _writer_task(table_path, folder, data.schema, partition_by, storage.settings())
+    step = rows_per_file or max(data.num_rows, 1)
+    try:
+        written = [w for start in range(0, data.num_rows, step)
+                   for b in task(data.slice(start, step).to_batches()) for w in b.to_pylist()]
+    except Exception:
+        storage.remove_tree(folder)
+        raise
+    return _add_actions(written)
+
+
+def _add_actions(written: list[dict]) -> list[AddAction]:
     now = int(time.time() * 1000)
     return [AddAction(path=w["path"], size=w["size"], partition_values=json.loads(w["partition_values"]),
                       modification_time=now, data_change=True, stats=w["stats"])
-            for w in sorted(written.to_pylist(), key=lambda w: w["path"])]
+            for w in sorted(written, key=lambda w: w["path"])]
 
 
 def _reader_task(schema: pa.Schema, settings: dict):
