@@ -21,6 +21,7 @@ import json
 import math
 import time
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
@@ -449,27 +450,31 @@ class _LocalHistory:
     def __init__(self, table_dir: str, has_base: bool, columns: dict[str, str], reached: int):
         self.columns = columns
         record = [n for n, _ in RECORD_FIELDS]
-        parts = [_cast_typed(rows, columns, record) for name in [STAGING] + ([BASE] if has_base else [])
-                 if (rows := read_records(path(table_dir, name), f"_cdc_batch_seq <= {int(reached)}")) is not None]
-        history = pa.concat_tables(parts) if parts else \
+        staged = read_records(path(table_dir, STAGING), f"_cdc_batch_seq <= {int(reached)}")
+        parts = [rows for rows in (staged, _base_records(path(table_dir, BASE)) if has_base else None)
+                 if rows is not None]
+        history = pa.concat_tables([_cast_typed(rows, columns, record) for rows in parts]) if parts else \
             _cast_typed(delta.arrow_schema(RECORD_FIELDS).empty_table(), columns, record)
         self.history_rows = history.num_rows
         self.keys = pc.count_distinct(history["_cdc_key"]).as_py() if history.num_rows else 0
         self.latest = history if self.keys == history.num_rows else latest_of_batch(history)
 
     def write_target(self, target_path: str, table: TableConfig, partition_keys: list[str] | None) -> list:
-        live = self.latest.filter(pc.equal(self.latest["_cdc_op"], UPSERT))
+        live = _where(self.latest, pc.equal(self.latest["_cdc_op"], UPSERT))
         if partition_keys is not None:
             wanted = [shape.partition_text(shape.partition_values(k)) for k in partition_keys]
-            live = live.filter(pc.is_in(live["_cdc_partition"], value_set=pa.array(wanted, pa.string())))
+            live = _where(live, pc.is_in(live["_cdc_partition"], value_set=pa.array(wanted, pa.string())))
         imaged = pc.is_valid(live["_cdc_row"])
-        image_rows = live.filter(imaged).to_pylist()
-        plain = live.filter(pc.invert(imaged)).select(list(self.columns) + list(shape.META_COLUMNS))
-        typed = pa.concat_tables([
-            _target_rows(image_rows, self.columns, [decode_row(w["_cdc_row"]) for w in image_rows]),
-            plain.cast(_target_schema(self.columns))])
+        image_rows = live.filter(imaged).to_pylist() if live["_cdc_row"].null_count < live.num_rows else []
+        plain = _where(live, pc.invert(imaged)).select(list(self.columns) + list(shape.META_COLUMNS))
+        typed = plain.cast(_target_schema(self.columns))
+        if image_rows:
+            typed = pa.concat_tables([
+                _target_rows(image_rows, self.columns, [decode_row(w["_cdc_row"]) for w in image_rows]), typed])
         # key ranges in files of ROWS_PER_FILE rows (within a partition), as _SparkHistory writes them
-        typed = typed.sort_by([(c, "ascending") for c in list(table.partition_by) + list(table.keys)])
+        order = pc.sort_indices(typed, [(c, "ascending") for c in list(table.partition_by) + list(table.keys)])
+        if not np.array_equal(order.to_numpy(), np.arange(len(order))):  # an export in key order is kept as it is
+            typed = typed.take(order)
         return spark_files.write_arrow(typed, target_path, table.partition_by, ROWS_PER_FILE)
 
     def write_deletes(self, tomb_path: str) -> list:
@@ -479,6 +484,25 @@ class _LocalHistory:
 
     def close(self) -> None:
         pass
+
+
+def _where(rows: pa.Table, mask) -> pa.Table:
+    """rows.filter(mask), without copying the rows when the mask keeps all of them."""
+    return rows if pc.all(pc.fill_null(mask, False)).as_py() else rows.filter(mask)
+
+
+def _base_records(base_path: str) -> pa.Table | None:
+    """The base's records in the export's order: its files' names sort in the order of the
+    export's lines (base._export_tasks), so an export in key order is read in key order."""
+    import pyarrow.dataset as ds
+
+    dt_ = delta.open_table(base_path)
+    if dt_ is None:
+        return None
+    schema = pa.schema(list(delta.arrow_schema(RECORD_FIELDS))
+                       + [pa.field(c, shape.arrow_type(t)) for c, t in stored_columns(base_path).items()])
+    fs, paths = storage.arrow_paths(sorted(dt_.file_uris()))
+    return ds.dataset(paths, format="parquet", schema=schema, filesystem=fs).to_table()
 
 
 def _history_rows(table_dir: str, has_base: bool) -> int:

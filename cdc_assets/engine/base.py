@@ -11,6 +11,7 @@ keep each row's image in `_cdc_row`, as changes do.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -106,6 +107,12 @@ def _export_slices(file_path: str) -> list[dict]:
     return out
 
 
+@functools.lru_cache(maxsize=2)
+def _row_group(file_path: str, modified: int, row_group: int, columns: tuple[str, ...]) -> pa.Table:
+    """A row group of the export, read once for the several slices of it a process works on."""
+    return pq.ParquetFile(file_path).read_row_group(row_group, columns=list(columns))
+
+
 # What a task hands back: a written file's name, a partition value, or a rejection.
 TASK_RESULT_FIELDS = (("kind", "string"), ("text", "string")) + REJECT_FIELDS
 
@@ -127,11 +134,13 @@ def _export_tasks(table: TableConfig, columns: dict[str, str], folder: str):
             for f in listing.to_pylist():
                 pf = pq.ParquetFile(f["path"])
                 first = sum(pf.metadata.row_group(g).num_rows for g in range(f["row_group"])) + f["start"]
-                data = pf.read_row_group(f["row_group"], columns=list(columns)).slice(f["start"], f["rows"])
+                data = _row_group(f["path"], os.stat(f["path"]).st_mtime_ns, f["row_group"], tuple(columns)) \
+                    .slice(f["start"], f["rows"])
                 target = storage.join(folder, f"part-{f['row_group']:05d}-{f['start']:012d}-{uuid.uuid4().hex}.parquet")
                 out, partitions = [], set()
                 fs, target_path = storage.filesystem(target, settings)
-                with fs.open_output_stream(target_path) as stream, pq.ParquetWriter(stream, file_schema) as writer:
+                with fs.open_output_stream(target_path) as stream, pq.ParquetWriter(
+                        stream, file_schema, use_dictionary=spark_files.dictionary_columns(file_schema)) as writer:
                     for start in range(0, max(data.num_rows, 1), SLICE_ROWS):
                         batch = export_batch(data.slice(start, SLICE_ROWS), first + start, keys, partition_by,
                                              file_name, columns, shape.arrow_type)

@@ -195,6 +195,15 @@ def _split_by_partition(table: pa.Table, partition_by: list[str]):
         yield tuple(combo[c] for c in partition_by), table.filter(mask)
 
 
+# Columns that hold a different value in every row: a dictionary for them is built, then dropped.
+UNIQUE_COLUMNS = ("_cdc_key", "_cdc_order", "_cdc_line", "_cdc_event_id")
+
+
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The columns a Parquet writer tries to dictionary-encode: all but those unique per row."""
+    return [n for n in schema.names if n not in UNIQUE_COLUMNS]
+
+
 def _writer_task(table_path: str, folder: str, schema: pa.Schema, partition_by: list[str], settings: dict):
     data_schema = pa.schema([f for f in schema if f.name not in partition_by])  # Delta keeps those in the log
     out_schema = delta.arrow_schema(WRITTEN)
@@ -211,6 +220,7 @@ def _writer_task(table_path: str, folder: str, schema: pa.Schema, partition_by: 
                         location = storage.join(folder, f"part-{task}-{len(writers):05d}.snappy.parquet")
                         stream = fs.open_output_stream(storage.filesystem(location, settings)[1])
                         writers[values] = (pq.ParquetWriter(stream, data_schema, compression="snappy",
+                                                            use_dictionary=dictionary_columns(data_schema),
                                                             coerce_timestamps="us"), location, stream)
                     writers[values][0].write_table(part.select(data_schema.names))
             written = []

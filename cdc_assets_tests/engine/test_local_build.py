@@ -75,7 +75,11 @@ def build(workdir, name: str, partition_by: list[str], local_rows: int, monkeypa
         run_ok(cfg, name)
     from pyspark.sql import SparkSession
 
-    rebuilt = apply.rebuild(lambda: asked.append(1) or SparkSession.getActiveSession(), cfg, cfg.table(name), None)
+    session = lambda: asked.append(1) or SparkSession.getActiveSession()  # noqa: E731
+    rebuilt = apply.rebuild(session, cfg, cfg.table(name), None)
+    if partition_by:  # and a backfill of two partitions, one of them the null partition
+        partitions = apply.rebuild(session, cfg, cfg.table(name), ["region=eu", "region=__null__"])
+        assert partitions["partitions_rewritten"] == ["region=__null__", "region=eu"]
     out = {step: rows_of(os.path.join(cfg.table_dir(name), step)) for step in ("base", "target", "tombstones")}
     # the files' bytes differ: Spark's Parquet writer and Arrow's encode the same rows differently
     figures = {k: v for k, v in first.figures["target"].items() if k not in ("seconds", "delta_version", "target_bytes")}
