@@ -2,7 +2,8 @@
 
 Spark tasks read the export (a Parquet export in slices of its row groups), parse it and
 write the `base` files; the driver gathers only what is small (rejections, each task's
-column types, the partition list) and commits the files with delta-rs.
+column types, the partition list) and commits the files with delta-rs. A typed export of at
+most spark_files.LOCAL_ROWS rows runs the same tasks in this process instead.
 
 A Parquet export whose columns all have column types keeps them as typed columns in
 `base` (core/typed_export.py): no row image is made or read again, and its column types
@@ -29,7 +30,8 @@ from ..core.config import Config, TableConfig
 from ..core.schema import STRICT, joined
 from ..core.typed_export import base_schema, export_batch, export_columns
 from . import delta, spark_files, storage
-from .ingest import LEDGER, MAX_TASKS, parse_files, quarantine, rejected_rows
+from .ingest import (LEDGER, LOCAL_PARSE_BYTES, MAX_TASKS, PARSED_FIELDS, _bytes_of, _parse_partition, parse_files,
+                     quarantine, rejected_rows, snapshot_listing)
 from .spark import session_of
 from .tables import BASE, path
 
@@ -38,7 +40,8 @@ BASE_BATCH = 0  # base rows count as batch 0; landed batches start at 1
 
 def import_base(spark, cfg: Config, table: TableConfig, log=None) -> dict:
     """`spark`: a session, or a function that starts one; a typed export of at most
-    spark_files.LOCAL_ROWS rows is imported without calling it."""
+    spark_files.LOCAL_ROWS rows, or another of at most ingest.LOCAL_PARSE_BYTES, is imported
+    without calling it."""
     t0 = time.time()
     table_dir = cfg.table_dir(table.name)
     base_path = path(table_dir, BASE)
@@ -49,18 +52,10 @@ def import_base(spark, cfg: Config, table: TableConfig, log=None) -> dict:
     columns = typed_export_columns(table)
     if columns is not None:
         return _import_typed(spark, table, table_dir, columns, log, t0)
-    parsed = parse_files(session_of(spark), table, files, snapshot=True).cache()  # read three times below
-    try:
-        ledgers = [json.loads(r["_cdc_row"]) for r in parsed.where(F.col("_cdc_op") == LEDGER)
-                   .select("_cdc_row").collect()]
-        n_rejected = quarantine(table, table_dir, rejected_rows(parsed), BASE_BATCH, log)
-        good = parsed.where(F.col("_cdc_reason").isNull() & (F.col("_cdc_op") != LEDGER)) \
-            .select(*[c for c, _ in RECORD_FIELDS])
-        partitions = sorted(r[0] for r in good.select("_cdc_partition").distinct().collect()
-                            if r[0] is not None) if table.partition_by else []
-        adds = spark_files.write_files(good, base_path)
-    finally:
-        parsed.unpersist()
+    if _bytes_of(files) <= LOCAL_PARSE_BYTES:
+        ledgers, n_rejected, partitions, adds = _import_rows_here(table, table_dir, files, log)
+    else:
+        ledgers, n_rejected, partitions, adds = _import_rows_on_spark(session_of(spark), table, table_dir, files, log)
     rows = sum(json.loads(a.stats)["numRecords"] for a in adds)
     # An export's values widen the column types; a CSV export's are inferred and never misfit.
     types = joined(*ledgers)
@@ -74,6 +69,39 @@ def import_base(spark, cfg: Config, table: TableConfig, log=None) -> dict:
         raise
     metrics.update({"delta_version": final.version(), "seconds": round(time.time() - t0, 2)})
     return metrics
+
+
+def _import_rows_on_spark(spark, table: TableConfig, table_dir: str, files: list[dict], log):
+    """An export read row by row by Spark's tasks: (column types, rejections, partitions, adds)."""
+    parsed = parse_files(spark, table, files, snapshot=True).cache()  # read three times below
+    try:
+        ledgers = [json.loads(r["_cdc_row"]) for r in parsed.where(F.col("_cdc_op") == LEDGER)
+                   .select("_cdc_row").collect()]
+        n_rejected = quarantine(table, table_dir, rejected_rows(parsed), BASE_BATCH, log)
+        good = parsed.where(F.col("_cdc_reason").isNull() & (F.col("_cdc_op") != LEDGER)) \
+            .select(*[c for c, _ in RECORD_FIELDS])
+        partitions = sorted(r[0] for r in good.select("_cdc_partition").distinct().collect()
+                            if r[0] is not None) if table.partition_by else []
+        return ledgers, n_rejected, partitions, spark_files.write_files(good, path(table_dir, BASE))
+    finally:
+        parsed.unpersist()
+
+
+def _import_rows_here(table: TableConfig, table_dir: str, files: list[dict], log):
+    """The same for an export of at most ingest.LOCAL_PARSE_BYTES (as a batch of that size is
+    parsed), in this process by the code Spark's tasks run."""
+    schema = delta.arrow_schema(PARSED_FIELDS)
+    listing = pa.RecordBatch.from_pylist(snapshot_listing(files))
+    parsed = pa.Table.from_batches(list(_parse_partition(table, True, None)([listing])), schema=schema)
+    ops, reasons = parsed["_cdc_op"], parsed["_cdc_reason"]
+    ledgers = [json.loads(r) for r in parsed.filter(pc.equal(ops, LEDGER))["_cdc_row"].to_pylist()]
+    n_rejected = quarantine(table, table_dir, parsed.filter(pc.is_valid(reasons)).select(
+        [c for c, _ in REJECT_FIELDS]), BASE_BATCH, log)
+    good = parsed.filter(pc.and_(pc.is_null(reasons), pc.not_equal(ops, LEDGER))) \
+        .select([c for c, _ in RECORD_FIELDS]).cast(delta.arrow_schema(RECORD_FIELDS))
+    partitions = sorted(v for v in pc.unique(good["_cdc_partition"]).to_pylist()
+                        if v is not None) if table.partition_by else []
+    return ledgers, n_rejected, partitions, spark_files.write_arrow(good, path(table_dir, BASE))
 
 
 # ---- a typed export -----------------------------------------------------------------
