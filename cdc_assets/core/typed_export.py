@@ -106,6 +106,33 @@ def string_array(values) -> pa.Array:
     return values.cast(pa.string()) if isinstance(values, pa.Array) else pa.array(values, pa.string())
 
 
+_HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+_NIBBLE_SHIFTS = np.arange(60, -4, -4, dtype=np.uint64)  # the 16 hex digits of a u64, first digit first
+# A base row's ordering key: BASE_TIER + u64(line) + "|" + arrival(0, 0, line), where arrival is
+# u64(batch 0) + 8 hex digits of file 0 + u64(line); the line's digits sit at these offsets.
+_BASE_ORDER = (ordering.BASE_TIER + ordering.u64(0) + "|" + ordering.arrival(0, 0, 0)).encode("ascii")
+_BASE_LINE_AT = (1, len(_BASE_ORDER) - 16)
+
+
+def _hex16(values: np.ndarray) -> np.ndarray:
+    """`ordering.u64` of each value as a row of 16 ASCII bytes."""
+    return _HEX_DIGITS[(values.astype(np.uint64)[:, None] >> _NIBBLE_SHIFTS) & np.uint64(15)]
+
+
+def base_orders(lines: np.ndarray) -> pa.Array:
+    """The ordering key of the base row at each line, byte for byte what the row-by-row reader
+    stores (`changes.to_record` of a snapshot change): every key has the same width, so the keys
+    are written by numpy into one buffer instead of formatted row by row."""
+    n, width = len(lines), len(_BASE_ORDER)
+    out = np.tile(np.frombuffer(_BASE_ORDER, dtype=np.uint8), (n, 1))
+    digits = _hex16(lines)
+    for at in _BASE_LINE_AT:
+        out[:, at:at + 16] = digits
+    offsets = np.arange(0, (n + 1) * width, width, dtype=np.int64)
+    return pa.Array.from_buffers(pa.large_string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(out)]) \
+        .cast(pa.string())
+
+
 def export_batch(data: pa.Table, first_line: int, keys, partition_by, file_name: str, columns: dict[str, str],
                  arrow_type) -> pa.RecordBatch:
     """Rows of an export (lines first_line+1 ...) as base records; a row without a key value
@@ -114,32 +141,35 @@ def export_batch(data: pa.Table, first_line: int, keys, partition_by, file_name:
     schema = record_schema(columns, arrow_type)
     typed = {c: _as_column_type(data.column(c).combine_chunks(), t, arrow_type) for c, t in columns.items()}
     lines = np.arange(first_line + 1, first_line + n + 1, dtype=np.int64)
-    reasons: list[str | None] = [None] * n
+    reasons: dict[int, str] = {}  # row -> why it is rejected (few, usually none)
     for k in keys:
         missing = typed[k].is_null()
         if missing.null_count == 0 and not pc.any(missing).as_py():
             continue
         for i in np.flatnonzero(missing.to_numpy(zero_copy_only=False)):
-            if reasons[i] is None:
-                reasons[i] = f"key column {k!r} is null"
-    bad = [i for i, r in enumerate(reasons) if r is not None]
-    raws: list[str | None] = [None] * n
-    for i in bad:
-        raws[i] = json.dumps(data.slice(i, 1).to_pylist()[0], default=str)[:RAW_PREVIEW]
+            reasons.setdefault(int(i), f"key column {k!r} is null")
+    bad = sorted(reasons)
     keys_text = key_texts([data.column(k) for k in keys])
     if bad:
         keys_text = keys_text if isinstance(keys_text, list) else keys_text.to_pylist()
         for i in bad:
             keys_text[i] = None
-    partitions = key_texts([data.column(c) for c in partition_by]) if partition_by else [None] * n
-    orders = [ordering.BASE_TIER + ordering.u64(int(line)) + "|" + ordering.arrival(0, 0, int(line)) for line in lines]
-    constant = lambda v, t=pa.string(): pa.array([v] * n, t)  # noqa: E731
+    partitions = key_texts([data.column(c) for c in partition_by]) if partition_by else pa.nulls(n, pa.string())
+    constant = lambda v, t=pa.string(): pa.nulls(n, t) if v is None else pa.repeat(pa.scalar(v, t), n)  # noqa: E731
     meta = {
-        "_cdc_key": string_array(keys_text), "_cdc_op": constant(UPSERT), "_cdc_order": pa.array(orders),
+        "_cdc_key": string_array(keys_text), "_cdc_op": constant(UPSERT), "_cdc_order": base_orders(lines),
         "_cdc_event_id": constant(None), "_cdc_row": constant(None), "_cdc_partition": string_array(partitions),
         "_cdc_change_type": constant(SNAPSHOT), "_cdc_batch_seq": constant(0, pa.int64()),
         "_cdc_batch": constant("base"), "_cdc_file": constant(file_name), "_cdc_line": pa.array(lines),
-        "_cdc_reason": pa.array(reasons, pa.string()), "_cdc_raw": pa.array(raws, pa.string()),
+        "_cdc_reason": _at_rows(n, reasons), "_cdc_raw": _at_rows(n, {
+            i: json.dumps(data.slice(i, 1).to_pylist()[0], default=str)[:RAW_PREVIEW] for i in bad}),
     }
     arrays = [meta[f.name] if f.name in meta else typed[f.name] for f in schema]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _at_rows(n: int, texts: dict[int, str]) -> pa.Array:
+    """n strings, null but at the rows `texts` names."""
+    if not texts:
+        return pa.nulls(n, pa.string())
+    return pa.array([texts.get(i) for i in range(n)], pa.string())

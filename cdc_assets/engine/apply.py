@@ -18,6 +18,7 @@ import json
 import math
 import time
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
@@ -390,16 +391,136 @@ def _append(table: TableConfig, target_path: str, dt_: DeltaTable, m: MergeSourc
     }
 
 
-# ---- whole-state builds on Spark executors -------------------------------------------
+# ---- whole-state builds: on Spark executors, or in this process for a small table -------
+
+class _SparkHistory:
+    """Staging and base as of a batch on Spark, and each key's latest change. One aggregation
+    over the history counts its rows, its keys and its upserts, and says whether every key has
+    one change (a first build from an export with distinct keys, the common case): such a
+    history is its own latest, which spares the shuffle and sort of picking the latest per key,
+    and its counts are the target's and the tombstones' sizes, so no later pass counts again."""
+
+    def __init__(self, spark, table_dir: str, has_base: bool, columns: dict[str, str], reached: int):
+        from pyspark.sql import functions as F
+
+        self.columns = columns
+        history = _history(spark, table_dir, has_base, columns).where(F.col("_cdc_batch_seq") <= reached)
+        per_key = history.groupBy("_cdc_key").agg(
+            F.count(F.lit(1)).alias("n"), F.sum(F.when(F.col("_cdc_op") == UPSERT, 1).otherwise(0)).alias("up"))
+        n, keys, most, upserts = per_key.agg(F.sum("n"), F.count(F.lit(1)), F.max("n"), F.sum("up")).first()
+        self.history_rows, self.keys = int(n or 0), int(keys)
+        self.distinct = (most or 0) <= 1
+        self.latest = history if self.distinct else latest_per_key(history).cache()
+        # with one change per key, the upserts are the target's rows and the rest its tombstones
+        self.upserts = int(upserts or 0) if self.distinct else None
+
+    def write_target(self, target_path: str, table: TableConfig, partition_keys: list[str] | None) -> list:
+        from pyspark.sql import functions as F
+
+        live = self.latest.where(F.col("_cdc_op") == UPSERT)
+        rows = self.upserts
+        if partition_keys is not None:
+            wanted = [shape.partition_text(shape.partition_values(k)) for k in partition_keys]
+            live, rows = live.where(F.col("_cdc_partition").isin(wanted)), None
+        schema = _spark_columns(self.columns) + ", " + ", ".join(f"`{m}` string" for m in shape.META_COLUMNS)
+        typed = _typed_frame(live, self.columns, schema)
+        # Files of about ROWS_PER_FILE rows, each holding one range of keys (within a partition),
+        # so that a batch's keys sit in few files, the ones a MERGE rewrites, and a lookup of keys
+        # skips the others by their statistics.
+        n_files = max(1, math.ceil((live.count() if rows is None else rows) / ROWS_PER_FILE))
+        order = [F.col(names.spark(c)) for c in list(table.partition_by) + list(table.keys)]
+        typed = typed.repartitionByRange(n_files, *order)
+        return spark_files.write_files(typed, target_path, table.partition_by, sort_by=list(table.keys))
+
+    def write_deletes(self, tomb_path: str) -> list:
+        from pyspark.sql import functions as F
+
+        if self.distinct and self.upserts == self.history_rows:
+            return []  # no delete: no pass over the history for it
+        deleted = self.latest.where(F.col("_cdc_op") == DELETE).select("_cdc_key", "_cdc_order")
+        return spark_files.write_files(deleted, tomb_path, sort_by=["_cdc_key"])
+
+    def close(self) -> None:
+        if not self.distinct:
+            self.latest.unpersist()
+
+
+class _LocalHistory:
+    """The same as _SparkHistory, for a history of at most spark_files.LOCAL_ROWS rows, in this
+    process with Arrow: read through delta-rs, each key's latest picked by one sort, the files
+    written as Spark's tasks write them (spark_files.write_arrow)."""
+
+    def __init__(self, table_dir: str, has_base: bool, columns: dict[str, str], reached: int):
+        self.columns = columns
+        record = [n for n, _ in RECORD_FIELDS]
+        staged = read_records(path(table_dir, STAGING), f"_cdc_batch_seq <= {int(reached)}")
+        parts = [rows for rows in (staged, _base_records(path(table_dir, BASE)) if has_base else None)
+                 if rows is not None]
+        history = pa.concat_tables([_cast_typed(rows, columns, record) for rows in parts]) if parts else \
+            _cast_typed(delta.arrow_schema(RECORD_FIELDS).empty_table(), columns, record)
+        self.history_rows = history.num_rows
+        self.keys = pc.count_distinct(history["_cdc_key"]).as_py() if history.num_rows else 0
+        self.latest = history if self.keys == history.num_rows else latest_of_batch(history)
+
+    def write_target(self, target_path: str, table: TableConfig, partition_keys: list[str] | None) -> list:
+        live = _where(self.latest, pc.equal(self.latest["_cdc_op"], UPSERT))
+        if partition_keys is not None:
+            wanted = [shape.partition_text(shape.partition_values(k)) for k in partition_keys]
+            live = _where(live, pc.is_in(live["_cdc_partition"], value_set=pa.array(wanted, pa.string())))
+        imaged = pc.is_valid(live["_cdc_row"])
+        image_rows = live.filter(imaged).to_pylist() if live["_cdc_row"].null_count < live.num_rows else []
+        plain = _where(live, pc.invert(imaged)).select(list(self.columns) + list(shape.META_COLUMNS))
+        typed = plain.cast(_target_schema(self.columns))
+        if image_rows:
+            typed = pa.concat_tables([
+                _target_rows(image_rows, self.columns, [decode_row(w["_cdc_row"]) for w in image_rows]), typed])
+        # key ranges in files of ROWS_PER_FILE rows (within a partition), as _SparkHistory writes them
+        order = pc.sort_indices(typed, [(c, "ascending") for c in list(table.partition_by) + list(table.keys)])
+        if not np.array_equal(order.to_numpy(), np.arange(len(order))):  # an export in key order is kept as it is
+            typed = typed.take(order)
+        return spark_files.write_arrow(typed, target_path, table.partition_by, ROWS_PER_FILE)
+
+    def write_deletes(self, tomb_path: str) -> list:
+        deleted = self.latest.filter(pc.equal(self.latest["_cdc_op"], DELETE)).select(["_cdc_key", "_cdc_order"])
+        return spark_files.write_arrow(deleted.sort_by("_cdc_key").cast(delta.arrow_schema(TOMBSTONE_FIELDS)),
+                                       tomb_path)
+
+    def close(self) -> None:
+        pass
+
+
+def _where(rows: pa.Table, mask) -> pa.Table:
+    """rows.filter(mask), without copying the rows when the mask keeps all of them."""
+    return rows if pc.all(pc.fill_null(mask, False)).as_py() else rows.filter(mask)
+
+
+def _base_records(base_path: str) -> pa.Table | None:
+    """The base's records in the export's order: its files' names sort in the order of the
+    export's lines (base._export_tasks), so an export in key order is read in key order."""
+    import pyarrow.dataset as ds
+
+    dt_ = delta.open_table(base_path)
+    if dt_ is None:
+        return None
+    schema = pa.schema(list(delta.arrow_schema(RECORD_FIELDS))
+                       + [pa.field(c, shape.arrow_type(t)) for c, t in stored_columns(base_path).items()])
+    fs, paths = storage.arrow_paths(sorted(dt_.file_uris()))
+    return ds.dataset(paths, format="parquet", schema=schema, filesystem=fs).to_table()
+
+
+def _history_rows(table_dir: str, has_base: bool) -> int:
+    """Rows in staging and base, from their logs' statistics (no data file read)."""
+    return sum(delta.file_stats(delta.open_table(path(table_dir, name)))[2]
+               for name in [STAGING] + ([BASE] if has_base else []))
+
 
 def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reached: int,
            partition_keys: list[str] | None, first: bool, columns: dict[str, str] | None = None,
            widen: bool = False, tombstones: bool = False) -> dict:
-    """Target (or some of its partitions) as of batch `reached`, from staging and base: Spark
-    picks each key's latest change, turns row images into typed columns and writes the files;
-    delta-rs commits them in one version replacing the files they supersede."""
-    from pyspark.sql import functions as F
-
+    """Target (or some of its partitions) as of batch `reached`, from staging and base: each
+    key's latest change, row images turned into typed columns, the files written (by Spark, or
+    in this process for a history of at most spark_files.LOCAL_ROWS rows); delta-rs commits
+    them in one version replacing the files they supersede."""
     table_dir = cfg.table_dir(table.name)
     target_path = path(table_dir, TARGET)
     staging = delta.open_table(path(table_dir, STAGING))
@@ -410,36 +531,20 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
         # run passes through. The whole target is built as of the last staged batch instead,
         # as a first build does, with that batch as the one it reached.
         reached, partition_keys, first = delta.txn_version(staging, STAGING), None, True
-    spark = session_of(spark)
     if columns is None:
         ledger = column_types(table_dir, marked=False)
         columns = shape.target_columns(_existing_columns(dt_), [], table.keys, table.partition_by,
                                        history_types=ledger)
-    history = _history(spark, table_dir, table.base_snapshot is not None, columns) \
-        .where(F.col("_cdc_batch_seq") <= reached)
-    # A history in which every key has one change (a first build from an export with distinct
-    # keys, the common case) is its own latest: one narrow count of keys spares the shuffle
-    # and sort of every row that picking the latest per key costs.
-    distinct = history.groupBy("_cdc_key").count().where("count > 1").limit(1).count() == 0
-    latest = history if distinct else latest_per_key(history).cache()
+    if partition_keys is not None and _existing_columns(dt_) != columns | {m: STRING for m in shape.META_COLUMNS}:
+        partition_keys = None  # a column is new or wider since: every file is rewritten with the new schema
+    has_base = table.base_snapshot is not None
+    if _history_rows(table_dir, has_base) <= spark_files.LOCAL_ROWS:
+        history = _LocalHistory(table_dir, has_base, columns, reached)
+    else:
+        history = _SparkHistory(session_of(spark), table_dir, has_base, columns, reached)
     try:
-        if partition_keys is not None and _existing_columns(dt_) != columns | {m: STRING for m in shape.META_COLUMNS}:
-            partition_keys = None  # a column is new or wider since: every file is rewritten with the new schema
-        live = latest.where(F.col("_cdc_op") == UPSERT)
-        if partition_keys is not None:
-            wanted = [shape.partition_text(shape.partition_values(k)) for k in partition_keys]
-            live = live.where(F.col("_cdc_partition").isin(wanted))
-        schema = _spark_columns(columns) + ", " + ", ".join(f"`{m}` string" for m in shape.META_COLUMNS)
-        typed = _typed_frame(live, columns, schema)
-        # Files of about ROWS_PER_FILE rows, each holding one range of keys (within a partition),
-        # so that a batch's keys sit in few files, the ones a MERGE rewrites, and a lookup of keys
-        # skips the others by their statistics.
-        n_files = max(1, math.ceil(live.count() / ROWS_PER_FILE))
-        order = [F.col(names.spark(c)) for c in list(table.partition_by) + list(table.keys)]
-        typed = typed.repartitionByRange(n_files, *order)
-        adds = spark_files.write_files(typed, target_path, table.partition_by, sort_by=list(table.keys))
-        arrow_schema = pa.schema([pa.field(c, shape.arrow_type(t)) for c, t in columns.items()]
-                                 + [pa.field(m, pa.string()) for m in shape.META_COLUMNS])
+        adds = history.write_target(target_path, table, partition_keys)
+        arrow_schema = _target_schema(columns)
         if partition_keys is None:
             removes = None  # every file, and the schema, replaced
         else:
@@ -461,14 +566,10 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
             spark_files.discard(target_path, adds)
             raise
         if first or tombstones:
-            _build_tombstones(latest, table_dir, reached)
-        if first:
-            n_history = history.count()
-            counts = {"history": n_history, "keys": n_history if distinct else latest.count()}
+            _build_tombstones(history, table_dir, reached)
         faults.point("target.committed")
     finally:
-        if not distinct:
-            latest.unpersist()
+        history.close()
     rows = sum(json.loads(a.stats)["numRecords"] for a in adds)
     replaced = len(dt_.file_uris()) if removes is None and dt_ is not None else len(removes or [])
     figures = {"applied_batch": reached, "rows_written": rows, "files_added": len(adds), "files_removed": replaced,
@@ -478,23 +579,21 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
         start = applied + 1 if applied >= 0 or table.base_snapshot else 1
         # Every staged change up to the batch is pending at once; of each key's latest, the live
         # ones become rows and the deletes (of keys never in this target) change nothing.
-        figures.update({"batches_applied": f"{start}..{reached}", "changes_pending": counts["history"],
+        figures.update({"batches_applied": f"{start}..{reached}", "changes_pending": history.history_rows,
                         "inserts": rows, "updates": 0, "deletes": 0, "keys_changed": rows,
-                        "stale_skipped": counts["keys"] - rows, "superseded": counts["history"] - counts["keys"]})
+                        "stale_skipped": history.keys - rows, "superseded": history.history_rows - history.keys})
     if partition_keys is not None:
         figures["partitions_rewritten"] = sorted(partition_keys)
     return figures
 
 
-def _build_tombstones(latest, table_dir: str, reached: int) -> None:
-    from pyspark.sql import functions as F
-
+def _build_tombstones(history, table_dir: str, reached: int) -> None:
+    """The tombstones table again: each key whose latest change is a delete, with its ordering key."""
     tomb_path = path(table_dir, TOMBSTONES)
     old = delta.open_table(tomb_path)
     if delta.txn_version(old, TOMBSTONES) >= reached:
         return
-    deleted = latest.where(F.col("_cdc_op") == DELETE).select("_cdc_key", "_cdc_order")
-    adds = spark_files.write_files(deleted, tomb_path, sort_by=["_cdc_key"])
+    adds = history.write_deletes(tomb_path)
     removes = spark_files.removes_for(old) if old is not None else []
     spark_files.commit(tomb_path, old, delta.arrow_schema(TOMBSTONE_FIELDS), adds, removes, (),
                        delta.commit_props(TOMBSTONES, reached))

@@ -2,7 +2,8 @@
 
 Spark tasks read the export (a Parquet export in slices of its row groups), parse it and
 write the `base` files; the driver gathers only what is small (rejections, each task's
-column types, the partition list) and commits the files with delta-rs.
+column types, the partition list) and commits the files with delta-rs. A typed export of at
+most spark_files.LOCAL_ROWS rows runs the same tasks in this process instead.
 
 A Parquet export whose columns all have column types keeps them as typed columns in
 `base` (core/typed_export.py): no row image is made or read again, and its column types
@@ -11,10 +12,12 @@ keep each row's image in `_cdc_row`, as changes do.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,7 +30,8 @@ from ..core.config import Config, TableConfig
 from ..core.schema import STRICT, joined
 from ..core.typed_export import base_schema, export_batch, export_columns
 from . import delta, spark_files, storage
-from .ingest import LEDGER, MAX_TASKS, parse_files, quarantine, rejected_rows
+from .ingest import (LEDGER, LOCAL_PARSE_BYTES, MAX_TASKS, PARSED_FIELDS, _bytes_of, _parse_partition, parse_files,
+                     quarantine, rejected_rows, snapshot_listing)
 from .spark import session_of
 from .tables import BASE, path
 
@@ -35,6 +39,9 @@ BASE_BATCH = 0  # base rows count as batch 0; landed batches start at 1
 
 
 def import_base(spark, cfg: Config, table: TableConfig, log=None) -> dict:
+    """`spark`: a session, or a function that starts one; a typed export of at most
+    spark_files.LOCAL_ROWS rows, or another of at most ingest.LOCAL_PARSE_BYTES, is imported
+    without calling it."""
     t0 = time.time()
     table_dir = cfg.table_dir(table.name)
     base_path = path(table_dir, BASE)
@@ -44,19 +51,11 @@ def import_base(spark, cfg: Config, table: TableConfig, log=None) -> dict:
               "batch_seq": BASE_BATCH, "batch_id": "base"}]
     columns = typed_export_columns(table)
     if columns is not None:
-        return _import_typed(session_of(spark), table, table_dir, columns, log, t0)
-    parsed = parse_files(session_of(spark), table, files, snapshot=True).cache()  # read three times below
-    try:
-        ledgers = [json.loads(r["_cdc_row"]) for r in parsed.where(F.col("_cdc_op") == LEDGER)
-                   .select("_cdc_row").collect()]
-        n_rejected = quarantine(table, table_dir, rejected_rows(parsed), BASE_BATCH, log)
-        good = parsed.where(F.col("_cdc_reason").isNull() & (F.col("_cdc_op") != LEDGER)) \
-            .select(*[c for c, _ in RECORD_FIELDS])
-        partitions = sorted(r[0] for r in good.select("_cdc_partition").distinct().collect()
-                            if r[0] is not None) if table.partition_by else []
-        adds = spark_files.write_files(good, base_path)
-    finally:
-        parsed.unpersist()
+        return _import_typed(spark, table, table_dir, columns, log, t0)
+    if _bytes_of(files) <= LOCAL_PARSE_BYTES:
+        ledgers, n_rejected, partitions, adds = _import_rows_here(table, table_dir, files, log)
+    else:
+        ledgers, n_rejected, partitions, adds = _import_rows_on_spark(session_of(spark), table, table_dir, files, log)
     rows = sum(json.loads(a.stats)["numRecords"] for a in adds)
     # An export's values widen the column types; a CSV export's are inferred and never misfit.
     types = joined(*ledgers)
@@ -70,6 +69,39 @@ def import_base(spark, cfg: Config, table: TableConfig, log=None) -> dict:
         raise
     metrics.update({"delta_version": final.version(), "seconds": round(time.time() - t0, 2)})
     return metrics
+
+
+def _import_rows_on_spark(spark, table: TableConfig, table_dir: str, files: list[dict], log):
+    """An export read row by row by Spark's tasks: (column types, rejections, partitions, adds)."""
+    parsed = parse_files(spark, table, files, snapshot=True).cache()  # read three times below
+    try:
+        ledgers = [json.loads(r["_cdc_row"]) for r in parsed.where(F.col("_cdc_op") == LEDGER)
+                   .select("_cdc_row").collect()]
+        n_rejected = quarantine(table, table_dir, rejected_rows(parsed), BASE_BATCH, log)
+        good = parsed.where(F.col("_cdc_reason").isNull() & (F.col("_cdc_op") != LEDGER)) \
+            .select(*[c for c, _ in RECORD_FIELDS])
+        partitions = sorted(r[0] for r in good.select("_cdc_partition").distinct().collect()
+                            if r[0] is not None) if table.partition_by else []
+        return ledgers, n_rejected, partitions, spark_files.write_files(good, path(table_dir, BASE))
+    finally:
+        parsed.unpersist()
+
+
+def _import_rows_here(table: TableConfig, table_dir: str, files: list[dict], log):
+    """The same for an export of at most ingest.LOCAL_PARSE_BYTES (as a batch of that size is
+    parsed), in this process by the code Spark's tasks run."""
+    schema = delta.arrow_schema(PARSED_FIELDS)
+    listing = pa.RecordBatch.from_pylist(snapshot_listing(files))
+    parsed = pa.Table.from_batches(list(_parse_partition(table, True, None)([listing])), schema=schema)
+    ops, reasons = parsed["_cdc_op"], parsed["_cdc_reason"]
+    ledgers = [json.loads(r) for r in parsed.filter(pc.equal(ops, LEDGER))["_cdc_row"].to_pylist()]
+    n_rejected = quarantine(table, table_dir, parsed.filter(pc.is_valid(reasons)).select(
+        [c for c, _ in REJECT_FIELDS]), BASE_BATCH, log)
+    good = parsed.filter(pc.and_(pc.is_null(reasons), pc.not_equal(ops, LEDGER))) \
+        .select([c for c, _ in RECORD_FIELDS]).cast(delta.arrow_schema(RECORD_FIELDS))
+    partitions = sorted(v for v in pc.unique(good["_cdc_partition"]).to_pylist()
+                        if v is not None) if table.partition_by else []
+    return ledgers, n_rejected, partitions, spark_files.write_arrow(good, path(table_dir, BASE))
 
 
 # ---- a typed export -----------------------------------------------------------------
@@ -103,6 +135,12 @@ def _export_slices(file_path: str) -> list[dict]:
     return out
 
 
+@functools.lru_cache(maxsize=2)
+def _row_group(file_path: str, modified: int, row_group: int, columns: tuple[str, ...]) -> pa.Table:
+    """A row group of the export, read once for the several slices of it a process works on."""
+    return pq.ParquetFile(file_path).read_row_group(row_group, columns=list(columns))
+
+
 # What a task hands back: a written file's name, a partition value, or a rejection.
 TASK_RESULT_FIELDS = (("kind", "string"), ("text", "string")) + REJECT_FIELDS
 
@@ -124,11 +162,13 @@ def _export_tasks(table: TableConfig, columns: dict[str, str], folder: str):
             for f in listing.to_pylist():
                 pf = pq.ParquetFile(f["path"])
                 first = sum(pf.metadata.row_group(g).num_rows for g in range(f["row_group"])) + f["start"]
-                data = pf.read_row_group(f["row_group"], columns=list(columns)).slice(f["start"], f["rows"])
+                data = _row_group(f["path"], os.stat(f["path"]).st_mtime_ns, f["row_group"], tuple(columns)) \
+                    .slice(f["start"], f["rows"])
                 target = storage.join(folder, f"part-{f['row_group']:05d}-{f['start']:012d}-{uuid.uuid4().hex}.parquet")
                 out, partitions = [], set()
                 fs, target_path = storage.filesystem(target, settings)
-                with fs.open_output_stream(target_path) as stream, pq.ParquetWriter(stream, file_schema) as writer:
+                with fs.open_output_stream(target_path) as stream, pq.ParquetWriter(
+                        stream, file_schema, use_dictionary=spark_files.dictionary_columns(file_schema)) as writer:
                     for start in range(0, max(data.num_rows, 1), SLICE_ROWS):
                         batch = export_batch(data.slice(start, SLICE_ROWS), first + start, keys, partition_by,
                                              file_name, columns, shape.arrow_type)
@@ -145,17 +185,31 @@ def _export_tasks(table: TableConfig, columns: dict[str, str], folder: str):
     return run
 
 
+LISTING = pa.schema([("path", pa.string()), ("row_group", pa.int32()), ("start", pa.int64()), ("rows", pa.int64())])
+
+
+def _run_tasks(spark, table: TableConfig, columns: dict[str, str], folder: str, slices: list[dict]) -> pa.Table:
+    """The export tasks' results: Spark runs them for a large export; a small one (at most
+    spark_files.LOCAL_ROWS rows) runs them in this process, one thread per core (Arrow and
+    Parquet work without the interpreter lock), so that Spark is not started for it."""
+    task = _export_tasks(table, columns, folder)
+    if sum(s["rows"] for s in slices) > spark_files.LOCAL_ROWS:
+        listing = session_of(spark).createDataFrame(slices, "path string, row_group int, start long, rows long")
+        return listing.repartition(max(1, min(len(slices), MAX_TASKS))) \
+            .mapInArrow(task, delta.spark_schema(TASK_RESULT_FIELDS)).toArrow()
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        parts = pool.map(lambda s: list(task([pa.RecordBatch.from_pylist([s], schema=LISTING)])), slices)
+        return pa.Table.from_batches([b for bs in parts for b in bs], schema=delta.arrow_schema(TASK_RESULT_FIELDS))
+
+
 def _import_typed(spark, table: TableConfig, table_dir: str, columns: dict[str, str], log, t0: float) -> dict:
     base_path = path(table_dir, BASE)
     slices = _export_slices(table.base_snapshot)
     folder = spark_files.new_folder(base_path)
     if not storage.is_remote(folder):
         os.makedirs(folder)
-    listing = spark.createDataFrame(slices, "path string, row_group int, start long, rows long")
-    ddl = delta.spark_schema(TASK_RESULT_FIELDS)
     try:
-        results = listing.repartition(max(1, min(len(slices), MAX_TASKS))) \
-            .mapInArrow(_export_tasks(table, columns, folder), ddl).toArrow()
+        results = _run_tasks(spark, table, columns, folder, slices)
         kinds = results.column("kind")
         rejected = results.filter(pc.equal(kinds, "reject")).select([n for n, _ in REJECT_FIELDS])
         n_rejected = quarantine(table, table_dir, rejected.cast(delta.arrow_schema(REJECT_FIELDS)), BASE_BATCH, log)

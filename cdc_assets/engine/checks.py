@@ -27,7 +27,10 @@ def key_uniqueness(cfg: Config, table: TableConfig, spark=None) -> dict:
         return {"rows": 0, "keys_checked": 0, "duplicate_keys": 0, "sample_duplicates": []}
     commit = {k[4:]: v for k, v in delta.last_commit(target_path).items() if k.startswith("cdc.")}
     if commit.get("step") != TARGET or commit.get("build") == "full" or "from_batch" not in commit:
-        return _all_keys_unique(spark(), dt) if spark is not None else _keys_unique_where(target_path, "true")
+        rows = delta.file_stats(dt)[2]
+        if spark is None or rows <= spark_files.LOCAL_ROWS:  # small enough to count in this process
+            return {"rows": rows, "keys_checked": rows, **_keys_unique_where(target_path, "true")}
+        return _all_keys_unique(spark(), dt)
     touched = delta.select(path(table_dir, STAGING), (("_cdc_key", "string"),),
                            f"_cdc_batch_seq >= {int(commit['from_batch'])} AND _cdc_batch_seq <= {int(commit['batch_seq'])}")
     keys = sorted(set(touched["_cdc_key"].to_pylist())) if touched is not None else []
@@ -68,11 +71,14 @@ def _all_keys_unique(spark, dt) -> dict:
         keys = spark_files.read_files(spark, files, "_cdc_key string")
     else:
         keys = spark.read.parquet(*files).select("_cdc_key")
-    dupes = keys.groupBy("_cdc_key").count().where(F.col("count") > 1)
-    sample = [r["_cdc_key"] for r in dupes.limit(SAMPLE).collect()]
-    rows = keys.count()
+    # One group-by counts the rows and the duplicated keys; only when there are some is it run
+    # again for a sample of them.
+    counts = keys.groupBy("_cdc_key").count()
+    rows, n_dupes = counts.agg(F.sum("count"), F.sum(F.when(F.col("count") > 1, 1).otherwise(0))).first()
+    rows, n_dupes = int(rows or 0), int(n_dupes or 0)
+    sample = [r["_cdc_key"] for r in counts.where(F.col("count") > 1).limit(SAMPLE).collect()] if n_dupes else []
     found = delta.rows_with_keys(dt.table_uri, KEY_AND_ORDER, sample) if sample else None
-    return {"rows": rows, "keys_checked": rows, "duplicate_keys": dupes.count(),
+    return {"rows": rows, "keys_checked": rows, "duplicate_keys": n_dupes,
             "sample_duplicates": _origins(found, sample) if found is not None else []}
 
 

@@ -107,15 +107,21 @@ def parse_files(spark, table: TableConfig, files: list[dict], snapshot: bool = F
     """A DataFrame of parsed records; rows with `_cdc_reason` set are rejections.
     `root`: the landing folder the files must stay inside (links out of it are not read).
     A snapshot's Parquet files are read one row group per task."""
-    listing = []
-    for f in files:
-        groups = _row_groups(f["path"]) if snapshot else 0
-        for g in range(groups) if groups > 1 else [None]:
-            listing.append({**f, "row_group": g})
+    listing = snapshot_listing(files) if snapshot else [{**f, "row_group": None} for f in files]
     frame = spark.createDataFrame(listing, "path string, file string, file_index int, batch_seq long, "
                                            "batch_id string, row_group int")
     return frame.repartition(max(1, min(len(listing), MAX_TASKS))).mapInArrow(
         _parse_partition(table, snapshot, root, text_columns), delta.spark_schema(PARSED_FIELDS))
+
+
+def snapshot_listing(files: list[dict]) -> list[dict]:
+    """The parser's work list for a snapshot: a Parquet file's row groups one by one."""
+    listing = []
+    for f in files:
+        groups = _row_groups(f["path"])
+        for g in range(groups) if groups > 1 else [None]:
+            listing.append({**f, "row_group": g})
+    return listing
 
 
 def _row_groups(file_path: str) -> int:

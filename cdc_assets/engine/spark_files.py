@@ -25,6 +25,11 @@ from ..core import names
 from . import delta, faults, storage
 from .spark import map_in_arrow
 
+# A whole-table write (a base import, a first build, a rebuild) of at most this many rows runs in
+# this process with Arrow and delta-rs, the same way each Spark task writes its share: Spark costs
+# 15-35 s to start and seconds per job, more than such a write takes. Larger tables go to Spark.
+LOCAL_ROWS = int(os.environ.get("CDC_ASSETS_LOCAL_BUILD_ROWS", str(10_000_000)))
+
 # Spark's name for a null partition value in a folder name
 _NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 # Statistics are written for these kinds of columns; other columns simply have none, which
@@ -190,6 +195,15 @@ def split_by_partition(table: pa.Table, partition_by: list[str]):
         yield tuple(combo[c] for c in partition_by), table.filter(mask)
 
 
+# Columns that hold a different value in every row: a dictionary for them is built, then dropped.
+UNIQUE_COLUMNS = ("_cdc_key", "_cdc_order", "_cdc_line", "_cdc_event_id")
+
+
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The columns a Parquet writer tries to dictionary-encode: all but those unique per row."""
+    return [n for n in schema.names if n not in UNIQUE_COLUMNS]
+
+
 def _writer_task(table_path: str, folder: str, schema: pa.Schema, partition_by: list[str], settings: dict):
     data_schema = pa.schema([f for f in schema if f.name not in partition_by])  # Delta keeps those in the log
     out_schema = delta.arrow_schema(WRITTEN)
@@ -206,6 +220,7 @@ def _writer_task(table_path: str, folder: str, schema: pa.Schema, partition_by: 
                         location = storage.join(folder, f"part-{task}-{len(writers):05d}.snappy.parquet")
                         stream = fs.open_output_stream(storage.filesystem(location, settings)[1])
                         writers[values] = (pq.ParquetWriter(stream, data_schema, compression="snappy",
+                                                            use_dictionary=dictionary_columns(data_schema),
                                                             coerce_timestamps="us"), location, stream)
                     writers[values][0].write_table(part.select(data_schema.names))
             written = []
@@ -240,10 +255,33 @@ def _write_through_workers(frame, table_path: str, partition_by: list[str], sort
     except Exception:
         storage.remove_tree(folder)
         raise
+    return _add_actions(written.to_pylist())
+
+
+def write_arrow(data: pa.Table, table_path: str, partition_by=(), rows_per_file: int | None = None) -> list[AddAction]:
+    """`data` written in this process as Parquet files into a new folder of the table, in its
+    row order, by the code each Spark task runs for an object store: a file per partition value
+    per `rows_per_file` rows; the add actions for them."""
+    partition_by = list(partition_by)
+    folder = new_folder(table_path)
+    if not storage.is_remote(folder):
+        os.makedirs(folder)
+    task = _writer_task(table_path, folder, data.schema, partition_by, storage.settings())
+    step = rows_per_file or max(data.num_rows, 1)
+    try:
+        written = [w for start in range(0, data.num_rows, step)
+                   for b in task(data.slice(start, step).to_batches()) for w in b.to_pylist()]
+    except Exception:
+        storage.remove_tree(folder)
+        raise
+    return _add_actions(written)
+
+
+def _add_actions(written: list[dict]) -> list[AddAction]:
     now = int(time.time() * 1000)
     return [AddAction(path=w["path"], size=w["size"], partition_values=json.loads(w["partition_values"]),
                       modification_time=now, data_change=True, stats=w["stats"])
-            for w in sorted(written.to_pylist(), key=lambda w: w["path"])]
+            for w in sorted(written, key=lambda w: w["path"])]
 
 
 def _reader_task(schema: pa.Schema, settings: dict):

@@ -16,7 +16,7 @@ import pytest
 
 from cdc_assets.cli.generate import write_feed
 from cdc_assets.cli.main import main
-from cdc_assets.engine import connect
+from cdc_assets.engine import connect, spark_files
 from cdc_assets_tests.helpers import listeners, run_table, target_rows, write_config
 
 
@@ -50,7 +50,8 @@ def test_the_server_listens_on_127_0_0_1_only_and_status_shows_it(served, capsys
 
 def test_a_run_uses_the_server_and_needs_no_spark_of_its_own(served, cli):
     # Java made unreachable: an in-process session cannot start, so the run succeeding proves the server served it.
-    env = {**os.environ, "JAVA_HOME": "/nonexistent"}
+    # CDC_ASSETS_LOCAL_BUILD_ROWS=0: the first build goes to Spark, however small the table
+    env = {**os.environ, "JAVA_HOME": "/nonexistent", "CDC_ASSETS_LOCAL_BUILD_ROWS": "0"}
     env.pop("SPARK_REMOTE", None)
     proc = subprocess.run([*cli, "run", "--config", served.path], env=env, capture_output=True, text=True, timeout=600)
     server = connect.recorded(served)
@@ -63,7 +64,7 @@ def test_a_run_uses_the_server_and_needs_no_spark_of_its_own(served, cli):
 def test_without_a_server_the_same_broken_java_fails_the_run(tmp_path, cli):
     # The counterpart of the test above: with nothing to serve it, the run needs its own Java.
     cfg = _config(tmp_path)
-    env = {**os.environ, "JAVA_HOME": "/nonexistent"}
+    env = {**os.environ, "JAVA_HOME": "/nonexistent", "CDC_ASSETS_LOCAL_BUILD_ROWS": "0"}
     env.pop("SPARK_REMOTE", None)
     proc = subprocess.run([*cli, "run", "--config", cfg.path], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -75,7 +76,8 @@ def _run_log(instance: dg.DagsterInstance) -> list[str]:
     return [e.user_message for run in instance.get_runs() for e in instance.all_logs(run.run_id)]
 
 
-def test_a_dead_server_recorded_as_up_falls_back_to_in_process_and_says_so(served, spark, tmp_path):
+def test_a_dead_server_recorded_as_up_falls_back_to_in_process_and_says_so(served, spark, tmp_path, monkeypatch):
+    monkeypatch.setattr(spark_files, "LOCAL_ROWS", 0)  # the first build goes to Spark, however small the table
     # The module's server is killed without `spark stop`, as a crash would: its record stays.
     cfg = _config(tmp_path)
     dead = connect.recorded(served)

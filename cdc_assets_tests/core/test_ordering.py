@@ -5,6 +5,7 @@ import datetime as dt
 from decimal import Decimal
 
 import pytest
+import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -370,3 +371,39 @@ def test_source_order_beats_arrival_and_arrival_breaks_ties():
     assert _record(newer, batch=1) > _record(older, batch=2)  # late arrival of an older change loses
     assert _record(newer, batch=2) > _record(newer, batch=1)  # equal source order: later arrival wins
     assert _record(newer, batch=1, line=10) > _record(newer, batch=1, line=9)
+
+
+# ---- base rows' ordering keys, built for a whole slice at once -------------------------------
+
+def _base_record_order(line: int) -> str:
+    """What the row-by-row reader stores for an export's line (formats.snapshot_changes, then
+    to_record in the base's tier, batch 0, file 0)."""
+    change = Change(line=line, key=(1,), op="U", row={"id": 1}, order=ordering.u64(line), event_id=None,
+                    change_type="SNAPSHOT")
+    return to_record(change, batch_seq=0, batch_id="base", file_name="f", file_index=0, partition_by=[],
+                     tier=ordering.BASE_TIER)["_cdc_order"]
+
+
+LINE_EDGES = [1, 2, 9, 10, 15, 16, 17, 255, 256, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**53 + 1,
+              0x0123456789ABCDEF, 0xFEDCBA9876543210, 2**63 - 1, 2**63, U64_MAX]
+
+
+@FAST
+@given(st.lists(st.one_of(st.sampled_from(LINE_EDGES), st.integers(min_value=1, max_value=U64_MAX)),
+                min_size=0, max_size=40))
+def test_base_orders_of_a_slice_are_the_row_by_row_readers_byte_for_byte(lines):
+    import numpy as np
+
+    from cdc_assets.core.typed_export import base_orders
+
+    got = base_orders(np.array(lines, dtype=np.uint64))
+    assert got.type == pa.string()
+    assert got.to_pylist() == [_base_record_order(n) for n in lines]
+
+
+def test_base_orders_cover_every_edge_line_byte_for_byte():
+    import numpy as np
+
+    from cdc_assets.core.typed_export import base_orders
+
+    assert base_orders(np.array(LINE_EDGES, dtype=np.uint64)).to_pylist() == [_base_record_order(n) for n in LINE_EDGES]
