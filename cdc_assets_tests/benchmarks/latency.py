@@ -31,16 +31,11 @@ import time
 
 from cdc_assets_tests.figures import Figures
 
-from .bench import CHANGESET, changes, child_env, delta_version, parse_size, publish, size_label, write_base
+from .bench import (CHANGESET, _free_port, changes, child_env, delta_version, parse_size, publish, size_label,
+                    write_base)
 
 TABLE = "LAT"
 POLL_SECONDS = 0.1
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _config(work: str, base: str) -> str:
