@@ -3,7 +3,9 @@
 Each table's writer assets are in the pool `cdc_<TABLE>` (defs/table_assets.py). A
 pool only limits anything once the instance gives it a limit: a new DAGSTER_HOME
 gets `default_limit: 1`, so one writer step per table runs at a time across the
-sensor's, the UI's and `cdc-assets run`'s runs, and different tables side by side.
+sensor's, the UI's and `cdc-assets run`'s runs, and different tables side by side. The run queue
+is looked at every second, and each run it launches is a process forked from a warm one
+(defs/launcher.py), not a new interpreter; the sensors of many tables tick side by side.
 
 A run this process executes waits for its table's pool in Dagster's executor; PoolWatch frees
 what dead runs hold there, says who the run waits for, and bounds the wait. SIGTERM and SIGINT
@@ -28,6 +30,17 @@ SETTINGS = """telemetry:
 concurrency:
   pools:
     default_limit: 1
+run_coordinator:
+  module: dagster.core.run_coordinator
+  class: QueuedRunCoordinator
+  config:
+    dequeue_interval_seconds: 1
+run_launcher:
+  module: cdc_assets.defs.launcher
+  class: ForkedRunLauncher
+sensors:
+  use_threads: true
+  num_workers: 4
 """
 
 

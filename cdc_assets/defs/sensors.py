@@ -29,6 +29,11 @@ from .table_assets import APPLY_TAG, INCREMENTAL, TableNames, batch_partitions, 
 # How long a tick waits for the table before leaving registration to a later tick.
 TICK_LOCK_SECONDS = 5.0
 
+# The least time between two ticks. The sensor daemon looks at its sensors every 5 s (a fixed
+# loop in dagster._daemon.sensor) and ticks those whose last tick is at least this long ago: below
+# the loop's 5 s, every look is a tick, so a landed file waits 2.5 s for its tick on average.
+TICK_SECONDS = 4
+
 
 def apply_request_tags(instance, table: TableConfig) -> dict | None:
     """Tags for an incremental apply run: the whole target partition range when partitioned."""
@@ -147,7 +152,7 @@ def landing_sensor(cfg: Config, table: TableConfig, jobs: list) -> dg.SensorDefi
     on_gcs = gcs_landing.is_gcs(cfg.landing_dir(table.name))
     resource_keys = ({"gcs"} if on_gcs else set()) | ({"bigquery"} if table.source else set())
 
-    @dg.sensor(name=f"{table.name}__landing_sensor", minimum_interval_seconds=30, jobs=jobs,
+    @dg.sensor(name=f"{table.name}__landing_sensor", minimum_interval_seconds=TICK_SECONDS, jobs=jobs,
                default_status=dg.DefaultSensorStatus.STOPPED, required_resource_keys=resource_keys or None,
                description=f"Watches {cfg.landing_dir(table.name)} for complete change files of {table.name}.")
     def sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:

@@ -1,0 +1,102 @@
+"""The runs of `cdc-assets ui`: with a table's landing sensor on, a landed file reaches the target
+through the daemon, each run executed in a process forked from a warm one (not a new interpreter),
+shown in the UI's run history with its materializations and checks; Terminate stops such a run."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import dagster as dg
+from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
+
+from cdc_assets.cli.pools import ensure_settings
+from cdc_assets.defs.launcher import PID_TAG, ForkedRunLauncher
+from cdc_assets_tests.helpers import jsonl, land, listeners, target_rows, write_config
+
+TABLE = "ORDERS"
+RECORDS = [{"id": i, "status": "new", "_CHANGE_TYPE": "UPSERT", "_CHANGE_SEQUENCE_NUMBER": str(i)} for i in range(3)]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait(what: str, ready, proc: subprocess.Popen, seconds: float = 300.0):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        assert proc.poll() is None, "cdc-assets ui exited"
+        value = ready()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"{what}: not within {seconds:g} s")
+
+
+def _target_ids(cfg) -> set:
+    try:
+        return {r["id"] for r in target_rows(cfg, TABLE)}
+    except Exception:  # noqa: BLE001 - no target yet
+        return set()
+
+
+def test_a_landed_file_reaches_the_target_through_the_ui_in_forked_runs_the_ui_shows(tmp_path, cli):
+    cfg = write_config(tmp_path, [{"name": TABLE, "keys": ["id"], "format": "bigquery-cdc"}])
+    home = str(tmp_path / "dagster_home")
+    env = dict(os.environ, DAGSTER_HOME=home, CDC_ASSETS_CONFIG=cfg.path)
+    port = _free_port()
+    proc = subprocess.Popen([*cli, "ui", "--config", cfg.path, "--port", str(port), "--no-spark"], cwd=tmp_path,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        _wait("the UI listening", lambda: listeners(port), proc)
+        dagster = os.path.join(os.path.dirname(sys.executable), "dagster")
+        subprocess.run([dagster, "sensor", "start", f"{TABLE}__landing_sensor", "-m", "cdc_assets.definitions"],
+                       env=env, cwd=tmp_path, check=True, capture_output=True)
+        land(cfg, TABLE, "batch-0001", {"part-0.jsonl": jsonl(RECORDS)})
+        _wait("the landed rows in the target", lambda: _target_ids(cfg) == {0, 1, 2}, proc)
+        instance = dg.DagsterInstance.from_config(home)
+        runs = _wait("the batch's runs finished",
+                     lambda: [r for r in instance.get_runs() if r.is_finished] if all(
+                         r.is_finished for r in instance.get_runs()) else None, proc)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(120)
+    assert sorted(r.job_name for r in runs) == [f"{TABLE}_apply_job", f"{TABLE}_ingest_job"]
+    for run in runs:
+        assert run.status == DagsterRunStatus.SUCCESS, run.job_name
+        # the process that executed the run is the one the launcher forked (its pid recorded at launch)
+        started = [e.message for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)
+                   if e.message and e.message.startswith("Started process for run")]
+        assert [re.search(r"pid: (\d+)", m).group(1) for m in started] == [run.tags[PID_TAG]], started
+    events = [e for r in runs for e in instance.all_logs(r.run_id)]
+    materialized = {e.dagster_event.asset_key.to_user_string() for e in events
+                    if e.dagster_event_type == dg.DagsterEventType.ASSET_MATERIALIZATION}
+    assert {f"{TABLE}/staging", f"{TABLE}/target"} <= materialized, materialized
+    checks = [e for e in events if e.dagster_event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION]
+    assert checks and all(e.dagster_event.event_specific_data.passed for e in checks)
+
+
+def test_terminate_interrupts_the_forked_process_of_a_run(tmp_path):
+    home = str(tmp_path)
+    ensure_settings(home)
+    instance = dg.DagsterInstance.from_config(home)
+    assert isinstance(instance.run_launcher, ForkedRunLauncher)
+    # a stand-in for a run's forked process: it reports the interrupt Dagster's run worker gets
+    worker = subprocess.Popen([sys.executable, "-c", "import time\nprint('ready', flush=True)\ntry:\n"
+                               "    time.sleep(600)\nexcept KeyboardInterrupt:\n    print('interrupted', flush=True)"],
+                              stdout=subprocess.PIPE, text=True)
+    assert worker.stdout.readline().strip() == "ready"
+    run = instance.add_run(DagsterRun(job_name=f"{TABLE}_apply_job", status=DagsterRunStatus.STARTED,
+                                      tags={PID_TAG: str(worker.pid)}))
+    assert instance.run_launcher.terminate(run.run_id)
+    assert worker.stdout.readline().strip() == "interrupted"
+    worker.wait(60)
+    assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.CANCELING
+    assert not instance.run_launcher.terminate(run.run_id)  # its process is gone
