@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 import dagster as dg
 
 from ..core.config import Config, TableConfig
+from ..defs.checks import WITHIN_MAX_STALENESS
 from ..defs.history import history_job_name
 from ..defs.pools import release_abandoned
 from ..defs.publish import publish_job_name
 from ..defs.sensors import apply_request_tags, failed_accounting
-from ..defs.table_assets import WITHIN_MAX_STALENESS, TableNames, sync_target_partitions
+from ..defs.table_assets import TableNames, sync_target_partitions
 from ..engine import bigquery as publishing
 from ..engine import bigquery_source, delta, faults, fresh, history
 from ..engine.errors import root_cause_of_exception, root_cause_of_info
