@@ -16,10 +16,9 @@ import contextlib
 from dataclasses import dataclass
 
 import dagster as dg
-from dagster_pyspark import LazyPySparkResource
 
 from ..core.config import Config, TableConfig
-from ..engine import apply, base, gcs, ingest, rekey, stage, status
+from ..engine import apply, gcs, ingest, rekey, stage, status
 from ..engine.landing import Batch, registered
 from ..engine.lock import table_lock
 from ..engine.partitions import staged_partition_keys
@@ -27,7 +26,7 @@ from ..engine.retry import on_conflict
 from ..engine.tables import path
 from .checks import WITHIN_MAX_STALENESS, batch_accounted, staging_check_specs, target_check_specs, target_checks
 from .metadata import as_metadata, delta_table_metadata
-from .resources import spark_session
+from .resources import CdcSparkResource, spark_session
 
 APPLY_TAG = "cdc/apply"
 INCREMENTAL = "incremental"
@@ -121,7 +120,7 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
         """Definition metadata: the catalog names each table before its first materialization."""
         return {"dagster/table_name": f"{table.name}.{step}", "dagster/storage_kind": "delta"}
 
-    def take_batch(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource, storage_client=None):
+    def take_batch(context: dg.AssetExecutionContext, pyspark: CdcSparkResource, storage_client=None):
         batch = _batch(cfg, table, context.partition_key)
         spark = lambda: spark_session(pyspark)  # noqa: E731 - a small batch never starts Spark
         # on a gs:// landing, the GCSResource's client reads the objects this run takes
@@ -144,12 +143,12 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
         from dagster_gcp import GCSResource  # imported only where used: it costs about a second
 
         @dg.asset(**changes_spec)
-        def changes(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource,
+        def changes(context: dg.AssetExecutionContext, pyspark: CdcSparkResource,
                     gcs: GCSResource) -> dg.MaterializeResult:
             return take_batch(context, pyspark, gcs.get_client())
     else:
         @dg.asset(**changes_spec)
-        def changes(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource) -> dg.MaterializeResult:
+        def changes(context: dg.AssetExecutionContext, pyspark: CdcSparkResource) -> dg.MaterializeResult:
             return take_batch(context, pyspark)
 
     @dg.asset(key=names.key("staging"), partitions_def=batches, group_name=table.name, kinds={"spark", "delta"},
@@ -176,7 +175,9 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
                   metadata=named("base"),
                   pool=names.pool,
                   description=f"The source export {table.name} starts from; its rows rank below every change.")
-        def base_snapshot(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource) -> dg.MaterializeResult:
+        def base_snapshot(context: dg.AssetExecutionContext, pyspark: CdcSparkResource) -> dg.MaterializeResult:
+            from ..engine import base  # imported where used: it loads PySpark, which a small batch never needs
+
             spark = spark_session(pyspark)
 
             def import_exact():
@@ -197,7 +198,7 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
               backfill_policy=dg.BackfillPolicy.single_run(),
               description=f"The current state of {table.name}: one row per live key"
                           + (f", partitioned by {', '.join(table.partition_by)}." if table.partition_by else "."))
-    def target(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource):
+    def target(context: dg.AssetExecutionContext, pyspark: CdcSparkResource):
         spark = lambda: spark_session(pyspark)  # noqa: E731 - an incremental apply never starts Spark
         incremental = context.run.tags.get(APPLY_TAG) == INCREMENTAL or not table.partition_by
         if incremental:
