@@ -147,10 +147,12 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
         if table.base_snapshot and delta.step_version(path(table_dir, BASE), BASE) < 0:
             jobs.run("base import", names.base_job, tags)
         staged = delta.step_version(path(table_dir, STAGING), STAGING)
-        for b in batches:
-            if b.seq > staged and outcome.ok:
+        ingests = [b for b in batches if b.seq > staged]
+        for b in ingests:
+            if outcome.ok:
                 jobs.run(f"ingest {b.id}", names.ingest_job, tags, partition_key=b.id)
-        staged = delta.step_version(path(table_dir, STAGING), STAGING)
+        if ingests:  # what they staged (a failed one may have staged nothing)
+            staged = delta.step_version(path(table_dir, STAGING), STAGING)
         faults.point("run.staged")  # between steps: the batches staged, the apply not begun
         reached = max(staged, 0 if table.base_snapshot else -1)
         due = None
