@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 import dagster as dg
 
 from ..core.config import Config, TableConfig
+from ..defs.checks import WITHIN_MAX_STALENESS
 from ..defs.history import history_job_name
 from ..defs.pools import release_abandoned
 from ..defs.publish import publish_job_name
 from ..defs.sensors import apply_request_tags, failed_accounting
-from ..defs.table_assets import WITHIN_MAX_STALENESS, TableNames, sync_target_partitions
+from ..defs.table_assets import TableNames, sync_target_partitions
 from ..engine import bigquery as publishing
 from ..engine import bigquery_source, delta, faults, fresh, history
 from ..engine.errors import root_cause_of_exception, root_cause_of_info
@@ -146,10 +147,12 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
         if table.base_snapshot and delta.step_version(path(table_dir, BASE), BASE) < 0:
             jobs.run("base import", names.base_job, tags)
         staged = delta.step_version(path(table_dir, STAGING), STAGING)
-        for b in batches:
-            if b.seq > staged and outcome.ok:
+        ingests = [b for b in batches if b.seq > staged]
+        for b in ingests:
+            if outcome.ok:
                 jobs.run(f"ingest {b.id}", names.ingest_job, tags, partition_key=b.id)
-        staged = delta.step_version(path(table_dir, STAGING), STAGING)
+        if ingests:  # what they staged (a failed one may have staged nothing)
+            staged = delta.step_version(path(table_dir, STAGING), STAGING)
         faults.point("run.staged")  # between steps: the batches staged, the apply not begun
         reached = max(staged, 0 if table.base_snapshot else -1)
         due = None

@@ -1,4 +1,14 @@
-"""Asset checks beside their assets: key uniqueness, batch accounting, reconciliation, freshness."""
+"""Asset checks beside their assets: key uniqueness, batch accounting, reconciliation, freshness.
+
+Key uniqueness and reconciliation are evaluated by target's own step, batch accounting by
+staging's (their specs and results are here, table_assets.py yields them): a check of its own
+would be a step of its own, and a step costs a run about a tenth of a second outside its work.
+Each still shows in the UI as an evaluation of its asset, under its name, and a failed blocking
+check fails the step after its materialization, so downstream waits as before. The freshness
+check stays a check of its own: a job evaluates it alone when no apply ran.
+"""
+
+from collections.abc import Iterator
 
 import dagster as dg
 
@@ -8,48 +18,58 @@ from ..core.reconcile import discrepancies
 from ..engine import checks, status
 from ..engine.landing import Batch
 from .metadata import as_metadata
-from .resources import LazyPySparkResource, spark_session
-from .table_assets import WITHIN_MAX_STALENESS, TableNames, batch_partitions
+
+KEYS_UNIQUE = "keys_unique"
+BATCH_ACCOUNTED = "batch_accounted"
+RECONCILES_WITH_SOURCE = "reconciles_with_source"
+WITHIN_MAX_STALENESS = "within_max_staleness"
 
 
-def table_checks(cfg: Config, table: TableConfig) -> list[dg.AssetChecksDefinition]:
-    names = TableNames(table.name)
+def staging_check_specs(staging: dg.AssetKey, batches: dg.PartitionsDefinition) -> list[dg.AssetCheckSpec]:
+    return [dg.AssetCheckSpec(BATCH_ACCOUNTED, asset=staging, partitions_def=batches,
+                              description="Every record of the batch is applied-to-staging, superseded, a duplicate "
+                                          "or quarantined: the counts add up.")]
 
-    @dg.asset_check(asset=names.key("target"), name="keys_unique", blocking=True,
-                    description="Each key the last apply touched is in the target once (every key after a whole "
-                                "build); blocking: downstream waits on it.")
-    def keys_unique(pyspark: LazyPySparkResource) -> dg.AssetCheckResult:
-        figures = checks.key_uniqueness(cfg, table, spark=lambda: spark_session(pyspark))
-        return dg.AssetCheckResult(passed=figures["duplicate_keys"] == 0, metadata=as_metadata(figures))
 
-    @dg.asset_check(asset=names.key("staging"), name="batch_accounted", partitions_def=batch_partitions(table),
-                    description="Every record of the batch is applied-to-staging, superseded, a duplicate "
-                                "or quarantined: the counts add up.")
-    def batch_accounted(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        figures = checks.batch_accounting(cfg, table, Batch.seq_of(context.partition_key))
-        return dg.AssetCheckResult(passed=bool(figures.get("adds_up")), metadata=as_metadata(figures))
+def batch_accounted(cfg: Config, table: TableConfig, partition_key: str) -> dg.AssetCheckResult:
+    figures = checks.batch_accounting(cfg, table, Batch.seq_of(partition_key))
+    return dg.AssetCheckResult(check_name=BATCH_ACCOUNTED, passed=bool(figures.get("adds_up")),
+                               metadata=as_metadata(figures))
 
-    out = [keys_unique, batch_accounted]
+
+def target_check_specs(table: TableConfig, target: dg.AssetKey) -> list[dg.AssetCheckSpec]:
+    specs = [dg.AssetCheckSpec(KEYS_UNIQUE, asset=target, blocking=True,
+                               description="Each key the last apply touched is in the target once (every key after "
+                                           "a whole build); blocking: downstream waits on it.")]
     if table.reconcile_with:
-        @dg.asset_check(asset=names.key("target"), name="reconciles_with_source",
-                        description=f"Row counts and a row-by-row comparison with {table.reconcile_with}.")
-        def reconciles_with_source() -> dg.AssetCheckResult:
-            report = checks.reconciliation(cfg, table)
-            # A warning, not an error: an export is a point in time, and the target only
-            # matches it once the batches up to that point have been applied.
-            return dg.AssetCheckResult(passed=discrepancies(report) == 0, metadata=as_metadata(report),
-                                       severity=dg.AssetCheckSeverity.WARN)
-
-        out.append(reconciles_with_source)
-    if table.apply.max_staleness is not None:
-        out.append(within_max_staleness_check(cfg, table))
-    return out
+        specs.append(dg.AssetCheckSpec(RECONCILES_WITH_SOURCE, asset=target,
+                                       description=f"Row counts and a row-by-row comparison with {table.reconcile_with}."))
+    return specs
 
 
-def within_max_staleness_check(cfg: Config, table: TableConfig) -> dg.AssetChecksDefinition:
+def target_checks(cfg: Config, table: TableConfig, spark) -> Iterator[dg.AssetCheckResult]:
+    """The results of target's checks (target_check_specs), each as soon as it is known.
+    `spark`: a function returning the run's session, for a count over a whole build."""
+    figures = checks.key_uniqueness(cfg, table, spark=spark)
+    yield dg.AssetCheckResult(check_name=KEYS_UNIQUE, passed=figures["duplicate_keys"] == 0,
+                              metadata=as_metadata(figures))
+    if table.reconcile_with:
+        report = checks.reconciliation(cfg, table)
+        # A warning, not an error: an export is a point in time, and the target only
+        # matches it once the batches up to that point have been applied.
+        yield dg.AssetCheckResult(check_name=RECONCILES_WITH_SOURCE, passed=discrepancies(report) == 0,
+                                  metadata=as_metadata(report), severity=dg.AssetCheckSeverity.WARN)
+
+
+def table_checks(cfg: Config, table: TableConfig, target: dg.AssetKey) -> list[dg.AssetChecksDefinition]:
+    """The checks of their own (the others are evaluated by their asset's step)."""
+    return [within_max_staleness_check(cfg, table, target)] if table.apply.max_staleness is not None else []
+
+
+def within_max_staleness_check(cfg: Config, table: TableConfig, target: dg.AssetKey) -> dg.AssetChecksDefinition:
     limit = format_duration(table.apply.max_staleness)
 
-    @dg.asset_check(asset=TableNames(table.name).key("target"), name=WITHIN_MAX_STALENESS,
+    @dg.asset_check(asset=target, name=WITHIN_MAX_STALENESS,
                     description=f"No pending batch (staged, not merged) has waited {limit} (apply.max_staleness) "
                                 "or longer; a warning: it never holds the apply.")
     def within_max_staleness() -> dg.AssetCheckResult:

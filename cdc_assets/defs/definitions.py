@@ -16,7 +16,7 @@ from .publish import publish_definitions
 from .resources import table_resources
 from .schedules import cycle_definitions
 from .sensors import landing_sensor
-from .table_assets import table_assets, table_jobs
+from .table_assets import TableNames, table_assets, table_jobs
 
 
 # Single-run backfills and partitioned checks are marked beta/preview; we rely on both knowingly.
@@ -28,7 +28,7 @@ def build_definitions(cfg: Config) -> dg.Definitions:
     assets, checks, jobs, sensors, schedules = [], [], [], [], []
     for table in cfg.tables:
         assets += table_assets(cfg, table)
-        checks += table_checks(cfg, table)
+        checks += table_checks(cfg, table, TableNames(table.name).key("target"))
         published = publish_definitions(cfg, table)  # `publish: {bigquery: ...}`; nothing otherwise
         assets, checks = assets + published[0], checks + published[1]
         kept = history_definitions(cfg, table)  # `history: true`; nothing otherwise

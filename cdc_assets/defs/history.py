@@ -2,7 +2,6 @@
 job. The work is engine/history.py's; this only wires it."""
 
 import dagster as dg
-from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 
 from ..core.config import Config, TableConfig
@@ -10,7 +9,7 @@ from ..engine import history
 from ..engine.tables import HISTORY, path
 from .automation import follows_upstream
 from .metadata import as_metadata, delta_table_metadata
-from .resources import spark_session
+from .resources import CdcSparkResource, spark_session
 from .table_assets import TableNames, _write
 
 
@@ -41,7 +40,7 @@ def history_definitions(cfg: Config, table: TableConfig) -> tuple[list, list]:
                           "_cdc_valid_from, _cdc_valid_to, _cdc_is_current, _cdc_operation. Its current rows "
                           "are target's; run config rebuild: true computes it again from changes.")
     def history_asset(context: dg.AssetExecutionContext, config: HistoryConfig,
-                      pyspark: LazyPySparkResource) -> dg.MaterializeResult:
+                      pyspark: CdcSparkResource) -> dg.MaterializeResult:
         spark = lambda: spark_session(pyspark)  # noqa: E731 - an update of a few batches never starts Spark
         step = (lambda: history.rebuild(spark, cfg, table)) if config.rebuild else \
             (lambda: history.update(spark, cfg, table))

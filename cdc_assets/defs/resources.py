@@ -1,4 +1,4 @@
-"""Resources: one lazily started Spark session per run (dagster-pyspark).
+"""Resources: one lazily started Spark session per run.
 
 The session is chosen when a step first needs it (engine/spark.py): an explicit Spark
 Connect address, else the configuration's Spark Connect server when it answers, else an
@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import dagster as dg
-from dagster_pyspark import LazyPySparkResource
 from pydantic import PrivateAttr
 
 from ..core.config import Config, load_config
@@ -18,9 +17,15 @@ from ..engine.spark import choose_session
 from .pools import mark_process
 
 
-class CdcSparkResource(LazyPySparkResource):
+class CdcSparkResource(dg.ConfigurableResource):
+    """The run's Spark session, started when a step first asks for it (`spark_session`). It is
+    dagster-pyspark's LazyPySparkResource without its import of PySpark, which costs every run's
+    process a few tenths of a second while a small batch never needs Spark."""
+
+    spark_config: dict[str, Any]
     # cdc.yaml's path: it locates the configuration's Spark Connect server record.
     config_path: Optional[str] = None
+    _spark_session: Any = PrivateAttr(default=None)
     _log: Any = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
@@ -30,16 +35,17 @@ class CdcSparkResource(LazyPySparkResource):
             # run`), so that a later run can tell it died holding the table's pool (pools.py).
             mark_process(context.instance, context.run_id)
 
-    def _init_session(self) -> None:
-        if self._spark_session is not None:
-            return
-        cfg = load_config(self.config_path) if self.config_path else None
-        choice = choose_session(self.spark_config, cfg)
-        if self._log is not None:
-            if choice.warning:
-                self._log.warning(choice.warning)
-            self._log.info(f"Spark: {choice.description}")
-        self._spark_session = choice.session
+    @property
+    def spark_session(self) -> Any:
+        if self._spark_session is None:
+            cfg = load_config(self.config_path) if self.config_path else None
+            choice = choose_session(self.spark_config, cfg)
+            if self._log is not None:
+                if choice.warning:
+                    self._log.warning(choice.warning)
+                self._log.info(f"Spark: {choice.description}")
+            self._spark_session = choice.session
+        return self._spark_session
 
 
 def spark_resource(cfg: Config) -> CdcSparkResource:
@@ -66,7 +72,7 @@ def table_resources(cfg: Config) -> dict:
     return out
 
 
-def spark_session(resource: LazyPySparkResource):
+def spark_session(resource: CdcSparkResource):
     session = resource.spark_session
     try:
         session.sparkContext.setLogLevel("ERROR")

@@ -16,21 +16,20 @@ import contextlib
 from dataclasses import dataclass
 
 import dagster as dg
-from dagster_pyspark import LazyPySparkResource
 
 from ..core.config import Config, TableConfig
-from ..engine import apply, base, gcs, ingest, rekey, stage, status
+from ..engine import apply, gcs, ingest, rekey, stage, status
 from ..engine.landing import Batch, registered
 from ..engine.lock import table_lock
 from ..engine.partitions import staged_partition_keys
 from ..engine.retry import on_conflict
 from ..engine.tables import path
+from .checks import WITHIN_MAX_STALENESS, batch_accounted, staging_check_specs, target_check_specs, target_checks
 from .metadata import as_metadata, delta_table_metadata
-from .resources import spark_session
+from .resources import CdcSparkResource, spark_session
 
 APPLY_TAG = "cdc/apply"
 INCREMENTAL = "incremental"
-WITHIN_MAX_STALENESS = "within_max_staleness"  # the freshness check on target (defs/checks.py)
 
 
 @dataclass(frozen=True)
@@ -121,7 +120,7 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
         """Definition metadata: the catalog names each table before its first materialization."""
         return {"dagster/table_name": f"{table.name}.{step}", "dagster/storage_kind": "delta"}
 
-    def take_batch(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource, storage_client=None):
+    def take_batch(context: dg.AssetExecutionContext, pyspark: CdcSparkResource, storage_client=None):
         batch = _batch(cfg, table, context.partition_key)
         spark = lambda: spark_session(pyspark)  # noqa: E731 - a small batch never starts Spark
         # on a gs:// landing, the GCSResource's client reads the objects this run takes
@@ -144,26 +143,29 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
         from dagster_gcp import GCSResource  # imported only where used: it costs about a second
 
         @dg.asset(**changes_spec)
-        def changes(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource,
+        def changes(context: dg.AssetExecutionContext, pyspark: CdcSparkResource,
                     gcs: GCSResource) -> dg.MaterializeResult:
             return take_batch(context, pyspark, gcs.get_client())
     else:
         @dg.asset(**changes_spec)
-        def changes(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource) -> dg.MaterializeResult:
+        def changes(context: dg.AssetExecutionContext, pyspark: CdcSparkResource) -> dg.MaterializeResult:
             return take_batch(context, pyspark)
 
     @dg.asset(key=names.key("staging"), partitions_def=batches, group_name=table.name, kinds={"spark", "delta"},
               metadata=named("staging"),
               deps=[changes], tags=tags, pool=names.pool,
+              check_specs=staging_check_specs(names.key("staging"), batches),
               description=f"The consolidated change history of {table.name}: per key, each batch's latest change "
                           "(deletes included, as tombstones); rebuilds and backfills read it.")
-    def staging(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    def staging(context: dg.AssetExecutionContext):
         batch = _batch(cfg, table, context.partition_key)
         figures = _write(context, table_dir, f"{table.name}/staging {batch.id}",
                          lambda: stage.stage_batch(cfg, table, batch))
         _register_target_partitions(context, cfg, table)
         metadata = {**as_metadata(figures), **table_metadata("staging", figures.get("staged"))}
-        return dg.MaterializeResult(metadata=metadata)
+        # the materialization first: a check that cannot be evaluated fails the step, not the batch's record
+        yield dg.MaterializeResult(metadata=metadata)
+        yield batch_accounted(cfg, table, context.partition_key)
 
     out = [changes, staging]
     target_deps = [dg.AssetDep(staging, partition_mapping=dg.AllPartitionMapping())]
@@ -173,7 +175,9 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
                   metadata=named("base"),
                   pool=names.pool,
                   description=f"The source export {table.name} starts from; its rows rank below every change.")
-        def base_snapshot(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource) -> dg.MaterializeResult:
+        def base_snapshot(context: dg.AssetExecutionContext, pyspark: CdcSparkResource) -> dg.MaterializeResult:
+            from ..engine import base  # imported where used: it loads PySpark, which a small batch never needs
+
             spark = lambda: spark_session(pyspark)  # noqa: E731 - a small export is imported without Spark
 
             def import_exact():
@@ -190,10 +194,11 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
     @dg.asset(key=names.key("target"), partitions_def=target_partitions(table), group_name=table.name,
               metadata=named("target"),
               kinds={"spark", "delta"}, deps=target_deps, tags=tags, pool=names.pool,
+              check_specs=target_check_specs(table, names.key("target")),
               backfill_policy=dg.BackfillPolicy.single_run(),
               description=f"The current state of {table.name}: one row per live key"
                           + (f", partitioned by {', '.join(table.partition_by)}." if table.partition_by else "."))
-    def target(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource) -> dg.MaterializeResult:
+    def target(context: dg.AssetExecutionContext, pyspark: CdcSparkResource):
         spark = lambda: spark_session(pyspark)  # noqa: E731 - an incremental apply never starts Spark
         incremental = context.run.tags.get(APPLY_TAG) == INCREMENTAL or not table.partition_by
         if incremental:
@@ -203,8 +208,10 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
             step = lambda: apply.rebuild(spark, cfg, table, keys)  # noqa: E731
         figures = _write(context, table_dir, f"{table.name}/target", step)
         # what still waits, the files, bytes and versions: from Delta logs, so every apply affords them
-        return dg.MaterializeResult(metadata={**as_metadata(figures), **as_metadata(status.target_metadata(cfg, table)),
-                                              **table_metadata("target", None)})
+        yield dg.MaterializeResult(metadata={**as_metadata(figures), **as_metadata(status.target_metadata(cfg, table)),
+                                             **table_metadata("target", None)})
+        # then its checks; a failed blocking one fails this step, after the materialization it judges
+        yield from target_checks(cfg, table, spark)
 
     out.append(target)
     return out

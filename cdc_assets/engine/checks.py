@@ -25,7 +25,7 @@ def key_uniqueness(cfg: Config, table: TableConfig, spark=None) -> dict:
     dt = delta.open_table(target_path)
     if dt is None:
         return {"rows": 0, "keys_checked": 0, "duplicate_keys": 0, "sample_duplicates": []}
-    commit = {k[4:]: v for k, v in delta.last_commit(target_path).items() if k.startswith("cdc.")}
+    commit = {k[4:]: v for k, v in delta.last_commit(dt).items() if k.startswith("cdc.")}
     if commit.get("step") != TARGET or commit.get("build") == "full" or "from_batch" not in commit:
         rows = delta.file_stats(dt)[2]
         if spark is None or rows <= spark_files.LOCAL_ROWS:  # small enough to count in this process
@@ -38,7 +38,7 @@ def key_uniqueness(cfg: Config, table: TableConfig, spark=None) -> dict:
         return {"keys_checked": 0, "duplicate_keys": 0, "sample_duplicates": []}
     # the keys' own range, for this query only: it lets delta-rs skip target files by statistics
     span = f"_cdc_key >= {delta.sql_text(keys[0])} AND _cdc_key <= {delta.sql_text(keys[-1])}"
-    found = delta.rows_with_keys(target_path, KEY_AND_ORDER, keys, also=span)
+    found = delta.rows_with_keys(dt, KEY_AND_ORDER, keys, also=span)
     counts = found.group_by("_cdc_key").aggregate([("_cdc_key", "count")])
     dupes = counts.filter(pc.greater(counts["_cdc_key_count"], 1))["_cdc_key"]
     return {"keys_checked": len(keys), "duplicate_keys": len(dupes), "sample_duplicates": _origins(found, dupes)}
@@ -82,7 +82,7 @@ def _all_keys_unique(spark, dt) -> dict:
             "sample_duplicates": _origins(found, sample) if found is not None else []}
 
 
-def _rows_of_batch(table_path: str, batch_seq: int) -> int:
+def _rows_of_batch(table_path: str | delta.DeltaTable, batch_seq: int) -> int:
     counted = delta.query(table_path, f"SELECT count(*) AS n FROM t WHERE _cdc_batch_seq = {int(batch_seq)}")
     return int(counted["n"][0].as_py()) if counted is not None else 0
 
@@ -95,8 +95,10 @@ def batch_accounting(cfg: Config, table: TableConfig, batch_seq: int) -> dict:
     `staging`) no longer has its rows there: its figures are then those its ingest and staging
     commits recorded, and `counted_from_commits` says which."""
     table_dir = cfg.table_dir(table.name)
-    ingest = delta.step_commit(path(table_dir, CHANGES), CHANGES, batch_seq)
-    staged = delta.step_commit(path(table_dir, STAGING), STAGING, batch_seq)
+    # each table's log read once: the snapshot serves the commit, the trim and the count
+    opened = {name: delta.open_table(path(table_dir, name)) for name in (CHANGES, STAGING)}
+    ingest = delta.step_commit(opened[CHANGES], CHANGES, batch_seq) if opened[CHANGES] is not None else None
+    staged = delta.step_commit(opened[STAGING], STAGING, batch_seq) if opened[STAGING] is not None else None
     if ingest is None or staged is None:
         return {"complete": False}
     n = {k: int(v) for k, v in ingest.items() if v.isdigit()}
@@ -105,10 +107,10 @@ def batch_accounting(cfg: Config, table: TableConfig, batch_seq: int) -> dict:
 
     def rows(name: str, trim: str, figure: str, at_staging: int) -> int:
         """The batch's rows in `name`, or, once a trim took them, what staging recorded of them."""
-        if delta.step_version(path(table_dir, name), trim) >= batch_seq:
+        if delta.txn_version(opened[name], trim) >= batch_seq:
             recorded.append(figure)
             return at_staging
-        return _rows_of_batch(path(table_dir, name), batch_seq)
+        return _rows_of_batch(opened[name], batch_seq)
 
     figures = {
         "records_read": n["records_read"],

@@ -69,6 +69,26 @@ def test_a_new_home_gets_the_pool_limit_and_an_existing_one_is_left_alone(tmp_pa
     assert (tmp_path / "mine" / "dagster.yaml").read_text() == "telemetry:\n  enabled: false\n"
 
 
+def test_a_new_home_keeps_every_runs_events_in_one_database(tmp_path):
+    """Dagster's default keeps each run's events in a database of its own, created and migrated by
+    the run: a tenth of a second and more of every run's time. A new home gets one database for all."""
+    home = tmp_path / "home"
+    ensure_settings(str(home))
+    instance = dg.DagsterInstance.from_config(str(home))
+
+    @dg.asset(pool=POOL)
+    def a() -> None:
+        pass
+
+    job = dg.Definitions(assets=[a], jobs=[dg.define_asset_job("j", selection=[a])]).resolve_job_def("j")
+    runs = [job.execute_in_process(instance=instance).run_id for _ in range(2)]
+    assert all(instance.all_logs(run_id) for run_id in runs)
+    assert instance.get_latest_materialization_event(dg.AssetKey("a")).run_id == runs[-1]
+    assert instance.event_log_storage.supports_global_concurrency_limits  # the pools still take turns
+    created = {p.name for p in home.rglob("*.db")}
+    assert not any(run_id in name for run_id in runs for name in created), created
+
+
 def test_what_killed_processes_hold_is_freed_and_what_live_runs_hold_is_kept(tmp_path):
     home = str(tmp_path)
     ensure_settings(home)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from cdc_assets.cli.main import main
 from cdc_assets_tests.helpers import write_config
 
@@ -130,3 +132,30 @@ def test_run_parallel_runs_tables_side_by_side_in_processes_without_spark_for_sm
     bad = subprocess.run(cli + ["run", "--config", cfg.path, "--parallel", "0"], capture_output=True, text=True,
                          env=env, timeout=120)
     assert bad.returncode == 2 and "'0' is not a number of processes" in bad.stderr
+
+
+@pytest.mark.spark
+def test_a_run_of_a_small_batch_loads_neither_spark_nor_google_clients(spark, workdir):
+    """A small batch is taken, staged and merged without Spark, on a local warehouse without Google
+    Cloud: the run's process does not pay for importing them (a second and more of a cold run)."""
+    import subprocess
+    import sys
+
+    from cdc_assets_tests.engine.records import mysql
+    from cdc_assets_tests.helpers import jsonl, land, run_table
+
+    cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "datastream-json"}])
+    land(cfg, "ORDERS", "batch-1", {"p.jsonl": jsonl([mysql("INSERT", {"id": i, "v": "a"}, 1, i) for i in range(5)])})
+    assert run_table(cfg, "ORDERS").ok  # the first build is Spark's: in this process, with the test's session
+    land(cfg, "ORDERS", "batch-2", {"p.jsonl": jsonl([mysql("UPDATE", {"id": 1, "v": "b"}, 2, 1)])})
+    program = ("import json, sys\n"
+               "from cdc_assets.cli.main import _command\n"
+               f"status = _command(['run', '--config', {cfg.path!r}])\n"
+               "print(json.dumps({'status': status, 'modules': sorted({m.split('.')[0] for m in sys.modules})}))\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=workdir,
+                          env={k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}, timeout=300)
+    said = json.loads(done.stdout.splitlines()[-1])
+    assert said["status"] == 0, done.stdout + done.stderr
+    assert "target 5 rows (+0 ~1 -0" in done.stdout  # the batch was merged
+    heavy = {"pyspark", "dagster_pyspark", "dagster_spark", "google", "dagster_gcp", "grpc"}
+    assert heavy & set(said["modules"]) == set()
