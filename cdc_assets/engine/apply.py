@@ -336,7 +336,10 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
     source = m.source
     props = delta.commit_props(TARGET, reached, {"from_batch": applied + 1})
     if rewrite.applies(dt_, source):
-        done = rewrite.rewrite(target_path, dt_, source, table.partition_by, props, ROWS_PER_FILE)
+        done = rewrite.rewrite(target_path, dt_, source, table.partition_by,
+                               lambda figures: delta.commit_props(TARGET, reached, {"from_batch": applied + 1,
+                                                                                    **figures}),
+                               ROWS_PER_FILE)
         inserts, updates, deletes = done.inserts, done.updates, done.deletes
     else:
         # A new column (schema evolution) or a change data feed to write: delta-rs' MERGE, on

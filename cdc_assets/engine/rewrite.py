@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import bisect
 import os
+import re
 import dataclasses
 import time
+import uuid
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -84,15 +86,30 @@ def _removal(action: dict, partition: dict, now: int) -> RemoveAction:
                         size=action["size_bytes"], partition_values=partition or None)
 
 
-def _write(table_path: str, folder: str, rows: pa.Table, data_schema: pa.Schema, partition: dict,
-           start: int, rows_per_file: int) -> list[AddAction]:
+_PLAIN = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def _partition_folder(folder: str, partition: dict) -> str:
+    """Where one partition's new files go: `col=value` folders in the table, as Spark and
+    delta-rs lay a partitioned table out, when every name and value is plain; the table's own
+    folder otherwise (the Delta log, not the folder, says a file's partition values)."""
+    parts = [f"{c}={'__HIVE_DEFAULT_PARTITION__' if v is None else v}" for c, v in partition.items()]
+    if parts and all(_PLAIN.fullmatch(c) and (v is None or _PLAIN.fullmatch(v)) for c, v in partition.items()):
+        return storage.join(folder, *parts)
+    return folder
+
+
+def _write(table_path: str, name: str, rows: pa.Table, data_schema: pa.Schema, partition: dict,
+           start: int, rows_per_file: int, written: list[str]) -> list[AddAction]:
     """`rows` (one partition's) sorted by key into files of at most `rows_per_file` rows."""
     rows = rows.take(pc.sort_indices(rows, [(KEY, "ascending")]))
+    folder = _partition_folder(table_path, partition)
     if not storage.is_remote(folder):
         os.makedirs(folder, exist_ok=True)  # an object store has no folders to make
     adds = []
     for n, offset in enumerate(range(0, rows.num_rows, rows_per_file)):
-        location = storage.join(folder, f"part-{start + n:05d}.snappy.parquet")
+        location = storage.join(folder, f"part-{start + n:05d}-{name}.snappy.parquet")
+        written.append(location)
         fs, p = storage.filesystem(location)
         with fs.open_output_stream(p) as stream:
             pq.write_table(rows.slice(offset, rows_per_file).select(data_schema.names).cast(data_schema), stream,
@@ -101,13 +118,14 @@ def _write(table_path: str, folder: str, rows: pa.Table, data_schema: pa.Schema,
     return adds
 
 
-def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, props,
+def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, props_for,
             rows_per_file: int) -> Rewritten:
     """Apply `source` (each key's winner, `_cdc_apply` saying upsert or delete, target's
     columns) to the snapshot `dt_`: a row changes only when the winner's ordering key is
     greater than the row's (an older or equal change is stale), and a winning upsert of a
     key target lacks is inserted. One commit through `dt_`, so a concurrent commit that
-    removed one of these files fails ours."""
+    removed one of these files fails ours; `props_for(figures)`: its commit properties, given
+    the rows it inserts, updates and deletes (a MERGE's commit has them as its metrics)."""
     partition_by = list(partition_by)
     schema = pa.schema(dt_.schema().to_arrow())
     data_schema = pa.schema([f for f in schema if f.name not in partition_by])
@@ -147,7 +165,8 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
         return Rewritten(0, 0, 0, 0, 0)  # as a MERGE that changes no row: no version
 
     now = int(time.time() * 1000)
-    folder = spark_files.new_folder(table_path)
+    name = uuid.uuid4().hex  # this write's files, discarded if it is not committed
+    written: list[str] = []
     adds: list[AddAction] = []
     removes: list[RemoveAction] = []
     pool = [inserted]  # rows written as new files
@@ -168,15 +187,24 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
                 rows = pa.concat_tables([rows, back.drop_columns([APPLY])])
             removes.append(_removal(action, _texts(partition), now))
             if rows.num_rows:
-                adds += _write(table_path, folder, rows, data_schema, _texts(partition), len(adds), rows_per_file)
+                adds += _write(table_path, name, rows, data_schema, _texts(partition), len(adds), rows_per_file,
+                               written)
         new_rows = pa.concat_tables(pool).drop_columns([APPLY])
         for values, part in spark_files.split_by_partition(new_rows, partition_by):
             if part.num_rows:
                 partition = dict(zip(partition_by, values))
-                adds += _write(table_path, folder, part, data_schema, _texts(partition), len(adds), rows_per_file)
-        spark_files.commit(table_path, dt_, schema, adds, removes, partition_by, props)
+                adds += _write(table_path, name, part, data_schema, _texts(partition), len(adds), rows_per_file,
+                               written)
+        figures = {"rows_inserted": inserted.num_rows, "rows_updated": updates, "rows_deleted": deletes}
+        spark_files.commit(table_path, dt_, schema, adds, removes, partition_by, props_for(figures))
     except BaseException:
-        storage.remove_tree(folder)  # nothing references its files
+        for location in written:  # nothing references them
+            fs_, p = storage.filesystem(location)
+            try:
+                fs_.delete_file(p)
+            except OSError:
+                pass  # never written
+
         raise
     return Rewritten(inserted.num_rows, updates, deletes, len(adds), len(removes))
 

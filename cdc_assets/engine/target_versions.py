@@ -85,6 +85,11 @@ def _metric(metrics: dict, *names: str) -> int | None:
     return None
 
 
+def _rows(metrics: dict, entry: dict, what: str) -> int | None:
+    found = _metric(metrics, f"num_target_rows_{what}")
+    return found if found is not None else _int(entry.get(f"cdc.rows_{what}"))
+
+
 def versions(table_dir: str) -> list[TargetVersion]:
     """The target's versions, oldest first ([] without a target)."""
     dt_ = delta.open_table(path(table_dir, TARGET))
@@ -105,9 +110,10 @@ def versions(table_dir: str) -> list[TargetVersion]:
             kind=_kind(entry),
             batch=batch if batch is None or batch >= 0 else None,
             from_batch=_int(entry.get("cdc.from_batch")) if step == TARGET else None,
-            rows_inserted=_metric(m, "num_target_rows_inserted"),
-            rows_updated=_metric(m, "num_target_rows_updated"),
-            rows_deleted=_metric(m, "num_target_rows_deleted"),
+            # a MERGE's metrics, or the figures cdc_assets' own file rewrite records beside its step
+            rows_inserted=_rows(m, entry, "inserted"),
+            rows_updated=_rows(m, entry, "updated"),
+            rows_deleted=_rows(m, entry, "deleted"),
             files_added=_metric(m, "num_target_files_added", "num_added_files", "numRestoredFile", "numFilesAdded"),
             files_removed=_metric(m, "num_target_files_removed", "num_removed_files", "numRemovedFile",
                                   "numFilesRemoved"),
