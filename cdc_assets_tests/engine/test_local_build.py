@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from cdc_assets.defs import checks as defs_checks, table_assets
+from cdc_assets.defs import table_assets
 from cdc_assets.engine import apply, base, spark_files
 from cdc_assets_tests.helpers import jsonl, land, write_config
 
@@ -61,8 +61,9 @@ def build(workdir, name: str, partition_by: list[str], local_rows: int, monkeypa
     monkeypatch.setattr(spark_files, "LOCAL_ROWS", local_rows)
     monkeypatch.setattr(base, "LOCAL_PARSE_BYTES", local_rows)
     asked = []
-    for module in (table_assets, defs_checks):
-        monkeypatch.setattr(module, "spark_session", lambda resource, s=module.spark_session: asked.append(1) or s(resource))
+    # every step of a table, checks included, gets its session through table_assets
+    monkeypatch.setattr(table_assets, "spark_session",
+                        lambda resource, s=table_assets.spark_session: asked.append(1) or s(resource))
     (workdir / "landing").mkdir(parents=True)
     export = workdir / f"export.{export_format}"
     if export_format == "csv":  # read row by row
