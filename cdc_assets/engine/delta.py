@@ -88,11 +88,15 @@ def target_configuration(change_feed: bool) -> dict:
     return {**TABLE_CONFIGURATION, CHANGE_FEED: "true"} if change_feed else dict(TABLE_CONFIGURATION)
 
 
+def records_change_feed(dt: DeltaTable) -> bool:
+    """Whether the table's change data feed is on (its MERGEs write change files)."""
+    return (dt.metadata().configuration or {}).get(CHANGE_FEED, "false").lower() == "true"
+
+
 def keep_change_feed(path: str, dt: DeltaTable, change_feed: bool) -> DeltaTable:
     """Switch the table's change data feed on or off as configured (one metadata commit when it
     differs); the table as it is then."""
-    on = (dt.metadata().configuration or {}).get(CHANGE_FEED, "false").lower() == "true"
-    if on == change_feed:
+    if records_change_feed(dt) == change_feed:
         return dt
     dt.alter.set_table_properties({CHANGE_FEED: "true" if change_feed else "false"},
                                   commit_properties=CommitProperties(custom_metadata={"cdc.step": "properties"}))

@@ -15,9 +15,9 @@ key to another partition) are written as new files, key-sorted, per partition.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import os
 import re
-import dataclasses
 import time
 import uuid
 from urllib.parse import unquote
@@ -30,28 +30,24 @@ from deltalake import DeltaTable
 from deltalake.transaction import AddAction, RemoveAction
 
 from ..core.changes import DELETE, UPSERT
-from . import spark_files, storage
+from . import delta, spark_files, storage
 
 KEY, ORDER, APPLY = "_cdc_key", "_cdc_order", "_cdc_apply"
 
 
 @dataclasses.dataclass
 class Rewritten:
-    """What one rewrite changed and committed."""
+    """The rows one rewrite changed (its files are in its commit)."""
     inserts: int
     updates: int
     deletes: int
-    files_added: int
-    files_removed: int
 
 
 def applies(dt_: DeltaTable, source: pa.Table) -> bool:
     """Whether this path can apply `source`: the target's columns are the source's (a new
     column takes delta-rs' MERGE with schema evolution) and the target records no change
     data feed (a MERGE writes its change files)."""
-    from .delta import CHANGE_FEED
-
-    if (dt_.metadata().configuration or {}).get(CHANGE_FEED, "false").lower() == "true":
+    if delta.records_change_feed(dt_):
         return False
     return {f.name for f in dt_.schema().fields} == set(source.column_names) - {APPLY}
 
@@ -81,11 +77,6 @@ def _location(table_path: str, action: dict) -> str:
     return storage.join(table_path, unquote(action["path"]))
 
 
-def _removal(action: dict, partition: dict, now: int) -> RemoveAction:
-    return RemoveAction(path=unquote(action["path"]), data_change=True, deletion_timestamp=now,
-                        size=action["size_bytes"], partition_values=partition or None)
-
-
 _PLAIN = re.compile(r"[A-Za-z0-9_.-]+")
 
 
@@ -93,7 +84,7 @@ def _partition_folder(folder: str, partition: dict) -> str:
     """Where one partition's new files go: `col=value` folders in the table, as Spark and
     delta-rs lay a partitioned table out, when every name and value is plain; the table's own
     folder otherwise (the Delta log, not the folder, says a file's partition values)."""
-    parts = [f"{c}={'__HIVE_DEFAULT_PARTITION__' if v is None else v}" for c, v in partition.items()]
+    parts = [f"{c}={spark_files.NULL_PARTITION if v is None else v}" for c, v in partition.items()]
     if parts and all(_PLAIN.fullmatch(c) and (v is None or _PLAIN.fullmatch(v)) for c, v in partition.items()):
         return storage.join(folder, *parts)
     return folder
@@ -143,8 +134,7 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
                            filesystem=fs).to_table(columns=[KEY, ORDER, "__filename"])
         found = found.filter(pc.is_in(found[KEY], value_set=source[KEY]))
     else:
-        found = pa.table({KEY: pa.array([], pa.string()), ORDER: pa.array([], pa.string()),
-                          "__filename": pa.array([], pa.string())})
+        found = pa.schema([schema.field(KEY), schema.field(ORDER), pa.field("__filename", pa.string())]).empty_table()
     winner_at = {k: i for i, k in enumerate(keys)}
     orders, applies_ = source[ORDER].to_pylist(), source[APPLY].to_pylist()
     matched = set()
@@ -162,7 +152,7 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
                                                                                           pa.string())))))
     replaced = source.filter(pc.and_(is_upsert, pc.is_in(source[KEY], pa.array(sorted(changing), pa.string()))))
     if not changing and inserted.num_rows == 0:
-        return Rewritten(0, 0, 0, 0, 0)  # as a MERGE that changes no row: no version
+        return Rewritten(0, 0, 0)  # as a MERGE that changes no row: no version
 
     now = int(time.time() * 1000)
     name = uuid.uuid4().hex  # this write's files, discarded if it is not committed
@@ -185,7 +175,7 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
                 pool.append(back)  # a new image may name another partition
             else:
                 rows = pa.concat_tables([rows, back.drop_columns([APPLY])])
-            removes.append(_removal(action, _texts(partition), now))
+            removes.append(spark_files.remove_action(action, partition, now))
             if rows.num_rows:
                 adds += _write(table_path, name, rows, data_schema, _texts(partition), len(adds), rows_per_file,
                                written)
@@ -204,9 +194,8 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
                 fs_.delete_file(p)
             except OSError:
                 pass  # never written
-
         raise
-    return Rewritten(inserted.num_rows, updates, deletes, len(adds), len(removes))
+    return Rewritten(inserted.num_rows, updates, deletes)
 
 
 def _with_partition(rows: pa.Table, partition: dict, schema: pa.Schema) -> pa.Table:

@@ -31,7 +31,7 @@ from .spark import map_in_arrow
 LOCAL_ROWS = int(os.environ.get("CDC_ASSETS_LOCAL_BUILD_ROWS", str(10_000_000)))
 
 # Spark's name for a null partition value in a folder name
-_NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 # Statistics are written for these kinds of columns; other columns simply have none, which
 # makes a reader scan the file rather than skip it (never wrong, only slower).
 _STAT_TYPES = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string, pa.types.is_large_string,
@@ -101,7 +101,7 @@ def _partition_values(rel_dir: str, partition_by: list[str]) -> dict:
         col = unquote(col)  # Spark escapes a folder's column name as it escapes the value
         if col in partition_by:
             text = unquote(text)
-            values[col] = None if text == _NULL_PARTITION else text
+            values[col] = None if text == NULL_PARTITION else text
     return values
 
 
@@ -318,11 +318,17 @@ def removes_for(dt_: DeltaTable, keep=lambda partition_values: False) -> list[Re
         values = a.get("partition") or {}
         if keep(values):
             continue
-        # get_add_actions gives paths URI-encoded once more than the log holds them (FIELD_NOTES)
-        # get_add_actions types the partition values; a remove action carries them as the log's text
-        out.append(RemoveAction(path=unquote(a["path"]), data_change=True, deletion_timestamp=now, size=a["size_bytes"],
-                                partition_values={c: partition_text(v) for c, v in values.items()} or None))
+        out.append(remove_action(a, values, now))
     return out
+
+
+def remove_action(added: dict, partition: dict, now: int) -> RemoveAction:
+    """The remove action of a file `get_add_actions` listed (`added`), `partition` its typed values."""
+    # get_add_actions gives paths URI-encoded once more than the log holds them (FIELD_NOTES)
+    # get_add_actions types the partition values; a remove action carries them as the log's text
+    return RemoveAction(path=unquote(added["path"]), data_change=True, deletion_timestamp=now,
+                        size=added["size_bytes"],
+                        partition_values={c: partition_text(v) for c, v in partition.items()} or None)
 
 
 def commit(table_path: str, dt_: DeltaTable | None, schema: pa.Schema, adds: list[AddAction],
