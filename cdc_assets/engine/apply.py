@@ -279,15 +279,25 @@ def merge_source(table_dir: str, table: TableConfig, dt_: DeltaTable, applied: i
     alive = [not (op == UPSERT and k in tombs and tombs[k] > o) for k, op, o in zip(keys, ops, orders)]
     live = winners.filter(pa.array(alive, pa.bool_()))
     live = live.append_column("_cdc_apply", live["_cdc_op"])
-    imaged = pc.is_valid(live["_cdc_row"])
-    image_rows = live.filter(imaged).to_pylist()
-    images = [decode_row(w["_cdc_row"]) for w in image_rows]
+    images = [decode_row(r) for r in live["_cdc_row"].to_pylist() if r is not None]
     columns = _columns(dt_, images, table_dir, table)
-    extra = shape.META_COLUMNS + ("_cdc_apply",)
-    source = pa.concat_tables([_target_rows(image_rows, columns, images, extra=("_cdc_apply",)),
-                               _cast_typed(live.filter(pc.invert(imaged)), columns, extra).cast(
-                                   _target_schema(columns, extra))])
+    source = _as_target_rows(live, columns, extra=("_cdc_apply",), images=images)
     return MergeSource(pending, winners, keys, ops, tombs, columns, source)
+
+
+def _as_target_rows(live: pa.Table, columns: dict[str, str], extra=(), images: list[dict] | None = None) -> pa.Table:
+    """Staged records as target rows: row images decoded into typed columns, typed columns cast
+    (`_cast_typed`), the `extra` columns kept after the bookkeeping ones. `images`: the decoded
+    images of `live`'s imaged records, in order, when the caller has them already."""
+    imaged = pc.is_valid(live["_cdc_row"])
+    meta = shape.META_COLUMNS + tuple(extra)
+    typed = _cast_typed(_where(live, pc.invert(imaged)), columns, meta).cast(_target_schema(columns, meta))
+    if live["_cdc_row"].null_count == live.num_rows:
+        return typed
+    image_rows = live.filter(imaged).to_pylist()
+    if images is None:
+        images = [decode_row(w["_cdc_row"]) for w in image_rows]
+    return pa.concat_tables([_target_rows(image_rows, columns, images, extra), typed])
 
 
 def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
@@ -470,13 +480,7 @@ class _LocalHistory:
         if partition_keys is not None:
             wanted = [shape.partition_text(shape.partition_values(k)) for k in partition_keys]
             live = _where(live, pc.is_in(live["_cdc_partition"], value_set=pa.array(wanted, pa.string())))
-        imaged = pc.is_valid(live["_cdc_row"])
-        image_rows = live.filter(imaged).to_pylist() if live["_cdc_row"].null_count < live.num_rows else []
-        plain = _where(live, pc.invert(imaged)).select(list(self.columns) + list(shape.META_COLUMNS))
-        typed = plain.cast(_target_schema(self.columns))
-        if image_rows:
-            typed = pa.concat_tables([
-                _target_rows(image_rows, self.columns, [decode_row(w["_cdc_row"]) for w in image_rows]), typed])
+        typed = _as_target_rows(live, self.columns)
         # key ranges in files of ROWS_PER_FILE rows (within a partition), as _SparkHistory writes them
         order = pc.sort_indices(typed, [(c, "ascending") for c in list(table.partition_by) + list(table.keys)])
         if not np.array_equal(order.to_numpy(), np.arange(len(order))):  # an export in key order is kept as it is
