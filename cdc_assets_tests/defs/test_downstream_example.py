@@ -1,5 +1,5 @@
-"""The README's example of a user's own asset downstream of a target runs as written: its code,
-taken from the README, loads the ORDERS target through dagster-deltalake's DeltaTableResource
+"""The documentation's example of a user's own asset downstream of a target runs as written: its
+code, taken from docs/downstream.md, loads the ORDERS target through dagster-deltalake's DeltaTableResource
 after a `cdc-assets run`, in a Dagster materialization, with a local warehouse and with one in
 an object store."""
 from __future__ import annotations
@@ -19,10 +19,10 @@ pytestmark = pytest.mark.spark
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def readme_example() -> str:
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as fh:
+def documented_example() -> str:
+    with open(os.path.join(REPO, "docs", "downstream.md"), encoding="utf-8") as fh:
         text = fh.read()
-    section = text[text.index("### Your own assets downstream of a target"):]
+    section = text[text.index("## Your own assets downstream of a target"):]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
@@ -32,7 +32,7 @@ def warehouse(request, workdir) -> str:
     return str(workdir / "warehouse") if request.param == "local" else request.getfixturevalue("s3_warehouse")
 
 
-def test_the_readme_downstream_asset_reads_the_target(spark, workdir, warehouse, monkeypatch):
+def test_the_documented_downstream_asset_reads_the_target(spark, workdir, warehouse, monkeypatch):
     cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "datastream-json"}], warehouse=warehouse)
     land(cfg, "ORDERS", "batch-0001", {"part-1.jsonl": jsonl([
         mysql("INSERT", {"id": 1, "status": "open"}, 1, 1), mysql("INSERT", {"id": 2, "status": "open"}, 1, 2),
@@ -41,7 +41,7 @@ def test_the_readme_downstream_asset_reads_the_target(spark, workdir, warehouse,
 
     monkeypatch.chdir(workdir)  # the example reads ./cdc.yaml
     example = workdir / "user_definitions.py"
-    example.write_text(readme_example())
+    example.write_text(documented_example())
     defs = runpy.run_path(str(example))["defs"]
     job = dg.define_asset_job("downstream", selection=["orders_per_status"])
     result = dg.Definitions.merge(defs, dg.Definitions(jobs=[job])).resolve_job_def("downstream").execute_in_process(
