@@ -27,3 +27,14 @@ def test_the_readme_is_short_and_its_links_lead_to_files():
     assert local, "the README links to its documentation"
     missing = [t for t in local if not os.path.exists(os.path.join(REPO, t))]
     assert missing == []
+
+
+def test_every_key_cdc_yaml_accepts_is_documented():
+    from cdc_assets.core import config
+
+    with open(os.path.join(REPO, "docs", "configuration.md"), encoding="utf-8") as fh:
+        text = fh.read()
+    accepted = (config.TOP_KEYS | config.TABLE_KEYS | config.APPLY_KEYS | config.MAINTENANCE_KEYS
+                | config.PUBLISH_KEYS | config.CHANGESET_OPTIONS)
+    undocumented = sorted(k for k in accepted if not re.search(rf"(?<![\w-]){re.escape(k)}:", text))
+    assert undocumented == []
