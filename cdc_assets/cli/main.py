@@ -1,4 +1,4 @@
-"""`cdc-assets`: run, status, read, history, restore, maintain, rekey, generate, demo, ui, spark."""
+"""`cdc-assets`: init, run, status, read, history, restore, maintain, rekey, generate, demo, ui, spark."""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +7,7 @@ import os
 import sys
 import traceback
 
-from . import demo, generate, maintain, read, rekey, run, spark, status, ui, versions
+from . import demo, generate, init, maintain, read, rekey, run, spark, status, ui, versions
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -15,7 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version",
                         version=f"cdc-assets {importlib.metadata.version('cdc_assets')}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (run, status, read, versions, maintain, rekey, generate, demo, ui, spark):
+    for module in (init, run, status, read, versions, maintain, rekey, generate, demo, ui, spark):
         module.register(sub)
     return parser
 

@@ -19,3 +19,11 @@ tables:
     # maintenance: {retention: 7d, schedule: "0 3 * * *"}
     # history: true               # every version of each key (SCD type 2)
 """
+
+STARTER_WORKSPACE = """\
+# `dagster dev` in this folder loads the tables of ./cdc.yaml (or of the file CDC_ASSETS_CONFIG names).
+load_from:
+  - python_module:
+      module_name: cdc_assets.definitions
+      location_name: cdc_assets
+"""
