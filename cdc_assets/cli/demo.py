@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 
 from . import emulators
@@ -162,7 +163,8 @@ def _demo(root: str, seed: int, bigquery_client=None) -> int:
         print(line + f" -> {'OK' if bad == 0 else 'DISCREPANCIES'}")
     print(f"demo {'passed' if ok else 'FAILED'} in {time.time() - t0:.0f}s")
     if not gcp:
+        program = os.path.relpath(os.path.join(os.path.dirname(sys.executable), "cdc-assets"))  # this install's
         print("Open the UI on the result:\n"
-              f"  .venv/bin/cdc-assets ui --config {os.path.relpath(os.path.join(root, 'cdc.yaml'))}\n"
+              f"  {program} ui --config {os.path.relpath(os.path.join(root, 'cdc.yaml'))}\n"
               "  then browse http://127.0.0.1:3000")
     return 0 if ok else 1
