@@ -38,3 +38,64 @@ def test_every_key_cdc_yaml_accepts_is_documented():
                 | config.PUBLISH_KEYS | config.CHANGESET_OPTIONS)
     undocumented = sorted(k for k in accepted if not re.search(rf"(?<![\w-]){re.escape(k)}:", text))
     assert undocumented == []
+
+
+def _blocks(language: str) -> list[tuple[str, str]]:
+    """(page, body) of every fenced block in `language` in the README and the documentation pages."""
+    pages = ["README.md"] + sorted(os.path.join("docs", p) for p in os.listdir(os.path.join(REPO, "docs"))
+                                   if p.endswith(".md"))
+    out = []
+    for page in pages:
+        with open(os.path.join(REPO, page), encoding="utf-8") as fh:
+            out += [(page, body) for body in re.findall(rf"```{language}\n(.*?)```", fh.read(), re.S)]
+    return out
+
+
+def test_every_whole_cdc_yaml_the_docs_show_is_valid(tmp_path):
+    from cdc_assets.core.config import load_config
+
+    whole = [(page, body) for page, body in _blocks("yaml")
+             if re.search(r"^warehouse:", body, re.M) and re.search(r"^tables:", body, re.M)]
+    assert len(whole) >= 3
+    for i, (page, body) in enumerate(whole):
+        path = tmp_path / f"cdc-{i}.yaml"
+        path.write_text(body)
+        assert load_config(str(path)).tables, page
+
+
+def test_every_cdc_assets_command_the_docs_show_parses():
+    from cdc_assets.cli.main import build_parser
+
+    commands = []
+    for page, body in _blocks("bash"):
+        for line in body.splitlines():
+            line = line.split("  #")[0].strip()
+            if re.match(r"^(\S*/)?cdc-assets ", line):
+                commands.append((page, line.split()[1:]))
+    assert len(commands) >= 3
+    for page, argv in commands:
+        try:
+            build_parser().parse_args(argv)
+        except SystemExit as e:
+            raise AssertionError(f"{page}: cdc-assets {' '.join(argv)} does not parse") from e
+
+
+def test_the_readme_table_runs_as_written(tmp_path, monkeypatch, capsys):
+    from cdc_assets.cli.main import main
+    from cdc_assets_tests.engine.records import mysql
+    from cdc_assets_tests.helpers import jsonl
+
+    [config] = [body for page, body in _blocks("yaml") if page == "README.md"]
+    (tmp_path / "cdc.yaml").write_text(config)
+    batch = tmp_path / "landing" / "ORDERS" / "batch-1"
+    batch.mkdir(parents=True)
+    (batch / "part-1.jsonl").write_text(jsonl([mysql("INSERT", {"order_id": 1, "status": "open"}, 1, 1),
+                                               mysql("UPDATE", {"order_id": 1, "status": "paid"}, 1, 2)]))
+    [run] = [line.split("  #")[0].split()[1:] for page, body in _blocks("bash") if page == "README.md"
+             for line in body.splitlines() if "cdc-assets run " in line]
+    monkeypatch.chdir(tmp_path)
+    assert main(run) == 0
+    from deltalake import DeltaTable
+
+    target = DeltaTable(str(tmp_path / "warehouse" / "ORDERS" / "target")).to_pyarrow_table()
+    assert target.select(["order_id", "status"]).to_pylist() == [{"order_id": 1, "status": "paid"}]

@@ -14,7 +14,7 @@ tables:
     # partition_by: [region]      # target partition columns
     # base_snapshot: ./exports/ORDERS.csv       # the source export the table starts from
     # reconcile_with: ./exports/ORDERS.csv      # check the target against this export
-    # columns: {amount: decimal(12,2)}          # types of columns whose files carry none (JSON, CSV)
+    # columns: {amount: "decimal(12,2)"}        # types of columns whose files carry none (JSON, CSV)
     # apply: {min_changes: 1000, max_staleness: 15m}   # merges wait; default: every batch
     # maintenance: {retention: 7d, schedule: "0 3 * * *"}
     # history: true               # every version of each key (SCD type 2)
