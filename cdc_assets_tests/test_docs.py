@@ -99,3 +99,23 @@ def test_the_readme_table_runs_as_written(tmp_path, monkeypatch, capsys):
 
     target = DeltaTable(str(tmp_path / "warehouse" / "ORDERS" / "target")).to_pyarrow_table()
     assert target.select(["order_id", "status"]).to_pylist() == [{"order_id": 1, "status": "paid"}]
+
+
+def test_the_troubleshooting_page_reads_the_quarantine_as_written(tmp_path, monkeypatch, capsys):
+    from cdc_assets.cli.main import main
+    from cdc_assets_tests.engine.records import mysql
+    from cdc_assets_tests.helpers import jsonl
+
+    [config] = [body for page, body in _blocks("yaml") if page == "README.md"]
+    (tmp_path / "cdc.yaml").write_text(config)
+    batch = tmp_path / "landing" / "ORDERS" / "batch-1"
+    batch.mkdir(parents=True)
+    (batch / "part-1.jsonl").write_text(jsonl([mysql("INSERT", {"order_id": 1, "status": "open"}, 1, 1)])
+                                        + "{not json\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--config", "cdc.yaml"]) == 0
+    [snippet] = [body for page, body in _blocks("python") if page == os.path.join("docs", "troubleshooting.md")]
+    capsys.readouterr()
+    exec(compile(snippet, "troubleshooting.md", "exec"), {})  # noqa: S102 - the documented snippet
+    shown = capsys.readouterr().out
+    assert re.search(r"^b0+1 \S*part-1\.jsonl 2 not valid JSON", shown, re.M), shown  # batch, file, line, reason
