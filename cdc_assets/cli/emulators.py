@@ -66,7 +66,7 @@ def bigquery() -> Iterator[str]:
 def s3(bucket: str) -> Iterator[str]:
     """An S3-compatible server in memory (moto's server mode) with `bucket`; yields its address.
     It stands in for Cloud Storage as the warehouse's object store, since delta-rs cannot write to
-    the Cloud Storage emulator (FIELD_NOTES); it sets the AWS_* variables delta-rs and Arrow read.
+    the Cloud Storage emulator; it sets the AWS_* variables delta-rs and Arrow read.
     It runs as a child process: some delta-rs calls hold Python's global lock while they wait
     for the store, which a server thread in this process could then never answer."""
     import socket

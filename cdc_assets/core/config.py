@@ -1,4 +1,4 @@
-"""`cdc.yaml` (SPEC section 1): read, validated, with errors naming table and field."""
+"""`cdc.yaml`: read, validated, with errors naming table and field."""
 from __future__ import annotations
 
 import os
@@ -413,7 +413,7 @@ def _cron(value, where: str) -> str | None:
 
 
 def _columns(value, here: str, rename: dict) -> dict:
-    """`columns:` maps column names to types (SPEC 3), for files that carry none (JSON, CSV)."""
+    """`columns:` maps column names to types, for files that carry none (JSON, CSV)."""
     if value is None:
         return {}
     if not isinstance(value, dict):

@@ -1,4 +1,4 @@
-"""Cycles on a schedule (issue 9, item 2): `schedule:` on a table, `groups:` of tables that share one
+"""Cycles on a schedule: `schedule:` on a table, `groups:` of tables that share one
 schedule, and the `timezone:` their cron strings are read in (defs/schedules.py wires them).
 
 Kept apart from config.py, which calls these and turns a ValueError into a ConfigError."""

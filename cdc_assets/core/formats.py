@@ -1,4 +1,4 @@
-"""Change files to canonical changes (SPEC section 3).
+"""Change files to canonical changes.
 
 `parse_file` takes a file's bytes and yields, per record, a `Change` or a
 `Rejection` naming the line and the reason; one bad record never hides the
@@ -151,8 +151,8 @@ def _records(name: str, data: bytes, fmt: str, file_types: dict | None = None, h
     if lower.endswith(".gz"):
         try:
             data = gzip.decompress(data)
-        # FIX (SPEC 4.7): a gzip header over corrupt deflate data raises zlib.error, which
-        # escaped parse_file and failed the whole table instead of quarantining the file.
+        # A gzip header over corrupt deflate data raises zlib.error: the file goes to quarantine,
+        # it does not fail the table.
         except (OSError, EOFError, zlib.error) as e:
             yield 0, RecordError(f"not a readable gzip file: {e}"), preview(data)
             return
@@ -238,10 +238,8 @@ _SURROGATE = re.compile("[\udc80-\udcff]")
 def _csv_records(data: bytes, header_needs: list[str] = ()):
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
-    # FIX (SPEC 4.7, "bad input never ... loses a record"): invalid UTF-8 used to
-    # stop the whole file at the first bad byte, dropping every later row without
-    # a quarantine entry. Bytes that are not UTF-8 are now kept as surrogates and
-    # only the rows holding them are rejected; the rows around them still parse.
+    # Bytes that are not UTF-8 are kept as surrogates, so only the rows holding them are
+    # rejected and the rows around them still parse (bad input never loses a record).
     text = data.decode("utf-8", "surrogateescape")
     lines = text.split("\n")
 
@@ -268,9 +266,8 @@ def _csv_records(data: bytes, header_needs: list[str] = ()):
         bad_header = "CSV header is not valid UTF-8"
     elif dupes or any(h == "" for h in header):
         bad_header = "CSV header has " + (f"duplicated columns {dupes}" if dupes else "an empty column name")
-    # FIX: a header problem used to be reported from a separate loop that let a
-    # csv.Error escape parse_file, gave multi-line rows their last line and
-    # rejected blank lines; every row now goes through the one loop below.
+    # Every row, the header's problems included, goes through the one loop below, so a csv.Error
+    # never escapes parse_file, a multi-line row keeps its first line and blank lines are skipped.
     start = reader.line_num + 1
     while True:
         try:
@@ -279,7 +276,7 @@ def _csv_records(data: bytes, header_needs: list[str] = ()):
             return
         except csv.Error as e:
             yield reader.line_num, RecordError(f"CSV: {e}"), _text(raw_of(start, reader.line_num))
-            start = reader.line_num + 1  # FIX: the next row's line used to be off by the failed one
+            start = reader.line_num + 1  # the next row starts after the failed one
             continue
         line = start
         start = reader.line_num + 1
@@ -447,7 +444,7 @@ def _row(values: dict, typing: Typing | None = None) -> dict:
 @functools.lru_cache(maxsize=1024)
 def _target_names(source: tuple, rename: tuple) -> tuple[str, ...] | str:
     """The target names of a record's columns (after the table's `rename:`), or why they cannot
-    be the columns of a target (SPEC 3): a name Delta forbids, a `_cdc_` name, two names one but
+    be the columns of a target: a name Delta forbids, a `_cdc_` name, two names one but
     for case. Records of a file share their names, so each set of names is checked once."""
     renamed = dict(rename)
     out: dict[str, tuple[str, str]] = {}  # lower-case target name -> (source name, target name)
@@ -529,7 +526,7 @@ def _hex_parts(value, name: str, seps: str) -> list[int]:
 
 
 def _source_position(meta: dict, read_method: str) -> str:
-    """The source's log position, per source kind (SPEC section 3)."""
+    """The source's log position, per source kind."""
     if "scn" in meta or read_method.startswith("oracle"):
         rs = meta.get("rs_id")
         rs_parts = _hex_parts(rs, "rs_id", ".") if isinstance(rs, str) and rs.strip() else [0, 0, 0]
@@ -602,7 +599,7 @@ def _debezium(record: dict, keys, options, line, typing: Typing | None = None) -
 
 
 def _debezium_position(source: dict, snapshot_read: bool) -> str:
-    """The connector's log position (SPEC section 3), after `source.ts_ms`. A snapshot read may
+    """The connector's log position, after `source.ts_ms`. A snapshot read may
     lack position fields (they count as 0): it is ordered only among the snapshot reads."""
     connector = source.get("connector")
     if connector is None:

@@ -1,4 +1,4 @@
-"""SCD type 2 history: every version of each key, in the source's order (SPEC section 3).
+"""SCD type 2 history: every version of each key, in the source's order.
 
 A version is a change that reached `changes` (or a base snapshot row). Its place is its
 ordering key (`_cdc_order`: tier, source order, then arrival as the last tie-break), so a late

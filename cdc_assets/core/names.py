@@ -1,4 +1,4 @@
-"""Column names (SPEC 3 "Keys and names"): which a target can hold, and how each SQL dialect
+"""Column names: which a target can hold, and how each SQL dialect
 the engine writes names one.
 
 A Delta table without column mapping holds any name but one with a space or one of

@@ -75,8 +75,7 @@ def parse_timestamp(value) -> int:
     if isinstance(value, bool):
         raise OrderingError(f"timestamp {value!r} is not a time")
     if isinstance(value, float) and not math.isfinite(value):
-        # FIX (SPEC 4.7): JSON's NaN/Infinity raised ValueError/OverflowError here, which
-        # escaped parse_file and failed the table instead of quarantining the record.
+        # JSON's NaN and Infinity are no time: the record goes to quarantine, it does not fail the table.
         raise OrderingError(f"timestamp {value!r} is not a time")
     if isinstance(value, Decimal):  # a JSON number with a fraction, kept exact
         if not value.is_finite():
@@ -90,8 +89,7 @@ def parse_timestamp(value) -> int:
         raise OrderingError(f"timestamp {value!r} is not a time")
     text = value.strip()
     if _EPOCH_MS.fullmatch(text):
-        # FIX (seed 003: source_timestamp is a JSON string holding epoch
-        # milliseconds): digit-only text used to be rejected as unparseable.
+        # Digit-only text is epoch milliseconds (seed 003's source_timestamp is such a JSON string).
         return int(text) * 1000
     try:
         t = dt.datetime.fromisoformat(text.replace(" UTC", "+00:00"))
@@ -159,9 +157,8 @@ def typed_value(value) -> str:
         return "1" + _decimal(Decimal(value))
     if isinstance(value, float):
         return "1" + _decimal(Decimal(repr(value)))
-    # FIX (SPEC 3, changeset: "timestamps as time"): Parquet/Avro timestamp and
-    # decimal columns arrive as datetime/date/Decimal objects and used to be
-    # rejected ("cannot order changes"), quarantining every record of the file.
+    # Parquet and Avro timestamp and decimal columns arrive as datetime, date and Decimal objects,
+    # ordered as the times and numbers they are.
     if isinstance(value, Decimal):
         return "1" + _decimal(value)
     if isinstance(value, dt.date):

@@ -25,8 +25,8 @@ AUTOMATION_SENSOR = "cdc_automation_sensor"
 
 def follows_upstream() -> dg.AutomationCondition:
     """`AutomationCondition.eager()` without its wait for missing upstream partitions: the batch
-    partitions a table had before this Dagster instance (SPEC 2: a new instance never confuses
-    the warehouse) were never materialized in it and would hold the asset forever; what it
+    partitions a table had before this Dagster instance (a new instance never confuses the
+    warehouse) were never materialized in it and would hold the asset forever; what it
     reads is what the warehouse holds, whichever instance ran it."""
     return (dg.AutomationCondition.any_deps_updated().since_last_handled()
             & ~dg.AutomationCondition.any_deps_in_progress()

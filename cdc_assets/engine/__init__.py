@@ -1,1 +1,1 @@
-"""Spark and Delta input/output: Spark computes, delta-rs commits (FIELD_NOTES)."""
+"""Spark and Delta input/output: Spark computes, delta-rs commits: delta-spark does not load here."""

@@ -105,7 +105,7 @@ def extract_new_rows(client, table: TableConfig, table_dir: str, page_rows: int 
 
 def _write(rows, folder: str, number: int, after, upto) -> Extract:
     os.makedirs(folder, exist_ok=True)
-    name = f"extract-{number:08d}.parquet"  # names sort in extraction order: arrival order (SPEC 3)
+    name = f"extract-{number:08d}.parquet"  # names sort in extraction order: arrival order
     final, partial = os.path.join(folder, name), os.path.join(folder, f".{name}.partial")
     writer, written = None, 0
     try:

@@ -63,7 +63,7 @@ def spark_settings(config_spark: dict | None = None) -> dict:
 
 
 def prepare_environment() -> None:
-    # Python workers must run this interpreter, or they miss pyarrow (FIELD_NOTES).
+    # Python workers must run this interpreter, or they miss pyarrow.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
