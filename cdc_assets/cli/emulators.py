@@ -8,12 +8,14 @@ import contextlib
 import os
 from typing import Iterator
 
+from ..core.errors import TerminalError
+
 PROJECT = "cdc-assets-demo"
 NEEDS = "the Google Cloud emulators (gcp-storage-emulator, bqemulator) come with the test extra: " \
         ".venv/bin/uv pip install -e '.[test]' (./bootstrap.sh installs it)"
 
 
-class EmulatorMissing(RuntimeError):
+class EmulatorMissing(TerminalError, RuntimeError):
     pass
 
 

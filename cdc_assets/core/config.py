@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from .apply_policy import ApplyPolicy, parse_duration
+from .errors import TerminalError
 from .formats import FORMATS, inserts
 from . import cycles, names
 from .cycles import CycleGroup
@@ -33,7 +34,7 @@ CHANGESET_OPTIONS = {"op_column", "sequence_by", "inserts", "updates", "deletes"
 MAX_KEYS = 16
 
 
-class ConfigError(ValueError):
+class ConfigError(TerminalError, ValueError):
     pass
 
 

@@ -24,6 +24,8 @@ from .ordering import OrderingError
 from .values import (BINARY, BOOLEAN, DATE, DOUBLE, INT, LONG, MAX_PRECISION, STRING, TIMESTAMP, TIMESTAMP_NTZ,
                      Misfit, NumberText, convert, decimal_type, infer_text, parse_type, source_value)
 
+from .errors import TerminalError
+
 FORMATS = ("datastream-json", "datastream-avro", "bigquery-append", "bigquery-cdc", "changeset", "debezium-json")
 
 DATASTREAM_TYPES = {"INSERT": UPSERT, "UPDATE": UPSERT, "UPDATE-INSERT": UPSERT, "DELETE": DELETE, "UPDATE-DELETE": DELETE}
@@ -33,7 +35,7 @@ CDC_TYPES = {"UPSERT": UPSERT, "DELETE": DELETE}
 MAX_LINE = 16 * 1024 * 1024
 
 
-class RecordError(ValueError):
+class RecordError(TerminalError, ValueError):
     """One record cannot become a change; the message is the quarantine reason."""
 
 

@@ -11,6 +11,8 @@ import math
 import re
 from decimal import Decimal, InvalidOperation
 
+from .errors import TerminalError
+
 U64_MAX = (1 << 64) - 1
 _HEX = re.compile(r"[0-9A-Fa-f]{1,16}")
 _EPOCH_MS = re.compile(r"[+-]?\d{1,19}")
@@ -20,7 +22,7 @@ BASE_TIER = "0"
 CHANGE_TIER = "1"
 
 
-class OrderingError(ValueError):
+class OrderingError(TerminalError, ValueError):
     """A value that cannot be turned into an ordering key component."""
 
 

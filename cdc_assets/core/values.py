@@ -21,6 +21,8 @@ import re
 import uuid
 from decimal import Decimal, InvalidOperation, localcontext
 
+from .errors import TerminalError
+
 # ASCII digits only: \d alone matches any Unicode digit, which would read CSV text "1٣" as the
 # integer 13 (and the key 13) and "٣.5" as 3.5.
 _INT = re.compile(r"[+-]?(0|[1-9]\d*)", re.ASCII)
@@ -41,7 +43,7 @@ class NumberText(Decimal):
     __slots__ = ()
 
 
-class Misfit(ValueError):
+class Misfit(TerminalError, ValueError):
     """A value that does not fit a column type; the message names types, never the value."""
 
 

@@ -47,6 +47,7 @@ from . import delta, faults, storage
 from .records import read_records
 from .stage import latest_of_batch
 from .tables import STAGING, TARGET, path
+from ..core.errors import TerminalError
 
 PUBLISHED = "published"  # the ledger table, and the step name its commits carry
 STAGING_SUFFIX = "__cdc_publish_staging"
@@ -68,7 +69,7 @@ LEDGER_FIELDS = (("batch_seq", "long"), ("target_version", "long"), ("destinatio
                  ("published_at", "string"))
 
 
-class BigQueryPublishError(RuntimeError):
+class BigQueryPublishError(TerminalError, RuntimeError):
     """A BigQuery call of a publish (or of its check) failed: the message names the table, the
     destination, the statement and BigQuery's own reason, on one line."""
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import pyarrow.parquet as pq
 
 from ..core.config import BIGQUERY_SOURCE, TableConfig
+from ..core.errors import TerminalError
 
 SCHEME = "bigquery://"
 EXTRACTS = "extracts"
@@ -35,7 +36,7 @@ POSITION_TYPES = {"INTEGER": "INT64", "INT64": "INT64", "NUMERIC": "NUMERIC", "B
                   "TIMESTAMP": "TIMESTAMP", "DATETIME": "DATETIME", "DATE": "DATE"}
 
 
-class SourceError(RuntimeError):
+class SourceError(TerminalError, RuntimeError):
     """The BigQuery source cannot be read; the message names the table, the source and the cause."""
 
 

@@ -19,6 +19,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from ..core.config import Config
+from ..core.errors import TransientError
 
 HOST = "127.0.0.1"
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -26,7 +27,7 @@ READY_TIMEOUT = 180.0  # start-up takes 15-35 s here, far longer when the machin
 PROBE_TIMEOUT = 15.0
 
 
-class SparkServerError(RuntimeError):
+class SparkServerError(TransientError, RuntimeError):
     """The Spark Connect server could not be started or stopped; the message says why."""
 
 

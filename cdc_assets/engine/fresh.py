@@ -26,9 +26,10 @@ from . import delta
 from .apply import _cast_typed, _existing_columns, _target_schema, merge_source
 from .landing import batches_path
 from .tables import BASE, STAGING, TARGET, path
+from ..core.errors import TerminalError
 
 
-class FreshReadError(RuntimeError):
+class FreshReadError(TerminalError, RuntimeError):
     """A fresh read that cannot be made; the message names the table."""
 
 

@@ -17,12 +17,14 @@ import os
 import threading
 from dataclasses import dataclass
 
+from ..core.errors import TerminalError
+
 SCHEME = "gs://"
 _clients: dict[tuple, object] = {}
 _lock = threading.Lock()
 
 
-class ObjectError(OSError):
+class ObjectError(TerminalError, OSError):
     """An object that cannot be listed or read; its message names the object and the cause."""
 
 

@@ -24,12 +24,13 @@ from . import delta, storage
 from .ingest import column_types
 from .records import read_records
 from .tables import BASE, CHANGES, HISTORY, STAGING, TARGET, TOMBSTONES, path
+from ..core.errors import TerminalError
 
 MARKER, EXACT = "key_identity", b"exact\n"
 RECORD_TABLES = (CHANGES, STAGING, BASE)
 
 
-class RekeyNeeded(RuntimeError):
+class RekeyNeeded(TerminalError, RuntimeError):
     """A table's stored keys were built by the earlier rule and some read differently now."""
 
 

@@ -16,6 +16,8 @@ import os
 import posixpath
 import uuid
 
+from ..core.errors import TerminalError
+
 SCHEMES = ("gs", "s3")
 
 # The environment variables that configure each store, read once per call of `settings`.
@@ -25,7 +27,7 @@ _S3_ENV = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AW
 _GCS_ENV = ("GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT")
 
 
-class StorageError(OSError):
+class StorageError(TerminalError, OSError):
     """An object store refused or failed a request; the message names the location."""
 
 

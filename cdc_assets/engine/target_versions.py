@@ -20,6 +20,7 @@ from deltalake import CommitProperties, Transaction
 
 from . import delta
 from .tables import TARGET, path
+from ..core.errors import TerminalError
 
 RESTORE = "restore"
 
@@ -34,7 +35,7 @@ MAINTENANCE_KINDS = ("compaction", "zorder", "vacuum", "optimize", "vacuum start
 _REMOVE_NONE = ("properties", "set tblproperties", "vacuum", "vacuum start", "vacuum end")
 
 
-class TargetVersionError(ValueError):
+class TargetVersionError(TerminalError, ValueError):
     """A target version, or a change feed, that is not there; the message names the table."""
 
 
