@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from .apply_policy import ApplyPolicy, parse_duration
+from .config_keys import keys_under
 from .errors import TerminalError
 from .formats import FORMATS, inserts
 from . import cycles, names
@@ -16,21 +17,19 @@ from .maintenance_policy import MIN_RETENTION, MaintenancePolicy
 from .values import parse_type
 
 TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
-TOP_KEYS = {"warehouse", "landing", "tables", "spark", "groups", "timezone"}
+TOP_KEYS = keys_under("")  # every key and its meaning: config_keys.py
 # Object stores a warehouse can live in (engine/storage.py), besides a local folder.
 WAREHOUSE_SCHEMES = ("gs", "s3")
-TABLE_KEYS = {"name", "keys", "format", "options", "partition_by", "base_snapshot", "reconcile_with", "columns",
-              "source", "source_position", "publish", "change_feed", "apply", "maintenance",
-              "insert_only", "history", "schedule", "rename"}
-APPLY_KEYS = {"min_changes", "max_staleness"}
-MAINTENANCE_KEYS = {"retention", "zorder_by", "trim_changes_after", "trim_staging_after", "schedule"}
+TABLE_KEYS = keys_under("tables[]")
+APPLY_KEYS = keys_under("tables[].apply")
+MAINTENANCE_KEYS = keys_under("tables[].maintenance")
 # Formats a table can read from a BigQuery table instead of landed files (`source: bigquery://...`).
 BIGQUERY_SOURCE_FORMATS = ("bigquery-append", "bigquery-cdc")
 BIGQUERY_SOURCE = re.compile(r"bigquery://[A-Za-z0-9][A-Za-z0-9_.:-]*\.[A-Za-z0-9_]+\.[A-Za-z0-9_$-]+")
 # `publish: {bigquery: project.dataset.table}`: where a table's target is copied after each apply.
-PUBLISH_KEYS = {"bigquery"}
+PUBLISH_KEYS = keys_under("tables[].publish")
 BIGQUERY_TABLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*\.[A-Za-z0-9_]+\.[A-Za-z0-9_-]+")
-CHANGESET_OPTIONS = {"op_column", "sequence_by", "inserts", "updates", "deletes"}
+CHANGESET_OPTIONS = keys_under("tables[].options")
 MAX_KEYS = 16
 
 
@@ -162,7 +161,7 @@ def parse_config(raw, path: str) -> Config:
             if t.source:
                 # its extracts are the table's landing files, which are read from a folder or gs:// only
                 raise ConfigError(f"{where}: table '{t.name}': a BigQuery source needs a warehouse on a disk; "
-                                  f"'warehouse' is {warehouse!r} (README, \"On Google Cloud\")")
+                                  f"'warehouse' is {warehouse!r} (documentation: \"Google Cloud\")")
     try:  # cycles on a schedule: a table's own `schedule:`, `groups:` of tables, the `timezone:` of both
         zone = cycles.timezone(raw.get("timezone"), f"{where}: field 'timezone'")
         groups = cycles.groups(raw.get("groups"), {t.name: t.schedule for t in tables}, where)

@@ -8,13 +8,15 @@ import re
 import zoneinfo
 from dataclasses import dataclass
 
+from .config_keys import keys_under
+
 MONTHS = {m: i + 1 for i, m in enumerate("jan feb mar apr may jun jul aug sep oct nov dec".split())}
 DAYS = {d: i for i, d in enumerate("sun mon tue wed thu fri sat".split())}
 # (what the field is, lowest, highest, names it takes): the five fields of a cron string
 CRON_FIELDS = (("minute", 0, 59, {}), ("hour", 0, 23, {}), ("day of month", 1, 31, {}),
                ("month", 1, 12, MONTHS), ("day of week", 0, 7, DAYS))
 _ITEM = re.compile(r"(?P<range>\*|(?P<lo>[0-9]+|[a-z]{3})(?:-(?P<hi>[0-9]+|[a-z]{3}))?)(?:/(?P<step>[0-9]+))?")
-GROUP_KEYS = {"tables", "schedule", "parallel"}
+GROUP_KEYS = keys_under("groups.NAME")
 GROUP_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
 
 
