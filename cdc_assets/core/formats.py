@@ -17,6 +17,7 @@ import re
 import zlib
 from collections.abc import Iterable, Iterator
 from decimal import Decimal
+from typing import TypedDict
 
 from . import names, ordering
 from .changes import DELETE, UPSERT, Change, Rejection, content_id
@@ -33,6 +34,16 @@ CDC_TYPES = {"UPSERT": UPSERT, "DELETE": DELETE}
 # One record is at most this big: a bigger one is almost always a broken writer (a file
 # without newlines), and holding it would cost the worker its memory.
 MAX_LINE = 16 * 1024 * 1024
+
+
+class ChangesetOptions(TypedDict, total=False):
+    """A table's `options:`, which only format `changeset` takes (every other format's are empty):
+    the op column, the values in it that insert, update and delete, and the columns that order changes."""
+    op_column: str
+    sequence_by: list[str]
+    inserts: list[str]
+    updates: list[str]
+    deletes: list[str]
 
 
 class RecordError(TerminalError, ValueError):

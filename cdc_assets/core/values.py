@@ -388,7 +388,8 @@ def fits(value: object, type_: str) -> bool:
 _TAGS: dict[str, type[Decimal]] = {"$decimal": Decimal, "$number": NumberText}
 
 
-def _encode_value(value: Value) -> Value | dict[str, str]:
+def encode_value(value: Value) -> Value | dict[str, str]:
+    """A value as a row image's JSON holds it: a value JSON has no type for is tagged."""
     if isinstance(value, NumberText):
         return {"$number": str(value)}
     if isinstance(value, Decimal):
@@ -418,7 +419,7 @@ def _decode_value(value: Any) -> Any:
 
 
 def encode_row(row: Mapping[str, Value], sort_keys: bool = False) -> str:
-    return json.dumps({k: _encode_value(v) for k, v in row.items()}, ensure_ascii=False, sort_keys=sort_keys)
+    return json.dumps({k: encode_value(v) for k, v in row.items()}, ensure_ascii=False, sort_keys=sort_keys)
 
 
 def decode_row(text: str) -> Row:
