@@ -32,6 +32,7 @@ from .ordering import OrderingError
 from .typed_export import json_quoted, key_texts, string_array
 from .values import encode_value
 
+_STRING = pa.string()
 _encode_text = json.encoder.encode_basestring  # json.dumps(text, ensure_ascii=False), without the call
 
 
@@ -121,7 +122,7 @@ def typed_change_records(table: pa.Table, options: ChangesetOptions, keys: Seque
     partitions = string_array(key_texts([values.column(c) if c in values.column_names else pa.nulls(n)
                                      for c in partition_by])) if partition_by else pa.nulls(n, pa.string())
 
-    def constant(v: object, t: pa.DataType = pa.string()) -> pa.Array:
+    def constant(v: object, t: pa.DataType = _STRING) -> pa.Array:
         return pa.array([v] * n, t)
 
     record = {

@@ -22,6 +22,7 @@ from .changes import RECORD_FIELDS, UPSERT, storable_name
 from .formats import RAW_PREVIEW, scalar_column_type
 from .values import key_text, source_value
 
+_STRING = pa.string()
 SNAPSHOT = "SNAPSHOT"
 # A column type's Arrow type (the caller passes `target.arrow_type`)
 ArrowType = Callable[[str], pa.DataType]
@@ -160,7 +161,7 @@ def export_batch(data: pa.Table, first_line: int, keys: Sequence[str], partition
             keys_text[i] = None
     partitions = key_texts([data.column(c) for c in partition_by]) if partition_by else pa.nulls(n, pa.string())
 
-    def constant(v: object, t: pa.DataType = pa.string()) -> pa.Array:
+    def constant(v: object, t: pa.DataType = _STRING) -> pa.Array:
         return pa.nulls(n, t) if v is None else pa.repeat(pa.scalar(v, t), n)
 
     meta = {
