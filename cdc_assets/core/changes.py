@@ -121,16 +121,19 @@ def to_record(change: Change, *, batch_seq: int, batch_id: str, file_name: str, 
     }
 
 
-_last_types: list[dict[str, str] | str | None] = [None, None]  # the last types and their text: a file's rows share them
+# The last column types made text, and their text, as one tuple: a file's rows share them.
+_last_types: tuple[dict[str, str] | None, str | None] = (None, None)
 
 
 def _types_text(types: dict[str, str] | None) -> str | None:
+    global _last_types
     if not types:
         return None
-    if _last_types[0] != types:
-        _last_types[:] = [dict(types), json.dumps(types, sort_keys=True)]
-    text = _last_types[1]
-    return text if isinstance(text, str) else None
+    last, text = _last_types
+    if last != types or text is None:
+        text = json.dumps(types, sort_keys=True)
+        _last_types = (dict(types), text)
+    return text
 
 
 def to_reject(rej: Rejection, *, batch_seq: int, batch_id: str, file_name: str) -> RejectRecord:
