@@ -4,8 +4,10 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import TypedDict
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -13,8 +15,8 @@ import pyarrow.compute as pc
 from . import names, ordering
 from .schema import STRICT, split
 from .target import arrow_type
-from .values import (BINARY, BOOLEAN, DATE, DOUBLE, INT, LONG, NULL, STRING, TIMESTAMP, TIMESTAMP_NTZ, Misfit, convert,
-                     decimal_parts, encode_row, key_text)
+from .values import (BINARY, BOOLEAN, DATE, DOUBLE, INT, LONG, NULL, STRING, TIMESTAMP, TIMESTAMP_NTZ, Misfit, Row,
+                     Value, convert, decimal_parts, encode_row, key_text)
 
 UPSERT, DELETE = "U", "D"
 
@@ -45,18 +47,43 @@ REJECT_FIELDS = (
 )
 RAW_LIMIT = 64 * 1024  # quarantine keeps the raw text up to this many characters
 
+class ChangeRecord(TypedDict):
+    """A change as a flat record: RECORD_FIELDS, and its column types."""
+    _cdc_key: str
+    _cdc_op: str
+    _cdc_order: str
+    _cdc_event_id: str | None
+    _cdc_row: str
+    _cdc_partition: str | None
+    _cdc_change_type: str
+    _cdc_batch_seq: int
+    _cdc_batch: str
+    _cdc_file: str
+    _cdc_line: int
+    _cdc_types: str | None  # the change's column types as JSON (`Change.types`)
+
+
+class RejectRecord(TypedDict):
+    """A rejection as a quarantine record: REJECT_FIELDS."""
+    _cdc_batch_seq: int
+    _cdc_batch: str
+    _cdc_file: str
+    _cdc_line: int
+    _cdc_reason: str
+    _cdc_raw: str
+
 
 @dataclass
 class Change:
     line: int
-    key: tuple
+    key: tuple[Value, ...]
     op: str
-    row: dict
+    row: Row
     order: str  # the source's own order; tier and arrival are added by `to_record`
     event_id: str | None
     change_type: str
     _id_from_content: bool = field(default=False, repr=False)
-    types: dict | None = field(default=None, repr=False, kw_only=True)  # the file's or declared column types
+    types: dict[str, str] | None = field(default=None, repr=False, kw_only=True)  # the file's or declared column types
     # The change's own tier when its format says it (a Debezium snapshot read ranks as a base row,
     # rule 3); None takes the tier of the file it came in.
     tier: str | None = field(default=None, repr=False, kw_only=True)
@@ -69,14 +96,14 @@ class Rejection:
     raw: str
 
 
-def content_id(key: tuple, op: str, order: str, row: dict) -> str:
+def content_id(key: Sequence[Value], op: str, order: str, row: Mapping[str, Value]) -> str:
     """An event id for formats without one: identical re-deliveries collapse."""
     text = json.dumps([key_text(key), op, order, encode_row(row, sort_keys=True)], ensure_ascii=False)
     return "sha1:" + hashlib.sha1(text.encode("utf-8")).hexdigest()
 
 
 def to_record(change: Change, *, batch_seq: int, batch_id: str, file_name: str, file_index: int,
-              partition_by: list[str], tier: str = ordering.CHANGE_TIER) -> dict:
+              partition_by: Sequence[str], tier: str = ordering.CHANGE_TIER) -> ChangeRecord:
     return {
         "_cdc_key": key_text(change.key),
         "_cdc_op": change.op,
@@ -94,18 +121,22 @@ def to_record(change: Change, *, batch_seq: int, batch_id: str, file_name: str, 
     }
 
 
-_last_types: list = [None, None]  # the last types and their text: a file's rows share them
+# The last column types made text, and their text, as one tuple: a file's rows share them.
+_last_types: tuple[dict[str, str] | None, str | None] = (None, None)
 
 
-def _types_text(types: dict | None) -> str | None:
+def _types_text(types: dict[str, str] | None) -> str | None:
+    global _last_types
     if not types:
         return None
-    if _last_types[0] != types:
-        _last_types[:] = [dict(types), json.dumps(types, sort_keys=True)]
-    return _last_types[1]
+    last, text = _last_types
+    if last != types or text is None:
+        text = json.dumps(types, sort_keys=True)
+        _last_types = (dict(types), text)
+    return text
 
 
-def to_reject(rej: Rejection, *, batch_seq: int, batch_id: str, file_name: str) -> dict:
+def to_reject(rej: Rejection, *, batch_seq: int, batch_id: str, file_name: str) -> RejectRecord:
     return {
         "_cdc_batch_seq": batch_seq,
         "_cdc_batch": batch_id,
@@ -122,7 +153,7 @@ def storable_name(column: str) -> bool:
     return names.unstorable(column) is None and "`" not in column
 
 
-def stored_form(images: list[dict], from_text: list[bool], ledger: dict[str, str],
+def stored_form(images: list[Row], from_text: list[bool], ledger: dict[str, str],
                 stored: dict[str, str]) -> tuple[dict[str, pa.Array], list[bool]]:
     """How each change of a batch is stored: in typed columns, or as its row image.
 
@@ -150,7 +181,7 @@ def stored_form(images: list[dict], from_text: list[bool], ledger: dict[str, str
         arrays[column], fits = _typed_array(values, want)
         typed = [ok and f for ok, f in zip(typed, fits)]
     kept = pa.array(typed, pa.bool_())
-    out = {}
+    out: dict[str, pa.Array] = {}
     for column, type_ in stored.items():
         out[column] = pa.nulls(len(images), arrow_type(type_)) if column not in arrays else arrays.pop(column)
     out.update(arrays)
@@ -165,7 +196,7 @@ _EXACT = {BOOLEAN: (bool,), INT: (int,), LONG: (int,), DOUBLE: (float,), STRING:
           BINARY: (bytes,)}
 
 
-def _typed_array(values: list, type_: str) -> tuple[pa.Array, list[bool]]:
+def _typed_array(values: list[Value], type_: str) -> tuple[pa.Array, list[bool]]:
     """Values as a column of a column type, and which of them fit it (nulls fit). Values of
     one exact Python type are converted by Arrow (a decimal by a safe cast, which refuses
     to round or overflow), the others value by value through `convert`."""
@@ -178,11 +209,13 @@ def _typed_array(values: list, type_: str) -> tuple[pa.Array, list[bool]]:
         if decimal_parts(type_) and kinds <= {Decimal}:
             return pc.cast(pa.array(values), want), [True] * len(values)
         if type_ in (TIMESTAMP, TIMESTAMP_NTZ) and kinds <= {dt.datetime} and \
-                all((v.tzinfo is not None) == (type_ == TIMESTAMP) for v in values if v is not None):
+                all(isinstance(v, dt.datetime) and (v.tzinfo is not None) == (type_ == TIMESTAMP)
+                    for v in values if v is not None):
             return pa.array(values, want), [True] * len(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
         pass  # some value does not fit as it is: each is converted (or refused) on its own
-    out, fits = [], []
+    out: list[Value] = []
+    fits: list[bool] = []
     for v in values:
         try:
             out.append(convert(v, type_))

@@ -3,17 +3,19 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from typing import Any, TypedDict
 
 import yaml
 
 from .apply_policy import ApplyPolicy, parse_duration
 from .config_keys import keys_under
 from .errors import TerminalError
-from .formats import FORMATS, inserts
+from .formats import FORMATS, ChangesetOptions, inserts
 from . import cycles, names
 from .cycles import CycleGroup
-from .maintenance_policy import MIN_RETENTION, MaintenancePolicy
+from .maintenance_policy import DEFAULT_RETENTION, DEFAULT_SCHEDULE, MIN_RETENTION, MaintenancePolicy
 from .values import parse_type
 
 TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
@@ -37,19 +39,24 @@ class ConfigError(TerminalError, ValueError):
     pass
 
 
+class Publish(TypedDict, total=False):
+    """A table's `publish:`: where its target is copied after each apply."""
+    bigquery: str  # project.dataset.table
+
+
 @dataclass(frozen=True)
 class TableConfig:
     name: str
     keys: tuple[str, ...]
     format: str
-    options: dict = field(default_factory=dict, hash=False, compare=False)
+    options: ChangesetOptions = field(default_factory=lambda: ChangesetOptions(), hash=False, compare=False)
     partition_by: tuple[str, ...] = ()
     base_snapshot: str | None = None
     reconcile_with: str | None = None
-    columns: dict = field(default_factory=dict, hash=False, compare=False)  # declared column types
+    columns: dict[str, str] = field(default_factory=dict, hash=False, compare=False)  # declared column types
     source: str | None = None  # bigquery://project.dataset.table: the changes are that table's rows
     source_position: str | None = None  # the source column that grows as rows are appended
-    publish: dict = field(default_factory=dict, hash=False, compare=False)  # {"bigquery": "project.dataset.table"}
+    publish: Publish = field(default_factory=lambda: Publish(), hash=False, compare=False)
     change_feed: bool = False  # the target records Delta's change data feed: row-level changes per version
     apply: ApplyPolicy = field(default_factory=ApplyPolicy)  # when pending changes are merged
     maintenance: MaintenancePolicy = field(default_factory=MaintenancePolicy)  # compaction, trim, vacuum
@@ -58,7 +65,7 @@ class TableConfig:
     schedule: str | None = None  # cron of the table's own cycle schedule (defs/schedules.py); None: none
     # source column name -> target column name, for names a target cannot hold (core/names.py);
     # keys, partition_by, columns and zorder_by name target columns
-    rename: dict = field(default_factory=dict, hash=False, compare=False)
+    rename: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -67,7 +74,7 @@ class Config:
     warehouse: str
     landing: str
     tables: tuple[TableConfig, ...]
-    spark: dict = field(default_factory=dict, hash=False, compare=False)
+    spark: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
     groups: tuple[CycleGroup, ...] = ()  # `groups:` tables whose cycles run together on one schedule
     timezone: str | None = None  # IANA name the file's cron strings are read in (None: UTC)
 
@@ -88,11 +95,11 @@ class Config:
         return os.path.join(self.landing, name)
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+class _UniqueKeyLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no type hints
     """YAML's safe loader, refusing a mapping that gives one key twice (YAML keeps the last silently)."""
 
-    def construct_mapping(self, node, deep=False):
-        seen = set()
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[object] = set()
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue  # `<<: *defaults` may be overridden by the keys beside it
@@ -101,11 +108,12 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 if key in seen:
                     raise _DuplicateKey(key, key_node.start_mark.line + 1)
                 seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
 
 
 class _DuplicateKey(Exception):
-    def __init__(self, key, line: int):
+    def __init__(self, key: object, line: int):
         super().__init__(key, line)
         self.key, self.line = key, line
 
@@ -124,7 +132,7 @@ def load_config(path: str) -> Config:
     return parse_config(raw, path)
 
 
-def parse_config(raw, path: str) -> Config:
+def parse_config(raw: object, path: str) -> Config:
     where = os.path.basename(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping with warehouse, landing and tables")
@@ -149,7 +157,8 @@ def parse_config(raw, path: str) -> Config:
         raise ConfigError(f"{where}: field 'spark' must map Spark settings to values")
     if not isinstance(raw["tables"], list) or not raw["tables"]:
         raise ConfigError(f"{where}: field 'tables' must be a non-empty list")
-    tables, seen = [], set()
+    tables: list[TableConfig] = []
+    seen: set[str] = set()
     for i, t in enumerate(raw["tables"]):
         table = _table(t, i, where, base_dir)
         if table.name.upper() in seen:
@@ -171,13 +180,13 @@ def parse_config(raw, path: str) -> Config:
                   groups=groups, timezone=zone)
 
 
-def _unknown(raw: dict, allowed: set, where: str):
+def _unknown(raw: Mapping[object, object], allowed: Collection[str], where: str) -> None:
     for k in raw:
         if k not in allowed:
             raise ConfigError(f"{where}: unknown field '{k}' (allowed: {', '.join(sorted(allowed))})")
 
 
-def _path(value, base_dir: str, where: str) -> str:
+def _path(value: object, base_dir: str, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{where} must be a path")
     if "://" in value:
@@ -192,7 +201,7 @@ def _nested(a: str, b: str) -> bool:
     return a == b or a.startswith(b + os.sep) or b.startswith(a + os.sep)
 
 
-def _names(value, where: str, *, required: bool) -> tuple[str, ...]:
+def _names(value: object, where: str, *, required: bool) -> tuple[str, ...]:
     if value is None and not required:
         return ()
     if isinstance(value, str):
@@ -204,7 +213,7 @@ def _names(value, where: str, *, required: bool) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _target_names(value, where: str, rename: dict, *, required: bool) -> tuple[str, ...]:
+def _target_names(value: object, where: str, rename: Mapping[str, str], *, required: bool) -> tuple[str, ...]:
     """Column names of the target: storable, distinct but for case, after `rename:`."""
     out = _names(value, where, required=required)
     for i, n in enumerate(out):
@@ -216,7 +225,7 @@ def _target_names(value, where: str, rename: dict, *, required: bool) -> tuple[s
     return out
 
 
-def _target_name(name: str, where: str, rename: dict) -> None:
+def _target_name(name: str, where: str, rename: Mapping[str, str]) -> None:
     if name in rename and name not in rename.values():
         raise ConfigError(f"{where}: column {name!r} is renamed to {rename[name]!r} by 'rename': name the "
                           "target column")
@@ -225,7 +234,7 @@ def _target_name(name: str, where: str, rename: dict) -> None:
         raise ConfigError(f"{where}: {why}; {names.way_out(name)}")
 
 
-def _rename(value, here: str) -> dict:
+def _rename(value: object, here: str) -> dict[str, str]:
     """`rename: {source_name: target_name}`: the target's name of a source column."""
     if value is None:
         return {}
@@ -248,7 +257,7 @@ def _rename(value, here: str) -> dict:
     return dict(value)
 
 
-def _table(t, i: int, where: str, base_dir: str) -> TableConfig:
+def _table(t: object, i: int, where: str, base_dir: str) -> TableConfig:
     if not isinstance(t, dict):
         raise ConfigError(f"{where}: tables[{i}] must be a mapping")
     name = t.get("name")
@@ -304,7 +313,7 @@ def _table(t, i: int, where: str, base_dir: str) -> TableConfig:
     )
 
 
-def _source(source, position, fmt: str, here: str) -> tuple[str | None, str | None]:
+def _source(source: object, position: object, fmt: str, here: str) -> tuple[str | None, str | None]:
     """`source: bigquery://project.dataset.table` and the column whose growth marks new rows."""
     if source is None:
         if position is not None:
@@ -325,7 +334,7 @@ def _source(source, position, fmt: str, here: str) -> tuple[str | None, str | No
     return source, position
 
 
-def _publish(value, source: str | None, here: str) -> dict:
+def _publish(value: object, source: str | None, here: str) -> Publish:
     """`publish: {bigquery: project.dataset.table}`: the BigQuery table kept equal to the target."""
     if value is None:
         return {}
@@ -342,10 +351,10 @@ def _publish(value, source: str | None, here: str) -> dict:
     if source is not None and source.split("://", 1)[-1] == dest:
         # the published rows would come back as the table's own changes
         raise ConfigError(f"{here}: field 'publish.bigquery' names the table's own source {dest!r}")
-    return {"bigquery": dest}
+    return Publish(bigquery=dest)
 
 
-def _apply_policy(value, here: str) -> ApplyPolicy:
+def _apply_policy(value: object, here: str) -> ApplyPolicy:
     """`apply: {min_changes: N, max_staleness: 15m}`: merge once either holds (core/apply_policy.py)."""
     if value is None:
         return ApplyPolicy()
@@ -366,7 +375,7 @@ def _apply_policy(value, here: str) -> ApplyPolicy:
     return ApplyPolicy(min_changes=n, max_staleness=seconds)
 
 
-def _maintenance(value, here: str, rename: dict) -> MaintenancePolicy:
+def _maintenance(value: object, here: str, rename: Mapping[str, str]) -> MaintenancePolicy:
     """`maintenance: {retention: 7d, zorder_by: [col], trim_changes_after: 30d, trim_staging_after: 30d,
     schedule: "0 3 * * *"}`."""
     if value is None:
@@ -377,32 +386,33 @@ def _maintenance(value, here: str, rename: dict) -> MaintenancePolicy:
         if k not in MAINTENANCE_KEYS:
             raise ConfigError(f"{here}: field 'maintenance': unknown setting '{k}' "
                               f"(allowed: {', '.join(sorted(MAINTENANCE_KEYS))})")
-    out = {}
+    durations: dict[str, float] = {}
     for k in ("retention", "trim_changes_after", "trim_staging_after"):
         if value.get(k) is not None:
             try:
-                out[k] = parse_duration(value[k])
+                durations[k] = parse_duration(value[k])
             except ValueError as e:
                 raise ConfigError(f"{here}: field 'maintenance.{k}': {e}") from None
-    if out.get("retention", MIN_RETENTION) < MIN_RETENTION:
+    if durations.get("retention", MIN_RETENTION) < MIN_RETENTION:
         raise ConfigError(f"{here}: field 'maintenance.retention' must be at least 1h: a run's apply or a fresh "
                           "read may still read the files a shorter one removes")
+    zorder_by: tuple[str, ...] = ()
     if "zorder_by" in value:
-        out["zorder_by"] = _target_names(value["zorder_by"], f"{here}: field 'maintenance.zorder_by'", rename,
-                                         required=True)
-        dotted = [c for c in out["zorder_by"] if "." in c]
+        zorder_by = _target_names(value["zorder_by"], f"{here}: field 'maintenance.zorder_by'", rename, required=True)
+        dotted = [c for c in zorder_by if "." in c]
         if dotted:
             # delta-rs' Z-order reads a dot as a path into a struct, whatever the quoting
             raise ConfigError(f"{here}: field 'maintenance.zorder_by': column {dotted[0]!r}: delta-rs cannot Z-order "
                               "by a column whose name holds a dot; give it another name in the table's `rename:` "
                               "map, or leave it out")
     schedule = _cron(value.get("schedule"), f"{here}: field 'maintenance.schedule'")
-    if schedule is not None:
-        out["schedule"] = schedule
-    return MaintenancePolicy(**out)
+    return MaintenancePolicy(retention=durations.get("retention", DEFAULT_RETENTION), zorder_by=zorder_by,
+                             trim_changes_after=durations.get("trim_changes_after"),
+                             trim_staging_after=durations.get("trim_staging_after"),
+                             schedule=DEFAULT_SCHEDULE if schedule is None else schedule)
 
 
-def _cron(value, where: str) -> str | None:
+def _cron(value: object, where: str) -> str | None:
     """A cron string of 5 fields (core/cycles.py checks each field), or None when not given."""
     if value is None:
         return None
@@ -412,13 +422,13 @@ def _cron(value, where: str) -> str | None:
         raise ConfigError(str(e)) from None
 
 
-def _columns(value, here: str, rename: dict) -> dict:
+def _columns(value: object, here: str, rename: Mapping[str, str]) -> dict[str, str]:
     """`columns:` maps column names to types, for files that carry none (JSON, CSV)."""
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise ConfigError(f"{here}: field 'columns' must map column names to types, e.g. amount: decimal(12,2)")
-    out = {}
+    out: dict[str, str] = {}
     for col, type_ in value.items():
         if not isinstance(col, str) or not col:
             raise ConfigError(f"{here}: field 'columns': {col!r} is not a column name")
@@ -430,25 +440,30 @@ def _columns(value, here: str, rename: dict) -> dict:
     return out
 
 
-def _options(fmt: str, options: dict, here: str) -> dict:
+def _options(fmt: str, options: Mapping[object, object], here: str) -> ChangesetOptions:
     if fmt != "changeset":
         if options:
-            raise ConfigError(f"{here}: field 'options': format '{fmt}' takes no options, got {sorted(options)}")
-        return {}
+            raise ConfigError(f"{here}: field 'options': format '{fmt}' takes no options, got {sorted(map(str, options))}")
+        return ChangesetOptions()
     for k in options:
         if k not in CHANGESET_OPTIONS:
             raise ConfigError(f"{here}: field 'options': unknown option '{k}' (allowed: {', '.join(sorted(CHANGESET_OPTIONS))})")
-    if not isinstance(options.get("op_column"), str) or not options["op_column"]:
+    op_column = options.get("op_column")
+    if not isinstance(op_column, str) or not op_column:
         raise ConfigError(f"{here}: field 'options.op_column' is required for format 'changeset'")
-    out = {"op_column": options["op_column"]}
-    out["sequence_by"] = list(_names(options.get("sequence_by"), f"{here}: field 'options.sequence_by'", required=False))
+    sequence_by = list(_names(options.get("sequence_by"), f"{here}: field 'options.sequence_by'", required=False))
+    values: dict[str, list[str]] = {}
     for k in ("inserts", "updates", "deletes"):
         v = options.get(k, [])
         if isinstance(v, (str, int)):
             v = [v]
         if not isinstance(v, list):
             raise ConfigError(f"{here}: field 'options.{k}' must list the op column's values")
-        out[k] = [str(x) for x in v]
+        values[k] = [str(x) for x in v]
+    out = ChangesetOptions(
+        op_column=op_column,
+        sequence_by=sequence_by,
+        inserts=values["inserts"], updates=values["updates"], deletes=values["deletes"])
     if not out["deletes"] or not (out["inserts"] or out["updates"]):
         raise ConfigError(f"{here}: field 'options': changeset needs values for 'deletes' and for 'inserts' or 'updates'")
     return out

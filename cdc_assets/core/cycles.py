@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import zoneinfo
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .config_keys import keys_under
@@ -13,7 +14,7 @@ from .config_keys import keys_under
 MONTHS = {m: i + 1 for i, m in enumerate("jan feb mar apr may jun jul aug sep oct nov dec".split())}
 DAYS = {d: i for i, d in enumerate("sun mon tue wed thu fri sat".split())}
 # (what the field is, lowest, highest, names it takes): the five fields of a cron string
-CRON_FIELDS = (("minute", 0, 59, {}), ("hour", 0, 23, {}), ("day of month", 1, 31, {}),
+CRON_FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (("minute", 0, 59, {}), ("hour", 0, 23, {}), ("day of month", 1, 31, {}),
                ("month", 1, 12, MONTHS), ("day of week", 0, 7, DAYS))
 _ITEM = re.compile(r"(?P<range>\*|(?P<lo>[0-9]+|[a-z]{3})(?:-(?P<hi>[0-9]+|[a-z]{3}))?)(?:/(?P<step>[0-9]+))?")
 GROUP_KEYS = keys_under("groups.NAME")
@@ -29,7 +30,7 @@ class CycleGroup:
     parallel: int = 1  # processes the group's tables run in side by side
 
 
-def cron_problem(value) -> str | None:
+def cron_problem(value: object) -> str | None:
     """What is wrong with a cron string of 5 fields (minute hour day-of-month month day-of-week), or None.
 
     Each field is items separated by ',': `*`, a number or a range `a-b` (months and week days
@@ -58,14 +59,14 @@ def cron_problem(value) -> str | None:
     return None
 
 
-def cron(value, where: str) -> str:
+def cron(value: object, where: str) -> str:
     problem = cron_problem(value)
-    if problem is not None:
-        raise ValueError(f"{where} {value!r}: {problem} (a cron string, e.g. \"*/15 * * * *\")")
-    return value
+    if problem is None and isinstance(value, str):  # cron_problem refuses anything but a string
+        return value
+    raise ValueError(f"{where} {value!r}: {problem} (a cron string, e.g. \"*/15 * * * *\")")
 
 
-def timezone(value, where: str) -> str | None:
+def timezone(value: object, where: str) -> str | None:
     """`timezone: Europe/Paris`: an IANA time zone name; every cron string of the file is read in it."""
     if value is None:
         return None
@@ -78,7 +79,7 @@ def timezone(value, where: str) -> str | None:
     return value
 
 
-def groups(raw, tables: dict, where: str) -> tuple[CycleGroup, ...]:
+def groups(raw: object, tables: Mapping[str, str | None], where: str) -> tuple[CycleGroup, ...]:
     """`groups: {NAME: {tables: [T, ...], schedule: "<cron>"}}`. `tables` maps each configured table's
     name to its own `schedule` (or None). A table is in at most one group and then has no schedule of
     its own; a group is not named like a table (their schedules would be named alike)."""
@@ -86,7 +87,8 @@ def groups(raw, tables: dict, where: str) -> tuple[CycleGroup, ...]:
         return ()
     if not isinstance(raw, dict) or not raw:
         raise ValueError(f"{where}: field 'groups' must map group names to {{tables: [...], schedule: \"<cron>\"}}")
-    out, member_of = [], {}
+    out: list[CycleGroup] = []
+    member_of: dict[str, str] = {}
     by_upper = {t.upper(): t for t in tables}
     for name, group in raw.items():
         if not isinstance(name, str) or not GROUP_NAME.fullmatch(name):

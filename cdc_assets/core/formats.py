@@ -15,16 +15,20 @@ import io
 import json
 import re
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 
 from . import names, ordering
 from .changes import DELETE, UPSERT, Change, Rejection, content_id
 from .ordering import OrderingError
 from .values import (BINARY, BOOLEAN, DATE, DOUBLE, INT, LONG, MAX_PRECISION, STRING, TIMESTAMP, TIMESTAMP_NTZ,
-                     Misfit, NumberText, convert, decimal_type, infer_text, parse_type, source_value)
+                     Misfit, NumberText, Row, Value, convert, decimal_type, infer_text, parse_type, source_value)
 
 from .errors import TerminalError
+
+if TYPE_CHECKING:  # pyarrow is imported where a Parquet file is read: most files are not
+    import pyarrow as pa
 
 FORMATS = ("datastream-json", "datastream-avro", "bigquery-append", "bigquery-cdc", "changeset", "debezium-json")
 
@@ -35,8 +39,26 @@ CDC_TYPES = {"UPSERT": UPSERT, "DELETE": DELETE}
 MAX_LINE = 16 * 1024 * 1024
 
 
+class ChangesetOptions(TypedDict, total=False):
+    """A table's `options:`, which only format `changeset` takes (every other format's are empty):
+    the op column, the values in it that insert, update and delete, and the columns that order changes."""
+    op_column: str
+    sequence_by: list[str]
+    inserts: list[str]
+    updates: list[str]
+    deletes: list[str]
+
+
 class RecordError(TerminalError, ValueError):
     """One record cannot become a change; the message is the quarantine reason."""
+
+
+# A record as its reader gives it: a JSON object, a CSV row, a Parquet or Avro row (any JSON value).
+Record: TypeAlias = dict[str, Any]
+# A record's text for quarantine, or how to make it (only a rejected record's is made).
+Raw: TypeAlias = "str | Callable[[], str]"
+# What a file reader yields per record: its line, the record or why it cannot be read, its text.
+RecordItem: TypeAlias = "tuple[int, Record | RecordError, Raw]"
 
 
 class Typing:
@@ -46,25 +68,26 @@ class Typing:
     a key reads the same whichever way a file spells it. `rename`: the table's `rename:` map,
     source name -> target name; every other name here is a target name but `file_types`'."""
 
-    def __init__(self, declared: dict | None, text_columns: Iterable[str] = (), rename: dict | None = None):
+    def __init__(self, declared: Mapping[str, str] | None, text_columns: Iterable[str] = (),
+                 rename: Mapping[str, str] | None = None):
         self.declared = dict(declared or {})
         self.text_columns = [c for c in text_columns if c not in self.declared]
         self.rename = tuple(sorted((rename or {}).items()))
         self.file_types: dict[str, str] = {}  # the file's own names; filled by the reader before the first record
-        self._types: dict | None = None
-        self._by_file: dict | None = None
+        self._types: dict[str, str] | None = None
+        self._by_file: dict[str, str] | None = None
 
     def source_name(self, target: str) -> str:
         """The name a file gives the target column `target`."""
         return next((s for s, t in self.rename if t == target), target)
 
     @property
-    def types(self) -> dict:
+    def types(self) -> dict[str, str]:
         if self._types is None:
             self._types = {**self.declared, **self.by_file()}
         return self._types
 
-    def by_file(self) -> dict:
+    def by_file(self) -> dict[str, str]:
         """The file's column types under their target names (the reader has filled `file_types`
         before the first record)."""
         if not self.rename:
@@ -74,7 +97,7 @@ class Typing:
             self._by_file = {own.get(c, c): t for c, t in self.file_types.items()}
         return self._by_file
 
-    def apply(self, row: dict) -> dict:
+    def apply(self, row: Row) -> Row:
         typed_by_file = self.by_file() if self.file_types else {}
         for col, type_ in self.declared.items():
             if row.get(col) is not None and col not in typed_by_file:
@@ -90,7 +113,7 @@ class Typing:
         return row
 
 
-def inserts(fmt: str, options: dict) -> set[str] | None:
+def inserts(fmt: str, options: ChangesetOptions) -> set[str] | None:
     """The change types that insert a row, in `fmt`; None when the format does not say (an
     UPSERT may insert or update)."""
     if fmt in ("datastream-json", "datastream-avro", "bigquery-append"):
@@ -102,9 +125,10 @@ def inserts(fmt: str, options: dict) -> set[str] | None:
     return None
 
 
-def parse_file(fmt: str, options: dict, keys: list[str], name: str, data: bytes,
-               columns: dict | None = None, insert_only: bool = False,
-               text_columns: Iterable[str] = (), rename: dict | None = None) -> Iterator[Change | Rejection]:
+def parse_file(fmt: str, options: ChangesetOptions, keys: Sequence[str], name: str, data: bytes,
+               columns: Mapping[str, str] | None = None, insert_only: bool = False,
+               text_columns: Iterable[str] = (), rename: Mapping[str, str] | None = None
+               ) -> Iterator[Change | Rejection]:
     """`insert_only`: a change that is not an insert is a rejection (the table appends, never merges).
     `text_columns`: the columns earlier batches made text, whose CSV values keep their spelling.
     `rename`: the table's `rename:` map (keys, columns and text_columns name target columns)."""
@@ -134,21 +158,21 @@ def parse_file(fmt: str, options: dict, keys: list[str], name: str, data: bytes,
 
 # ---- files to records -------------------------------------------------------
 
-def _header_needs(fmt: str, options: dict, keys: list[str], typing: Typing) -> list[str]:
+def _header_needs(fmt: str, options: ChangesetOptions, keys: Sequence[str], typing: Typing) -> list[str]:
     """The columns a CSV header must name for its rows to become changes: the key columns (as
     the file names them), and the op column of the formats that keep it beside the source columns."""
-    keys = [typing.source_name(k) for k in keys]
+    names = [typing.source_name(k) for k in keys]
     if fmt == "changeset":
-        return [options["op_column"], *keys]
+        return [options["op_column"], *names]
     if fmt == "bigquery-cdc":
-        return ["_CHANGE_TYPE", *keys]
+        return ["_CHANGE_TYPE", *names]
     if fmt in ("bigquery-append", "snapshot"):
-        return list(keys)
+        return names
     return []  # Datastream events keep their keys inside the payload, which CSV cannot hold
 
 
-def _records(name: str, data: bytes, fmt: str, file_types: dict | None = None, header_needs: list[str] = (),
-             text_columns: Iterable[str] = ()):
+def _records(name: str, data: bytes, fmt: str, file_types: dict[str, str] | None = None,
+             header_needs: Sequence[str] = (), text_columns: Iterable[str] = ()) -> Iterator[RecordItem]:
     lower = name.lower()
     if lower.endswith(".gz"):
         try:
@@ -172,7 +196,7 @@ def _records(name: str, data: bytes, fmt: str, file_types: dict | None = None, h
         yield from _json_lines(data, kafka_tombstones=fmt == "debezium-json")
 
 
-def _json_lines(data: bytes, kafka_tombstones: bool = False):
+def _json_lines(data: bytes, kafka_tombstones: bool = False) -> Iterator[RecordItem]:
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]  # a byte-order mark is an editor's habit, not data
     for n, raw in enumerate(data.split(b"\n"), start=1):
@@ -204,12 +228,12 @@ def _json_lines(data: bytes, kafka_tombstones: bool = False):
 RAW_PREVIEW = 4096
 
 
-def _preview_of(record):
+def _preview_of(record: Record) -> Callable[[], str]:
     """A typed record's text for quarantine, made only if the record is rejected: most are not."""
     return lambda: json.dumps(record, default=str)[:RAW_PREVIEW]
 
 
-def _text_of(raw) -> str:
+def _text_of(raw: Raw) -> str:
     return raw() if callable(raw) else raw
 
 
@@ -237,7 +261,7 @@ def _text(raw: str) -> str:
 _SURROGATE = re.compile("[\udc80-\udcff]")
 
 
-def _csv_records(data: bytes, header_needs: list[str] = ()):
+def _csv_records(data: bytes, header_needs: Sequence[str] = ()) -> Iterator[RecordItem]:
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     # Bytes that are not UTF-8 are kept as surrogates, so only the rows holding them are
@@ -297,19 +321,19 @@ def _csv_records(data: bytes, header_needs: list[str] = ()):
         yield line, dict(zip(header, row)), raw
 
 
-def _typed_csv_records(records, text_columns: Iterable[str]):
+def _typed_csv_records(records: Iterable[RecordItem], text_columns: Iterable[str]) -> Iterator[RecordItem]:
     """CSV rows with their values typed by their columns: `text_columns` (declared ones, whose
     text `Typing` converts, and those already text) and a column holding any text in this file
     keep every value's spelling ('1.10', '+5' and '1.1' stay three texts); a column of numbers
     holds numbers. '' is null either way."""
-    records = list(records)
-    text_columns = set(text_columns)
-    for _, row, _ in records:
+    items = list(records)
+    text = set(text_columns)
+    for _, row, _ in items:
         if isinstance(row, dict):
-            text_columns.update(c for c, v in row.items() if c not in text_columns and isinstance(infer_text(v), str))
-    for line, row, raw in records:
+            text.update(c for c, v in row.items() if c not in text and isinstance(infer_text(v), str))
+    for line, row, raw in items:
         if isinstance(row, dict):
-            row = {c: (v if v != "" else None) if c in text_columns else infer_text(v) for c, v in row.items()}
+            row = {c: (v if v != "" else None) if c in text else infer_text(v) for c, v in row.items()}
         yield line, row, raw
 
 
@@ -317,7 +341,7 @@ def _decimal_or_text(precision: int, scale: int) -> str:
     return decimal_type(precision, scale) if precision <= MAX_PRECISION else STRING
 
 
-def arrow_column_type(t) -> str | None:
+def arrow_column_type(t: pa.DataType) -> str | None:
     """The column type of a Parquet (Arrow) column; nested values are JSON text."""
     import pyarrow.types as pt
 
@@ -328,14 +352,14 @@ def arrow_column_type(t) -> str | None:
     return scalar_column_type(t) or STRING
 
 
-def scalar_column_type(t) -> str | None:
+def scalar_column_type(t: pa.DataType) -> str | None:
     """The column type an Arrow column's values keep as they are; None for the null type and for
     values that become JSON text (nested values, time of day, decimals over 38 digits, ...)."""
     import pyarrow.types as pt
 
     if pt.is_dictionary(t):
         return scalar_column_type(t.value_type)
-    checks = [(pt.is_null, None), (pt.is_boolean, BOOLEAN), (pt.is_int64, LONG), (pt.is_uint32, LONG),
+    checks: list[tuple[Callable[[pa.DataType], bool], str | None]] = [(pt.is_null, None), (pt.is_boolean, BOOLEAN), (pt.is_int64, LONG), (pt.is_uint32, LONG),
               (pt.is_uint64, "decimal(20,0)"), (pt.is_integer, INT), (pt.is_floating, DOUBLE),
               (pt.is_date, DATE), (pt.is_binary, BINARY), (pt.is_large_binary, BINARY),
               (pt.is_fixed_size_binary, BINARY), (pt.is_string, STRING), (pt.is_large_string, STRING),
@@ -350,7 +374,7 @@ def scalar_column_type(t) -> str | None:
     return None
 
 
-def _parquet_records(data: bytes, file_types: dict):
+def _parquet_records(data: bytes, file_types: dict[str, str]) -> Iterator[RecordItem]:
     import pyarrow.parquet as pq
 
     try:
@@ -373,7 +397,7 @@ _AVRO_LOGICAL = {"date": DATE, "timestamp-millis": TIMESTAMP, "timestamp-micros"
                  "local-timestamp-micros": TIMESTAMP_NTZ, "local-timestamp-nanos": TIMESTAMP_NTZ}
 
 
-def avro_column_type(t) -> str | None:
+def avro_column_type(t: object) -> str | None:
     """The column type of an Avro field's schema (logical types included); a union with null
     is its other branch; records, maps, arrays and other unions are JSON text."""
     if isinstance(t, list):
@@ -393,7 +417,7 @@ def avro_column_type(t) -> str | None:
     return BINARY if t.get("type") == "fixed" else avro_column_type(t.get("type"))
 
 
-def _avro_fields(schema) -> dict:
+def _avro_fields(schema: object) -> dict[str, str]:
     """Column types of an Avro file's rows: a Datastream event's payload fields, else the top-level fields."""
     fields = schema.get("fields", []) if isinstance(schema, dict) else []
     for f in fields:
@@ -405,22 +429,31 @@ def _avro_fields(schema) -> dict:
     return {name: t for name, t in types.items() if t}
 
 
-def _avro_records(data: bytes, file_types: dict):
+_AVRO_KINDS = {list: "array", str: "string", bytes: "bytes", bool: "boolean", int: "long", float: "double",
+               type(None): "null"}
+
+
+def _avro_records(data: bytes, file_types: dict[str, str]) -> Iterator[RecordItem]:
     import fastavro
 
     try:
         reader = fastavro.reader(io.BytesIO(data))
         file_types.update(_avro_fields(reader.writer_schema))
         for n, record in enumerate(reader, start=1):
-            yield n, record, _preview_of(record)
+            if isinstance(record, dict):
+                yield n, record, _preview_of(record)
+            else:  # a file whose schema is no record (an array, a string, ...) holds no columns
+                kind = _AVRO_KINDS.get(type(record), type(record).__name__)
+                yield n, RecordError(f"an Avro {kind} where a record was expected"), \
+                    json.dumps(record, default=str)[:RAW_PREVIEW]
     except Exception as e:  # noqa: BLE001 - a corrupt block quarantines the rest of the file
         yield 0, RecordError(f"not a readable Avro file: {e}"), preview(data)
 
 
 # ---- records to changes -----------------------------------------------------
 
-def _key(row: dict, keys: list[str]) -> tuple:
-    values = []
+def _key(row: Row, keys: Sequence[str]) -> tuple[Value, ...]:
+    values: list[Value] = []
     for k in keys:
         if k not in row:
             raise RecordError(f"key column {k!r} is missing")
@@ -433,7 +466,7 @@ def _key(row: dict, keys: list[str]) -> tuple:
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _row(values: dict, typing: Typing | None = None) -> dict:
+def _row(values: Mapping[str, object], typing: Typing | None = None) -> Row:
     target = _target_names(tuple(values), typing.rename if typing else ())
     if isinstance(target, str):
         raise RecordError(target)
@@ -444,7 +477,7 @@ def _row(values: dict, typing: Typing | None = None) -> dict:
 
 
 @functools.lru_cache(maxsize=1024)
-def _target_names(source: tuple, rename: tuple) -> tuple[str, ...] | str:
+def _target_names(source: tuple[str, ...], rename: tuple[tuple[str, str], ...]) -> tuple[str, ...] | str:
     """The target names of a record's columns (after the table's `rename:`), or why they cannot
     be the columns of a target: a name Delta forbids, a `_cdc_` name, two names one but
     for case. Records of a file share their names, so each set of names is checked once."""
@@ -466,7 +499,7 @@ def _target_names(source: tuple, rename: tuple) -> tuple[str, ...] | str:
     return tuple(new for _, new in out.values())
 
 
-def _storable(name: str, value) -> None:
+def _storable(name: str, value: Value) -> None:
     """A value no Delta table can hold is the record's fault, named by its column: a lone
     surrogate (JSON's "\\ud800" escape) is no Unicode text, and an integer of more than 38
     digits fits no number type."""
@@ -478,7 +511,8 @@ def _storable(name: str, value) -> None:
                           f"any number type holds ({MAX_PRECISION} digits)")
 
 
-def _datastream(record: dict, keys, options, line, typing: Typing | None = None) -> Change:
+def _datastream(record: Record, keys: Sequence[str], options: ChangesetOptions, line: int,
+                typing: Typing | None = None) -> Change:
     payload = record.get("payload")
     meta = record.get("source_metadata")
     if not isinstance(payload, dict):
@@ -500,11 +534,11 @@ def _datastream(record: dict, keys, options, line, typing: Typing | None = None)
     return _change(line, key, op, row, order, record.get("uuid"), change_type)
 
 
-def _sections(numbers) -> str:
+def _sections(numbers: Iterable[int]) -> str:
     return "".join("1" + ordering.u64(n) for n in numbers) + "0"
 
 
-def _int(meta: dict, name: str) -> int:
+def _int(meta: Mapping[str, object], name: str) -> int:
     v = meta.get(name)
     if isinstance(v, bool) or v is None:
         raise RecordError(f"source position {name!r} is missing")
@@ -515,7 +549,7 @@ def _int(meta: dict, name: str) -> int:
     return v
 
 
-def _hex_parts(value, name: str, seps: str) -> list[int]:
+def _hex_parts(value: object, name: str, seps: str) -> list[int]:
     if not isinstance(value, str) or not value.strip():
         raise RecordError(f"source position {name!r} is missing")
     text = value.strip()
@@ -527,7 +561,7 @@ def _hex_parts(value, name: str, seps: str) -> list[int]:
         raise RecordError(f"source position {name!r} {value[:60]!r}: {e}") from None
 
 
-def _source_position(meta: dict, read_method: str) -> str:
+def _source_position(meta: Mapping[str, object], read_method: str) -> str:
     """The source's log position, per source kind."""
     if "scn" in meta or read_method.startswith("oracle"):
         rs = meta.get("rs_id")
@@ -543,7 +577,7 @@ def _source_position(meta: dict, read_method: str) -> str:
     raise RecordError(f"no source position for read_method {read_method!r} (expected scn, log_file/log_position or lsn)")
 
 
-def _binlog_number(meta: dict, name: str) -> int:
+def _binlog_number(meta: Mapping[str, object], name: str) -> int:
     """A MySQL binlog file's number, which orders the files: `mysql-bin.1000000` follows `mysql-bin.999999`."""
     log_file = str(meta.get(name) or "")
     digits = log_file.rsplit(".", 1)[-1]
@@ -559,7 +593,8 @@ _CONNECTOR_FIELDS = (("commit_lsn", "sqlserver"), ("change_lsn", "sqlserver"), (
                      ("file", "mysql"), ("lsn", "postgresql"))
 
 
-def _debezium(record: dict, keys, options, line, typing: Typing | None = None) -> Change | None:
+def _debezium(record: Record, keys: Sequence[str], options: ChangesetOptions, line: int,
+              typing: Typing | None = None) -> Change | None:
     """A Debezium change event: the bare envelope, or the envelope as the `payload` of Kafka's
     JsonConverter with schemas.enable=true, whose `schema` then types the row image's columns."""
     schema = None
@@ -600,7 +635,7 @@ def _debezium(record: dict, keys, options, line, typing: Typing | None = None) -
     return change
 
 
-def _debezium_position(source: dict, snapshot_read: bool) -> str:
+def _debezium_position(source: Mapping[str, object], snapshot_read: bool) -> str:
     """The connector's log position, after `source.ts_ms`. A snapshot read may
     lack position fields (they count as 0): it is ordered only among the snapshot reads."""
     connector = source.get("connector")
@@ -640,7 +675,7 @@ def _debezium_position(source: dict, snapshot_read: bool) -> str:
                       "or oracle)")
 
 
-def _connect_columns(schema, image_name: str) -> dict:
+def _connect_columns(schema: object, image_name: str) -> dict[str, dict[str, Any]]:
     """The Kafka Connect schema of each column of the envelope's `before` or `after` struct."""
     if isinstance(schema, dict) and isinstance(schema.get("fields"), list):
         for f in schema["fields"]:
@@ -652,7 +687,7 @@ def _connect_columns(schema, image_name: str) -> dict:
 _EPOCH = dt.datetime(1970, 1, 1)
 CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
 # Logical types written as a number since the epoch, as microseconds; their values are wall-clock times.
-_CONNECT_TIMESTAMPS = {
+_CONNECT_TIMESTAMPS: dict[str, Callable[[int], int]] = {
     "io.debezium.time.Timestamp": lambda n: n * 1000,
     "org.apache.kafka.connect.data.Timestamp": lambda n: n * 1000,
     "io.debezium.time.MicroTimestamp": lambda n: n,
@@ -661,14 +696,14 @@ _CONNECT_TIMESTAMPS = {
 _CONNECT_DATES = ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date")
 
 
-def _whole(value) -> int:
+def _whole(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError("not an integer")
     return value
 
 
-def _connect_decimal(scale: int):
-    def decode(value) -> Decimal:
+def _connect_decimal(scale: int) -> Callable[[object], Decimal]:
+    def decode(value: object) -> Decimal:
         if isinstance(value, str):  # base64 of the unscaled value, big-endian two's complement
             unscaled = int.from_bytes(base64.b64decode(value, validate=True), "big", signed=True)
             return Decimal(f"{unscaled}e{-scale}")  # exact: no context rounds a decimal made from text
@@ -678,7 +713,7 @@ def _connect_decimal(scale: int):
     return decode
 
 
-def _connect_column(field: dict):
+def _connect_column(field: Mapping[str, Any]) -> tuple[str | None, Callable[[object], Value] | None]:
     """A column's type and decoder from its Kafka Connect schema, or (None, None) when its value
     is taken as written (the table's `columns:` or inference types it then)."""
     name = field.get("name")
@@ -702,7 +737,8 @@ def _connect_column(field: dict):
     return None, None
 
 
-def _debezium_row(image: dict, fields: dict, typing: Typing | None) -> tuple[dict, dict | None]:
+def _debezium_row(image: Record, fields: Mapping[str, Mapping[str, Any]], typing: Typing | None
+                  ) -> tuple[Row, dict[str, str] | None]:
     """The row image, and the column types when the envelope's schema gives some: a column typed
     by the schema takes its type from it, the others the table's `columns:` types."""
     if not fields:
@@ -725,7 +761,8 @@ def _debezium_row(image: dict, fields: dict, typing: Typing | None) -> tuple[dic
     return _row(values, own), own.types
 
 
-def _bigquery_append(record: dict, keys, options, line, typing: Typing | None = None) -> Change:
+def _bigquery_append(record: Record, keys: Sequence[str], options: ChangesetOptions, line: int,
+                     typing: Typing | None = None) -> Change:
     meta = record.get("datastream_metadata")
     if not isinstance(meta, dict):
         raise RecordError("row has no 'datastream_metadata' record")
@@ -740,7 +777,8 @@ def _bigquery_append(record: dict, keys, options, line, typing: Typing | None = 
     return _change(line, _key(row, keys), DATASTREAM_TYPES[change_type], row, order, meta.get("uuid"), change_type)
 
 
-def _bigquery_cdc(record: dict, keys, options, line, typing: Typing | None = None) -> Change:
+def _bigquery_cdc(record: Record, keys: Sequence[str], options: ChangesetOptions, line: int,
+                  typing: Typing | None = None) -> Change:
     change_type = str(record.get("_CHANGE_TYPE", "")).upper()
     if change_type not in CDC_TYPES:
         raise RecordError(f"unknown change type {record.get('_CHANGE_TYPE')!r} (expected UPSERT or DELETE)")
@@ -752,7 +790,8 @@ def _bigquery_cdc(record: dict, keys, options, line, typing: Typing | None = Non
                    content_ids=csn is not None)
 
 
-def _changeset(record: dict, keys, options, line, typing: Typing | None = None) -> Change:
+def _changeset(record: Record, keys: Sequence[str], options: ChangesetOptions, line: int,
+               typing: Typing | None = None) -> Change:
     op_column = options["op_column"]
     if op_column not in record:
         raise RecordError(f"op column {op_column!r} is missing")
@@ -774,7 +813,8 @@ def _changeset(record: dict, keys, options, line, typing: Typing | None = None) 
                    content_ids=bool(options.get("sequence_by")))
 
 
-def _change(line, key, op, row, order, event_id, change_type, content_ids=True, tier=None) -> Change:
+def _change(line: int, key: tuple[Value, ...], op: str, row: Row, order: str, event_id: object, change_type: str,
+            content_ids: bool = True, tier: str | None = None) -> Change:
     if event_id is not None and not isinstance(event_id, str):
         event_id = str(event_id)
     if event_id is None and content_ids:
@@ -783,7 +823,7 @@ def _change(line, key, op, row, order, event_id, change_type, content_ids=True, 
     return Change(line, key, op, row, order, event_id, change_type, tier=tier)
 
 
-_RECORD_PARSERS = {
+_RECORD_PARSERS: dict[str, Callable[[Record, Sequence[str], ChangesetOptions, int, Typing | None], Change | None]] = {
     "datastream-json": _datastream,
     "datastream-avro": _datastream,
     "bigquery-append": _bigquery_append,
@@ -793,8 +833,8 @@ _RECORD_PARSERS = {
 }
 
 
-def parse_snapshot(keys: list[str], name: str, data: bytes, columns: dict | None = None,
-                   rename: dict | None = None) -> Iterator[Change | Rejection]:
+def parse_snapshot(keys: Sequence[str], name: str, data: bytes, columns: Mapping[str, str] | None = None,
+                   rename: Mapping[str, str] | None = None) -> Iterator[Change | Rejection]:
     """A source export (base snapshot) as upserts ordered by line; the tier puts them below every change."""
     typing = Typing(columns, rename=rename)
     return snapshot_changes(keys, _records(name, data, "snapshot", typing.file_types,
@@ -802,8 +842,9 @@ def parse_snapshot(keys: list[str], name: str, data: bytes, columns: dict | None
                                            [typing.source_name(c) for c in typing.declared]), typing)
 
 
-def parquet_row_group(keys: list[str], source, row_group: int, columns: dict | None = None,
-                      rename: dict | None = None) -> Iterator[Change | Rejection]:
+def parquet_row_group(keys: Sequence[str], source: str | io.IOBase, row_group: int,
+                      columns: Mapping[str, str] | None = None,
+                      rename: Mapping[str, str] | None = None) -> Iterator[Change | Rejection]:
     """One row group of a Parquet export, so that a large export is read by many tasks; lines
     count from the file's first row, as when the whole file is read."""
     import pyarrow.parquet as pq
@@ -820,7 +861,7 @@ def parquet_row_group(keys: list[str], source, row_group: int, columns: dict | N
     return snapshot_changes(keys, records, typing)
 
 
-def snapshot_changes(keys: list[str], records, typing: Typing) -> Iterator[Change | Rejection]:
+def snapshot_changes(keys: Sequence[str], records: Iterable[RecordItem], typing: Typing) -> Iterator[Change | Rejection]:
     for line, record, raw in records:
         if isinstance(record, RecordError):
             yield Rejection(line, str(record), _text_of(raw))

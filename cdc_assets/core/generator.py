@@ -14,7 +14,11 @@ import datetime as dt
 import hashlib
 import random
 import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypedDict, TypeVar
+
+from .values import Row, Value
 
 SOURCES = ("oracle", "mysql", "postgres", "sqlserver")
 READ_METHODS = {
@@ -30,7 +34,7 @@ DEFAULT_COLUMNS = {"customer": "text", "amount": "amount", "status": "status", "
 NAMES = ("ana", "bo", "chen", "dara", "eli", "fatima", "gus", "zoë", "o'neil", "lee, ann")
 STATUSES = ("new", "paid", "shipped", "cancelled", None)
 REGIONS = ("emea", "amer", "apac")
-KINDS = {
+KINDS: dict[str, Callable[[random.Random], Value]] = {
     "text": lambda rng: rng.choice(NAMES),
     "amount": lambda rng: rng.randrange(100, 50_000) / 100,  # a decimal with two places
     "status": lambda rng: rng.choice(STATUSES),
@@ -38,6 +42,10 @@ KINDS = {
     "int": lambda rng: rng.randrange(0, 1000),
 }
 DEFAULT_START = dt.datetime(2026, 1, 1)
+# A Datastream JSON event, and the source log position fields in its `source_metadata`.
+Event = dict[str, object]
+Position = dict[str, int | str]
+_Delivered = TypeVar("_Delivered")
 
 
 @dataclass(frozen=True)
@@ -46,19 +54,25 @@ class Operation:
     seq: int
     op: str  # INSERT, UPDATE or DELETE
     key: int
-    row: dict  # the full row after the change; for a delete, the row as it was
+    row: Row  # the full row after the change; for a delete, the row as it was
     at: dt.datetime  # whole seconds: many changes share one
+
+
+class Counts(TypedDict):
+    inserts: int
+    updates: int
+    deletes: int
 
 
 @dataclass
 class History:
     table: str
     key: str
-    columns: dict  # column name -> kind, without the key
-    operations: list
-    final: dict  # key -> row, the live rows at the end
+    columns: dict[str, str]  # column name -> kind, without the key
+    operations: list[Operation]
+    final: dict[int, Row]  # key -> row, the live rows at the end
 
-    def counts(self) -> dict:
+    def counts(self) -> Counts:
         out = {INSERT: 0, UPDATE: 0, DELETE: 0}
         for o in self.operations:
             out[o.op] += 1
@@ -91,7 +105,7 @@ def split_counts(changes: int, inserts: float, updates: float, deletes: float) -
 class _LiveKeys:
     """A set with a uniform, deterministic random choice."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.items: list[int] = []
         self.index: dict[int, int] = {}
 
@@ -114,7 +128,7 @@ class _LiveKeys:
 
 
 def generate_history(*, table: str = "ORDERS", changes: int = 1000, inserts: float = 40, updates: float = 40,
-                     deletes: float = 20, seed: int = 0, key: str = "id", columns: dict | None = None,
+                     deletes: float = 20, seed: int = 0, key: str = "id", columns: Mapping[str, str] | None = None,
                      start: dt.datetime = DEFAULT_START, changes_per_second: int = 50,
                      reuse_pct: float = 10) -> History:
     """The source's changes in true order and its final state.
@@ -134,10 +148,10 @@ def generate_history(*, table: str = "ORDERS", changes: int = 1000, inserts: flo
     kinds = [INSERT] * n_ins + [UPDATE] * n_upd + [DELETE] * n_del
     rng.shuffle(kinds)
 
-    state: dict[int, dict] = {}
+    state: dict[int, Row] = {}
     live, dead = _LiveKeys(), _LiveKeys()
     next_id = 1
-    ops = []
+    ops: list[Operation] = []
     for i in range(len(kinds)):
         if kinds[i] != INSERT and not live:
             # Nothing to update or delete yet: bring the next insert forward.
@@ -150,7 +164,7 @@ def generate_history(*, table: str = "ORDERS", changes: int = 1000, inserts: flo
                 dead.remove(k)
             else:
                 k, next_id = next_id, next_id + 1
-            row = {key: k, **{c: KINDS[kind_](rng) for c, kind_ in columns.items()}}
+            row: Row = {key: k, **{c: KINDS[kind_](rng) for c, kind_ in columns.items()}}
             live.add(k)
             state[k] = row
         elif kind == UPDATE:
@@ -167,7 +181,7 @@ def generate_history(*, table: str = "ORDERS", changes: int = 1000, inserts: flo
     return History(table, key, columns, ops, state)
 
 
-def _updated(row: dict, columns: dict, rng: random.Random) -> dict:
+def _updated(row: Row, columns: Mapping[str, str], rng: random.Random) -> Row:
     """A new image changing some columns; `region` moves rarely (a partition move)."""
     new = dict(row)
     names = list(columns)
@@ -180,9 +194,9 @@ def _updated(row: dict, columns: dict, rng: random.Random) -> dict:
     return new
 
 
-def replay(operations) -> dict:
+def replay(operations: Iterable[Operation]) -> dict[int, Row]:
     """The state the operations leave, applied in the given order."""
-    state = {}
+    state: dict[int, Row] = {}
     for o in operations:
         if o.op == DELETE:
             state.pop(o.key, None)
@@ -193,7 +207,7 @@ def replay(operations) -> dict:
 
 # ---- Datastream events ------------------------------------------------------
 
-def _oracle_positions(rng: random.Random):
+def _oracle_positions(rng: random.Random) -> Iterator[Position]:
     scn = rng.randrange(10**12, 2 * 10**13)
     seq, block, byte, ssn = rng.randrange(0x1000, 0xFFFFF), rng.randrange(1, 0xFFFFF), 0x10, 0
     while True:
@@ -211,7 +225,7 @@ def _oracle_positions(rng: random.Random):
             seq, block = seq + 1, 1
 
 
-def _mysql_positions(rng: random.Random, first_binlog: int):
+def _mysql_positions(rng: random.Random, first_binlog: int) -> Iterator[Position]:
     number, pos, left = first_binlog, 4 + rng.randint(120, 400), rng.randint(200, 400)
     while True:
         # `%06d` grows a seventh digit after mysql-bin.999999, as MySQL does.
@@ -223,7 +237,7 @@ def _mysql_positions(rng: random.Random, first_binlog: int):
             pos += rng.randint(150, 1500)
 
 
-def _postgres_positions(rng: random.Random):
+def _postgres_positions(rng: random.Random) -> Iterator[Position]:
     # Start near a 4 GiB boundary, so that the high part soon grows and the low
     # part restarts with fewer hex digits: only numbers compare these right.
     hi, lo = rng.randrange(0, 0x40), 0x100000000 - rng.randrange(0x8000, 0x40000)
@@ -234,7 +248,7 @@ def _postgres_positions(rng: random.Random):
             hi, lo = hi + 1, lo - 0x100000000
 
 
-def _sqlserver_positions(rng: random.Random):
+def _sqlserver_positions(rng: random.Random) -> Iterator[Position]:
     vlf, block, slot = rng.randrange(0x20, 0x4000), rng.randrange(0x10, 0xFFFF0000), 1
     while True:
         yield {"lsn": f"{vlf:08X}:{block:08X}:{slot:04X}"}
@@ -247,7 +261,7 @@ def _sqlserver_positions(rng: random.Random):
 
 
 def datastream_events(history: History, source: str, *, seed: int = 0, database: str = "demo",
-                      first_binlog: int = 1) -> list[dict]:
+                      first_binlog: int = 1) -> list[Event]:
     """The history as Datastream JSON events, one per operation, in true order.
 
     `first_binlog` is the first MySQL binlog file number (999999 to see rotation
@@ -256,7 +270,7 @@ def datastream_events(history: History, source: str, *, seed: int = 0, database:
     if source not in SOURCES:
         raise ValueError(f"unknown source {source!r} (expected one of {', '.join(SOURCES)})")
     rng = random.Random(f"events:{source}:{seed}")
-    positions = {
+    positions: Iterator[Position] = {
         "oracle": lambda: _oracle_positions(rng),
         "mysql": lambda: _mysql_positions(rng, first_binlog),
         "postgres": lambda: _postgres_positions(rng),
@@ -266,7 +280,7 @@ def datastream_events(history: History, source: str, *, seed: int = 0, database:
     names = [history.key, *history.columns]
     schema_key = hashlib.sha1(",".join(names).encode("utf-8")).hexdigest()[:10]
     split_update = source in ("oracle", "mysql")  # they report UPDATE-INSERT; the others UPDATE
-    events = []
+    events: list[Event] = []
     for op, pos in zip(history.operations, positions):
         change_type = "UPDATE-INSERT" if op.op == UPDATE and split_update else op.op
         read_at = op.at + dt.timedelta(milliseconds=rng.randrange(500, 90_000))
@@ -285,7 +299,8 @@ def datastream_events(history: History, source: str, *, seed: int = 0, database:
     return events
 
 
-def _source_metadata(source, database, table, key, op: Operation, change_type, pos) -> dict:
+def _source_metadata(source: str, database: str, table: str, key: str, op: Operation, change_type: str,
+                     pos: Position) -> Event:
     common = {"table": table, "is_deleted": op.op == DELETE, "change_type": change_type}
     tx = f"{op.seq // 7}"
     if source == "oracle":
@@ -299,8 +314,8 @@ def _source_metadata(source, database, table, key, op: Operation, change_type, p
 
 # ---- delivery ---------------------------------------------------------------
 
-def deliver(events: list, batches: int = 3, files_per_batch: int = 3, duplicate_pct: float = 3,
-            delay_pct: float = 5, seed: int = 0) -> list[list[list]]:
+def deliver(events: Sequence[_Delivered], batches: int = 3, files_per_batch: int = 3, duplicate_pct: float = 3,
+            delay_pct: float = 5, seed: int = 0) -> list[list[list[_Delivered]]]:
     """Events as they land: batches (in time) of files of events, shuffled.
 
     Batch b takes the b-th slice of the true order; `delay_pct`% of the events
@@ -319,11 +334,11 @@ def deliver(events: list, batches: int = 3, files_per_batch: int = 3, duplicate_
         batch_of[i] = rng.randint(batch_of[i] + 1, batches - 1)
     deliveries = list(range(n))
     deliveries += rng.sample(range(n), min(n, round(n * duplicate_pct / 100)))
-    landed: list[list] = [[] for _ in range(batches)]
+    landed: list[list[_Delivered]] = [[] for _ in range(batches)]
     for j, i in enumerate(deliveries):
         b = batch_of[i] if j < n else rng.randint(batch_of[i], batches - 1)
         landed[b].append(events[i])
-    out = []
+    out: list[list[list[_Delivered]]] = []
     for batch in landed:
         rng.shuffle(batch)
         files = [batch[f * len(batch) // files_per_batch:(f + 1) * len(batch) // files_per_batch]

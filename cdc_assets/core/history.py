@@ -21,6 +21,7 @@ and computes the same rules with Spark window functions for a full build.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -53,7 +54,7 @@ def operation(op: str, order: str, previous_op: str | None) -> str:
     return INSERT if previous_op is None or previous_op == DELETE else UPDATE
 
 
-def _same(value):
+def _same(value: object) -> object:
     """A value as re-deliveries compare it: NaN equals NaN, as in Spark's grouping."""
     return "NaN" if isinstance(value, float) and math.isnan(value) else value
 
@@ -62,7 +63,7 @@ def history_schema(data: pa.Schema) -> pa.Schema:
     return pa.schema(list(data) + [pa.field(n, t) for n, t in HISTORY_FIELDS])
 
 
-def key_only_deletes(changes: pa.Table, keys) -> pa.Table:
+def key_only_deletes(changes: pa.Table, keys: Collection[str]) -> pa.Table:
     """Deletes with their non-key columns null: a delete's image differs by source (a full
     before-image, or the key alone), and what it says is only that the key is gone."""
     is_delete = pc.equal(changes["_cdc_op"], DELETE)
@@ -74,7 +75,7 @@ def key_only_deletes(changes: pa.Table, keys) -> pa.Table:
     return out
 
 
-def versions(changes: pa.Table, data_columns: list[str], keys) -> pa.Table:
+def versions(changes: pa.Table, data_columns: list[str], keys: Iterable[str]) -> pa.Table:
     """Every version of the keys in `changes` (typed rows with CHANGE_FIELDS and `data_columns`;
     `keys` the table's key columns): the history rows of those keys, whole, ordered by key and
     version."""
@@ -92,7 +93,9 @@ def versions(changes: pa.Table, data_columns: list[str], keys) -> pa.Table:
         seen.add(identity)
         keep.append(i)
     n = len(keep)
-    valid_to, current, ops, numbers = [None] * n, [False] * n, [None] * n, [0] * n
+    valid_to: list[str | None] = [None] * n
+    ops: list[str | None] = [None] * n
+    current, numbers = [False] * n, [0] * n
     for j, i in enumerate(keep):
         key, op, order = meta["_cdc_key"][i], meta["_cdc_op"][i], meta["_cdc_order"][i]
         first = j == 0 or meta["_cdc_key"][keep[j - 1]] != key

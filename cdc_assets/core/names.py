@@ -10,6 +10,7 @@ every path quotes it with the functions below instead of splicing it into SQL.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 FORBIDDEN = " ,;{}()\n\t="
 BOOKKEEPING = "_cdc_"
@@ -39,7 +40,7 @@ def way_out(name: str) -> str:
     return f"give it a storable name in the table's `rename:` map in cdc.yaml, e.g. rename: {{{name!r}: new_name}}"
 
 
-def same_but_case(name: str, names) -> str | None:
+def same_but_case(name: str, names: Iterable[str]) -> str | None:
     """Another of `names` that equals `name` but for case (Spark and delta-rs take them as one)."""
     folded = name.lower()
     for other in names:
@@ -81,7 +82,7 @@ def bigquery_name(name: str) -> str:
     return out
 
 
-def bigquery_names(columns, table: str) -> dict[str, str]:
+def bigquery_names(columns: Iterable[str], table: str) -> dict[str, str]:
     """Each target column's BigQuery name; a ValueError names two columns that would share one
     (BigQuery compares names without case) or a name too long, with the way out."""
     out: dict[str, str] = {}

@@ -48,7 +48,7 @@ def hex_number(text: str) -> int:
     return int(t, 16)
 
 
-def change_sequence_number(value) -> str:
+def change_sequence_number(value: object) -> str:
     """BigQuery `_CHANGE_SEQUENCE_NUMBER`: 1-4 '/'-separated hex sections (seed 004).
 
     Sections compare as unsigned numbers; with an equal prefix fewer sections rank
@@ -72,7 +72,7 @@ def change_sequence_number(value) -> str:
     return "".join(out) + "0"
 
 
-def parse_timestamp(value) -> int:
+def parse_timestamp(value: object) -> int:
     """Microseconds since the epoch (UTC) from ISO text or epoch milliseconds."""
     if isinstance(value, bool):
         raise OrderingError(f"timestamp {value!r} is not a time")
@@ -106,7 +106,7 @@ def parse_timestamp(value) -> int:
     return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-def timestamp(value) -> str:
+def timestamp(value: object) -> str:
     return i64(parse_timestamp(value))
 
 
@@ -149,7 +149,7 @@ def _text(s: str) -> str:
     return "".join(f"{b + 1:03x}" for b in s.encode("utf-8")) + "000"
 
 
-def typed_value(value) -> str:
+def typed_value(value: object) -> str:
     """Null < numbers < timestamps < text; integers compare as numbers, times as time."""
     if value is None:
         return "0"

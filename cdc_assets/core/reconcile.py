@@ -2,15 +2,34 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from decimal import Decimal
+from typing import NotRequired, TypedDict
 
 from .ordering import origin
-from .values import Misfit, canonical_text, convert, key_text, value_type
+from .values import Misfit, Row, Value, canonical_text, convert, key_text, value_type
 
 SAMPLE = 10
 
 
-def compare(target_rows: list[dict], source_rows: list[dict], keys, source_lines: list[int] | None = None) -> dict:
+class Report(TypedDict):
+    """A reconciliation's counts and samples (a place each, never a value); the engine adds what
+    it could not read of the export."""
+    source_rows: int
+    target_rows: int
+    missing_rows: int
+    extra_rows: int
+    differing_rows: int
+    sample_missing_rows: list[str]
+    sample_extra_rows: list[str]
+    sample_differing_rows: list[str]
+    duplicate_source_keys: int
+    unreadable_source_rows: NotRequired[int]
+    sample_unreadable_source_rows: NotRequired[list[str]]
+
+
+def compare(target_rows: list[Row], source_rows: list[Row], keys: Sequence[str],
+            source_lines: list[int] | None = None) -> Report:
     """Rows compare by meaning (5 == 5.0 == '5') on the export's columns. The samples name
     where a row is (the export's line, the target row's origin), never its values: keys are
     row data too."""
@@ -35,12 +54,12 @@ def compare(target_rows: list[dict], source_rows: list[dict], keys, source_lines
     }
 
 
-def _origin(row: dict) -> str:
+def _origin(row: Row) -> str:
     order = row.get("_cdc_order")
     return origin(order) if isinstance(order, str) and len(order) >= 40 else "a target row"
 
 
-def _as_key(value, type_: str | None):
+def _as_key(value: Value, type_: str | None) -> Value:
     """An export's key value as the target's key column holds it ('1.10' stays text in a text
     column, 5.0 is 5 in a long one), so that a key compares by its column's type."""
     if value is None or type_ is None:
@@ -51,7 +70,7 @@ def _as_key(value, type_: str | None):
         return value
 
 
-def same_value(source, target) -> bool:
+def same_value(source: Value, target: Value) -> bool:
     """Equal by meaning: an export's text equals a typed target value it converts to exactly
     ('2024-01-01 10:00:00' and that instant, '12.50' and Decimal('12.5'))."""
     if canonical_text(source) == canonical_text(target):
@@ -64,6 +83,6 @@ def same_value(source, target) -> bool:
         return False
 
 
-def discrepancies(report: dict) -> int:
+def discrepancies(report: Report) -> int:
     """Rows that differ, plus export rows that could not be read (they cannot be vouched for)."""
     return report["missing_rows"] + report["extra_rows"] + report["differing_rows"] + report.get("unreadable_source_rows", 0)

@@ -13,8 +13,10 @@ Each column's type is recorded in a ledger with how it was set:
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from . import names
-from .values import (BOOLEAN, DOUBLE, INT, LONG, NULL, STRING, decimal_parts, exact_type, fits as value_fits,
+from .values import (BOOLEAN, DOUBLE, INT, LONG, NULL, STRING, Row, Value, decimal_parts, exact_type, fits as value_fits,
                      infer_text, join_types, value_type, widen)
 
 NUMBERS = {INT, LONG, DOUBLE}
@@ -43,14 +45,14 @@ def _numeric(t: str) -> bool:
     return t in NUMBERS or decimal_parts(t) is not None
 
 
-def fits(column_type: str, value, text_source: bool) -> bool:
+def fits(column_type: str, value: Value, text_source: bool) -> bool:
     """The inferred rule: may this value join an inferred column of this type?"""
     t = value_type(value)
     if NULL in (column_type, t) or column_type == t or column_type == STRING:
         return True
     if _numeric(column_type) and _numeric(t):
         return True
-    if t == STRING and _numeric(column_type) and _is_number_text(value.strip()):
+    if isinstance(value, str) and _numeric(column_type) and _is_number_text(value.strip()):
         return True  # a number spelled as text ("13", as exports and JSON writers quote them)
     return text_source and t == STRING
 
@@ -59,14 +61,14 @@ def _is_number_text(text: str) -> bool:
     return not isinstance(infer_text(text), str)
 
 
-def _strict_over_strict(have: str, typed: str, value) -> str | None:
+def _strict_over_strict(have: str, typed: str, value: Value) -> str | None:
     w = widen(have, typed)
     if w is not None:
         return w
     return have if value_fits(value, have) else None
 
 
-def _strict_column(have: str, value, typed: str | None) -> str | None:
+def _strict_column(have: str, value: Value, typed: str | None) -> str | None:
     """The strict column's type after this value, or None when it cannot hold it."""
     if typed:
         return _strict_over_strict(have, typed, value)
@@ -86,7 +88,7 @@ def _strict_column(have: str, value, typed: str | None) -> str | None:
     return None
 
 
-def _inferred_to_strict(have: str, typed: str, value) -> str | None:
+def _inferred_to_strict(have: str, typed: str, value: Value) -> str | None:
     """An inferred column meeting a value whose type a file or declaration gives."""
     if have in (NULL, typed):
         return STRICT + typed
@@ -100,10 +102,11 @@ def _inferred_to_strict(have: str, typed: str, value) -> str | None:
     return None  # e.g. a decimal never silently becomes a double
 
 
-def admit(types: dict[str, str], row: dict, text_source: bool, row_types: dict | None = None) -> str | None:
+def admit(types: dict[str, str], row: Mapping[str, Value], text_source: bool,
+          row_types: Mapping[str, str] | None = None) -> str | None:
     """Widen `types` with the row's values and return None, or return why the row cannot fit
     (and leave `types` as it was). `row_types`: the types the file or `columns:` gives."""
-    seen = {}
+    seen: dict[str, str] = {}
     row_types = row_types or {}
     for col, value in row.items():
         typed = row_types.get(col)
@@ -136,13 +139,13 @@ def admit(types: dict[str, str], row: dict, text_source: bool, row_types: dict |
     return None
 
 
-def admit_columns(types: dict[str, str], rows: list[dict], row_types: dict) -> bool:
+def admit_columns(types: dict[str, str], rows: list[Row], row_types: Mapping[str, str]) -> bool:
     """Admit rows of one typed file (Avro, Parquet: every value has its column's file type) all
     at once, when whether each fits depends only on the column types, not on the values: then
     one row holding a value of each column admits all of them, and `types` ends as if each row
     had been admitted in turn. False (and `types` unchanged) when a value could decide, or a
     column misfits: the rows are then admitted one by one, which names each misfit."""
-    sample: dict = {}
+    sample: Row = {}
     for row in rows:
         for col, value in row.items():
             if value is not None and col not in sample:

@@ -5,12 +5,13 @@ target partition gets a readable, reversible partition key.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from urllib.parse import quote, unquote
 
 import pyarrow as pa
 
-from .values import (BINARY, BOOLEAN, DATE, DOUBLE, INT, LONG, NULL, STRING, TIMESTAMP, TIMESTAMP_NTZ, convert,
-                     decimal_parts, decimal_type, join_types, key_text, value_type, widen)
+from .values import (BINARY, BOOLEAN, DATE, DOUBLE, INT, LONG, NULL, STRING, TIMESTAMP, TIMESTAMP_NTZ, Row, Value,
+                     convert, decimal_parts, decimal_type, join_types, key_text, value_type, widen)
 
 _ARROW = {BOOLEAN: pa.bool_(), INT: pa.int32(), LONG: pa.int64(), DOUBLE: pa.float64(), STRING: pa.string(),
           DATE: pa.date32(), TIMESTAMP: pa.timestamp("us", tz="UTC"), TIMESTAMP_NTZ: pa.timestamp("us"),
@@ -46,7 +47,8 @@ META_COLUMNS = ("_cdc_key", "_cdc_order", "_cdc_batch", "_cdc_event_id")
 NULL_PARTITION = "__null__"
 
 
-def target_columns(existing: dict[str, str], rows: list[dict], keys, partition_by=(),
+def target_columns(existing: dict[str, str], rows: Iterable[Row], keys: Iterable[str],
+                   partition_by: Iterable[str] = (),
                    history_types: dict[str, str] | None = None) -> dict[str, str]:
     """Existing columns keep their place; new ones follow in the order the history met them.
 
@@ -71,11 +73,11 @@ def target_columns(existing: dict[str, str], rows: list[dict], keys, partition_b
     return {c: (STRING if t == NULL else t) for c, t in cols.items()}
 
 
-def typed_columns(rows: list[dict], columns: dict[str, str]) -> dict[str, list]:
+def typed_columns(rows: Sequence[Row], columns: dict[str, str]) -> dict[str, list[Value]]:
     return {c: [convert(r.get(c), t) for r in rows] for c, t in columns.items()}
 
 
-def partition_key(partition_by, partition_text_values) -> str:
+def partition_key(partition_by: Iterable[str], partition_text_values: Iterable[str | None]) -> str:
     """'region=eu' (several columns joined by '/'); values are canonical text or None."""
     parts = []
     for col, v in zip(partition_by, partition_text_values):
@@ -83,16 +85,16 @@ def partition_key(partition_by, partition_text_values) -> str:
     return "/".join(parts)
 
 
-def partition_values(partition_key_text: str) -> list:
+def partition_values(partition_key_text: str) -> list[str | None]:
     # A value is quoted (no '/' or '=' in it) and no column name holds '=' (Delta forbids it), but
     # a name may hold '/': each value runs from an '=' to the next '/'.
-    out = []
+    out: list[str | None] = []
     for part in partition_key_text.split("=")[1:]:
         v = part.split("/", 1)[0]
         out.append(None if v == NULL_PARTITION else unquote(v))
     return out
 
 
-def partition_text(values) -> str:
+def partition_text(values: Iterable[Value]) -> str:
     """The `_cdc_partition` form of partition values, as stored with each change."""
     return key_text(values)

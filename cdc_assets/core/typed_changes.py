@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -26,11 +27,12 @@ import pyarrow.types as pt
 
 from . import ordering
 from .changes import DELETE, UPSERT, storable_name
-from .formats import arrow_column_type, scalar_column_type
+from .formats import ChangesetOptions, arrow_column_type, scalar_column_type
 from .ordering import OrderingError
 from .typed_export import json_quoted, key_texts, string_array
-from .values import _encode_value
+from .values import encode_value
 
+_STRING = pa.string()
 _encode_text = json.encoder.encode_basestring  # json.dumps(text, ensure_ascii=False), without the call
 
 
@@ -46,8 +48,8 @@ def read_by_column(fmt: str, name: str) -> bool:
     return fmt == "changeset" and name.lower().endswith(".parquet")
 
 
-def read_typed_change_file(fmt: str, options: dict, keys, name: str, data: bytes, declared: dict | None,
-                           partition_by, *, batch_seq: int, batch_id: str, file_index: int,
+def read_typed_change_file(fmt: str, options: ChangesetOptions, keys: Sequence[str], name: str, data: bytes,
+                           declared: dict[str, str] | None, partition_by: Sequence[str], *, batch_seq: int, batch_id: str, file_index: int,
                            schema: pa.Schema) -> TypedFile | None:
     """The file's records computed column by column, or None when the file must be read
     record by record (see the module's docstring)."""
@@ -87,7 +89,8 @@ def _plain_column(column: pa.ChunkedArray) -> pa.Array:
     return column.dictionary_decode() if pt.is_dictionary(column.type) else column
 
 
-def typed_change_records(table: pa.Table, options: dict, keys, name: str, declared: dict | None, partition_by, *,
+def typed_change_records(table: pa.Table, options: ChangesetOptions, keys: Sequence[str], name: str,
+                         declared: dict[str, str] | None, partition_by: Sequence[str], *,
                          batch_seq: int, batch_id: str, file_index: int, schema: pa.Schema) -> TypedFile | None:
     op_column, sequence_by = options["op_column"], list(options.get("sequence_by", []))
     if not _usable(table) or op_column not in table.column_names:
@@ -118,7 +121,10 @@ def typed_change_records(table: pa.Table, options: dict, keys, name: str, declar
     types = {**(declared or {}), **file_types}
     partitions = string_array(key_texts([values.column(c) if c in values.column_names else pa.nulls(n)
                                      for c in partition_by])) if partition_by else pa.nulls(n, pa.string())
-    constant = lambda v, t=pa.string(): pa.array([v] * n, t)  # noqa: E731
+
+    def constant(v: object, t: pa.DataType = _STRING) -> pa.Array:
+        return pa.array([v] * n, t)
+
     record = {
         "_cdc_key": key_text, "_cdc_op": op_array, "_cdc_order": orders, "_cdc_event_id": event_ids,
         "_cdc_row": pa.nulls(n, pa.string()), "_cdc_partition": partitions,
@@ -150,7 +156,7 @@ def _typed_values(column: pa.Array) -> pa.Array:
 
 
 def _json_texts(column: pa.Array) -> pa.Array:
-    """Each value as `values.encode_row` writes it (JSON, with the tags of `_encode_value`)."""
+    """Each value as `values.encode_row` writes it (JSON, with the tags of `encode_value`)."""
     t = column.type
     values = column.to_pylist()
     if pt.is_string(t) or pt.is_large_string(t):
@@ -160,7 +166,7 @@ def _json_texts(column: pa.Array) -> pa.Array:
     elif pt.is_decimal(t):
         texts = ["null" if v is None else '{"$decimal": "' + str(v) + '"}' for v in values]
     else:
-        texts = [json.dumps(_encode_value(v), ensure_ascii=False) for v in values]
+        texts = [json.dumps(encode_value(v), ensure_ascii=False) for v in values]
     return pa.array(texts, pa.string())
 
 

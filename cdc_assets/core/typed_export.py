@@ -10,6 +10,7 @@ values, time of day, decimals wider than 38 digits) are read row by row instead
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -21,13 +22,16 @@ from .changes import RECORD_FIELDS, UPSERT, storable_name
 from .formats import RAW_PREVIEW, scalar_column_type
 from .values import key_text, source_value
 
+_STRING = pa.string()
 SNAPSHOT = "SNAPSHOT"
+# A column type's Arrow type (the caller passes `target.arrow_type`)
+ArrowType = Callable[[str], pa.DataType]
 
 
-def export_columns(schema: pa.Schema, keys, partition_by=()) -> dict[str, str] | None:
+def export_columns(schema: pa.Schema, keys: Iterable[str], partition_by: Iterable[str] = ()) -> dict[str, str] | None:
     """The column types of an export whose every column has one (columns of the null type,
     which hold nothing, are left out); None when a column needs row-by-row reading."""
-    out = {}
+    out: dict[str, str] = {}
     for f in schema:
         if pt.is_null(f.type):
             continue
@@ -40,19 +44,19 @@ def export_columns(schema: pa.Schema, keys, partition_by=()) -> dict[str, str] |
     return out
 
 
-def base_schema(columns: dict[str, str], arrow_type) -> pa.Schema:
+def base_schema(columns: dict[str, str], arrow_type: ArrowType) -> pa.Schema:
     """Base records with typed source columns, as `base` holds them."""
     meta = [pa.field(n, pa.int64() if t == "long" else pa.string()) for n, t in RECORD_FIELDS]
     return pa.schema(meta + [pa.field(c, arrow_type(t)) for c, t in columns.items()])
 
 
-def record_schema(columns: dict[str, str], arrow_type) -> pa.Schema:
+def record_schema(columns: dict[str, str], arrow_type: ArrowType) -> pa.Schema:
     """Base records as an export's rows become them: `_cdc_reason`/`_cdc_raw` mark rejections."""
     return base_schema(columns, arrow_type).append(pa.field("_cdc_reason", pa.string())) \
         .append(pa.field("_cdc_raw", pa.string()))
 
 
-def _as_column_type(values: pa.Array, type_: str, arrow_type) -> pa.Array:
+def _as_column_type(values: pa.Array, type_: str, arrow_type: ArrowType) -> pa.Array:
     if pt.is_dictionary(values.type):
         values = values.dictionary_decode()
     want = arrow_type(type_)
@@ -64,7 +68,7 @@ def _as_column_type(values: pa.Array, type_: str, arrow_type) -> pa.Array:
     return pc.cast(values, want)
 
 
-def key_texts(arrays: list) -> list[str | None] | pa.Array:
+def key_texts(arrays: Sequence[pa.Array | pa.ChunkedArray]) -> list[str | None] | pa.Array:
     """Key or partition text per row, from the values as the row-by-row reader holds them."""
     if not arrays:
         return []
@@ -78,7 +82,7 @@ def key_texts(arrays: list) -> list[str | None] | pa.Array:
 _CONTROL = r"[\x00-\x1f]"
 
 
-def _canonical_json(values) -> pa.Array | None:
+def _canonical_json(values: pa.Array | pa.ChunkedArray) -> pa.Array | None:
     """`values.key_part` of each value as a JSON string, built by Arrow for integers and text
     without nulls; None for the others, which are built value by value."""
     if isinstance(values, pa.ChunkedArray):
@@ -100,7 +104,7 @@ def json_quoted(texts: pa.Array) -> pa.Array:
     return pc.binary_join_element_wise('"', escaped.cast(pa.string()), '"', "")
 
 
-def string_array(values) -> pa.Array:
+def string_array(values: pa.Array | pa.ChunkedArray | Sequence[str | None]) -> pa.Array:
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     return values.cast(pa.string()) if isinstance(values, pa.Array) else pa.array(values, pa.string())
@@ -116,7 +120,8 @@ _BASE_LINE_AT = (1, len(_BASE_ORDER) - 16)
 
 def _hex16(values: np.ndarray) -> np.ndarray:
     """`ordering.u64` of each value as a row of 16 ASCII bytes."""
-    return _HEX_DIGITS[(values.astype(np.uint64)[:, None] >> _NIBBLE_SHIFTS) & np.uint64(15)]
+    digits: np.ndarray = _HEX_DIGITS[(values.astype(np.uint64)[:, None] >> _NIBBLE_SHIFTS) & np.uint64(15)]
+    return digits
 
 
 def base_orders(lines: np.ndarray) -> pa.Array:
@@ -133,8 +138,8 @@ def base_orders(lines: np.ndarray) -> pa.Array:
         .cast(pa.string())
 
 
-def export_batch(data: pa.Table, first_line: int, keys, partition_by, file_name: str, columns: dict[str, str],
-                 arrow_type) -> pa.RecordBatch:
+def export_batch(data: pa.Table, first_line: int, keys: Sequence[str], partition_by: Sequence[str], file_name: str,
+                 columns: dict[str, str], arrow_type: ArrowType) -> pa.RecordBatch:
     """Rows of an export (lines first_line+1 ...) as base records; a row without a key value
     is a rejection naming the key column, as when the export is read row by row."""
     n = data.num_rows
@@ -146,8 +151,8 @@ def export_batch(data: pa.Table, first_line: int, keys, partition_by, file_name:
         missing = typed[k].is_null()
         if missing.null_count == 0 and not pc.any(missing).as_py():
             continue
-        for i in np.flatnonzero(missing.to_numpy(zero_copy_only=False)):
-            reasons.setdefault(int(i), f"key column {k!r} is null")
+        for row in np.flatnonzero(missing.to_numpy(zero_copy_only=False)):
+            reasons.setdefault(int(row), f"key column {k!r} is null")
     bad = sorted(reasons)
     keys_text = key_texts([data.column(k) for k in keys])
     if bad:
@@ -155,7 +160,10 @@ def export_batch(data: pa.Table, first_line: int, keys, partition_by, file_name:
         for i in bad:
             keys_text[i] = None
     partitions = key_texts([data.column(c) for c in partition_by]) if partition_by else pa.nulls(n, pa.string())
-    constant = lambda v, t=pa.string(): pa.nulls(n, t) if v is None else pa.repeat(pa.scalar(v, t), n)  # noqa: E731
+
+    def constant(v: object, t: pa.DataType = _STRING) -> pa.Array:
+        return pa.nulls(n, t) if v is None else pa.repeat(pa.scalar(v, t), n)
+
     meta = {
         "_cdc_key": string_array(keys_text), "_cdc_op": constant(UPSERT), "_cdc_order": base_orders(lines),
         "_cdc_event_id": constant(None), "_cdc_row": constant(None), "_cdc_partition": string_array(partitions),

@@ -19,7 +19,9 @@ import json
 import math
 import re
 import uuid
+from collections.abc import Iterable, Mapping
 from decimal import Decimal, InvalidOperation, localcontext
+from typing import Any, TypeAlias, cast
 
 from .errors import TerminalError
 
@@ -35,6 +37,12 @@ SIMPLE_TYPES = (BOOLEAN, INT, LONG, DOUBLE, STRING, DATE, TIMESTAMP, TIMESTAMP_N
 MAX_PRECISION = 38
 _DECIMAL_TYPE = re.compile(r"decimal\(\s*(\d{1,2})\s*,\s*(\d{1,2})\s*\)", re.ASCII)
 _INT_RANGE = {INT: 1 << 31, LONG: 1 << 63}
+
+
+# A value as a row image holds it (`source_value`): what every reader's values become.
+Value: TypeAlias = "None | bool | int | float | str | Decimal | dt.date | bytes"
+# A row image: column name -> value.
+Row: TypeAlias = "dict[str, Value]"
 
 
 class NumberText(Decimal):
@@ -56,7 +64,7 @@ def decimal_parts(type_: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def parse_type(text) -> str:
+def parse_type(text: object) -> str:
     """A type named in `columns:`, in canonical spelling; ValueError names what is allowed."""
     t = str(text).strip().lower()
     if t in SIMPLE_TYPES:
@@ -68,7 +76,7 @@ def parse_type(text) -> str:
                      f"with 1 <= p <= {MAX_PRECISION} and s <= p)")
 
 
-def infer_text(text: str):
+def infer_text(text: str) -> int | NumberText | str | None:
     """A CSV field as a typed value: '' is NULL, plain integers and decimals are numbers.
 
     Leading zeros ('007') and anything else stay text, so codes keep their spelling.
@@ -83,7 +91,7 @@ def infer_text(text: str):
     return text
 
 
-def _plain(value):
+def _plain(value: object) -> object:
     """Reader objects without a column type of their own (time of day, UUID) as text."""
     if isinstance(value, dt.time):
         return value.isoformat()
@@ -96,7 +104,7 @@ def _plain(value):
     return value
 
 
-def _jsonable(value):
+def _jsonable(value: object) -> object:
     """A nested value's parts as JSON values; a decimal stays a JSON number when a float
     reproduces it exactly, and becomes its text otherwise."""
     if isinstance(value, dict):
@@ -105,9 +113,11 @@ def _jsonable(value):
         return [_jsonable(v) for v in value]
     value = _plain(value)
     if isinstance(value, Decimal):
-        text = canonical_text(value)
-        return (int(text) if _INT.fullmatch(text) else float(text)) if value.is_finite() and \
-            Decimal(text) == value and "e" not in text else str(value)
+        if not value.is_finite():
+            return str(value)
+        text = _number_text(value)
+        return (int(text) if _INT.fullmatch(text) else float(text)) if Decimal(text) == value and "e" not in text \
+            else str(value)
     if isinstance(value, (dt.datetime, dt.date)):
         return value.isoformat()
     if isinstance(value, bytes):
@@ -115,7 +125,7 @@ def _jsonable(value):
     return value
 
 
-def source_value(value):
+def source_value(value: object) -> Value:
     """A reader's value as held in a row image: nested structures become JSON text; a
     non-finite number becomes text (no column type holds it)."""
     if isinstance(value, (dict, list, tuple)):
@@ -125,7 +135,7 @@ def source_value(value):
         return str(value)
     if isinstance(value, Decimal) and not value.is_finite():
         return str(value)
-    return value
+    return cast(Value, value)  # readers (JSON, CSV, Arrow, fastavro) give no other scalar type
 
 
 def _number_text(d: Decimal) -> str:
@@ -138,7 +148,7 @@ def _number_text(d: Decimal) -> str:
     return str(d.normalize())
 
 
-def canonical_text(value) -> str | None:
+def canonical_text(value: object) -> str | None:
     """Text that is equal for values equal by meaning: 5, 5.0 and '5' compare equal, as a
     reconciliation compares an export's text with a typed value (keys: `key_part`)."""
     if value is None:
@@ -163,25 +173,27 @@ def canonical_text(value) -> str | None:
     return str(value)
 
 
-def key_part(value) -> str | None:
+def key_part(value: object) -> str | None:
     """One key column's value as key text: a text is exactly itself (a zip code, a version
     or a SKU is never read as a number); other values by `canonical_text`, so equal numbers
     of a column's type are one key."""
     return value if isinstance(value, str) else canonical_text(value)
 
 
-def key_text(values) -> str:
+def key_text(values: Iterable[object]) -> str:
     return json.dumps([key_part(v) for v in values], ensure_ascii=False, separators=(",", ":"))
 
 
 def _decimal_of(d: Decimal) -> str:
     _, digits, exp = d.as_tuple()
+    if not isinstance(exp, int):  # NaN or infinity: no decimal holds it, a row image holds its text
+        return STRING
     scale = max(0, -exp)
     precision = max(len(digits) + max(0, exp), scale, 1)
     return decimal_type(min(precision, MAX_PRECISION), min(scale, MAX_PRECISION))
 
 
-def value_type(value) -> str:
+def value_type(value: object) -> str:
     """The type a value has on its own (inference): what a column holding only it would be."""
     if value is None:
         return NULL
@@ -202,7 +214,7 @@ def value_type(value) -> str:
     return STRING
 
 
-def exact_type(value) -> str | None:
+def exact_type(value: object) -> str | None:
     """The narrowest decimal type holding a number written as text (or a decimal) exactly."""
     if isinstance(value, Decimal) and value.is_finite():
         return _decimal_of(value)
@@ -247,7 +259,7 @@ def join_types(a: str, b: str) -> str:
     return STRING
 
 
-def _integer(value) -> int | None:
+def _integer(value: object) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -261,7 +273,7 @@ def _integer(value) -> int | None:
     return None
 
 
-def _exact_decimal(value) -> Decimal | None:
+def _exact_decimal(value: object) -> Decimal | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, Decimal):
@@ -279,7 +291,7 @@ def _exact_decimal(value) -> Decimal | None:
     return None
 
 
-def _timestamp(value, with_zone: bool):
+def _timestamp(value: object, with_zone: bool) -> dt.datetime | None:
     if isinstance(value, str):
         text = value.strip().replace(" UTC", "+00:00")
         if text.endswith(("Z", "z")):
@@ -303,12 +315,12 @@ def _timestamp(value, with_zone: bool):
     return value if value.tzinfo is None else None
 
 
-def convert(value, type_: str):
+def convert(value: object, type_: str) -> Value:
     """`value` as a value of column type `type_`, exactly, or Misfit. Text is read as the type's
     text form (ISO times, base64 binary); numbers never pass through a float on their way into
     a decimal, and a decimal or timestamp never silently becomes something narrower."""
     if value is None or type_ == NULL:
-        return value
+        return cast(Value, value)  # a column of no type yet holds a value as it is
     if type_ == STRING:
         if isinstance(value, str):
             return value
@@ -354,7 +366,7 @@ def convert(value, type_: str):
     else:
         parts = decimal_parts(type_)
         d = _exact_decimal(value) if parts and not isinstance(value, float) else None
-        if d is not None:
+        if parts and d is not None:
             precision, scale = parts
             with localcontext(prec=2 * MAX_PRECISION + 2):  # the default 28 digits would round a decimal(38,s)
                 q = d.quantize(Decimal(1).scaleb(-scale))
@@ -363,7 +375,7 @@ def convert(value, type_: str):
     raise Misfit(f"a {value_type(value) if not isinstance(value, str) else 'text'} value does not fit {type_}")
 
 
-def fits(value, type_: str) -> bool:
+def fits(value: object, type_: str) -> bool:
     try:
         convert(value, type_)
     except Misfit:
@@ -373,10 +385,11 @@ def fits(value, type_: str) -> bool:
 
 # ---- row images ---------------------------------------------------------------
 # A row image travels between the steps as JSON; values JSON has no type for are tagged.
-_TAGS = {"$decimal": Decimal, "$number": NumberText}
+_TAGS: dict[str, type[Decimal]] = {"$decimal": Decimal, "$number": NumberText}
 
 
-def _encode_value(value):
+def encode_value(value: Value) -> Value | dict[str, str]:
+    """A value as a row image's JSON holds it: a value JSON has no type for is tagged."""
     if isinstance(value, NumberText):
         return {"$number": str(value)}
     if isinstance(value, Decimal):
@@ -390,7 +403,7 @@ def _encode_value(value):
     return value
 
 
-def _decode_value(value):
+def _decode_value(value: Any) -> Any:
     if not isinstance(value, dict) or len(value) != 1:
         return value
     (tag, text), = value.items()
@@ -405,9 +418,9 @@ def _decode_value(value):
     return value
 
 
-def encode_row(row: dict, sort_keys: bool = False) -> str:
-    return json.dumps({k: _encode_value(v) for k, v in row.items()}, ensure_ascii=False, sort_keys=sort_keys)
+def encode_row(row: Mapping[str, Value], sort_keys: bool = False) -> str:
+    return json.dumps({k: encode_value(v) for k, v in row.items()}, ensure_ascii=False, sort_keys=sort_keys)
 
 
-def decode_row(text: str) -> dict:
+def decode_row(text: str) -> Row:
     return {k: _decode_value(v) for k, v in json.loads(text).items()}

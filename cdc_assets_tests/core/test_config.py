@@ -135,6 +135,13 @@ def test_changeset_option_values_are_text_and_single_values_are_lists():
     assert t.options == {"op_column": "op", "sequence_by": [], "inserts": ["1"], "updates": ["2"], "deletes": ["3"]}
 
 
+def test_options_of_a_format_that_takes_none_are_refused_whatever_their_keys():
+    # YAML keys may be numbers beside names: the error still names the table and the field
+    message = error(raw_config(options={1: "x", "op": "y"}))
+    assert "table 'ORDERS': field 'options': format 'datastream-json' takes no options" in message
+    assert "'1'" in message and "'op'" in message
+
+
 def test_keys_one_to_sixteen_columns():
     assert parse_config(raw_config(keys="id"), CONFIG_PATH).tables[0].keys == ("id",)
     sixteen = [f"k{i}" for i in range(16)]

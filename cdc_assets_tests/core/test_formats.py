@@ -428,6 +428,18 @@ def test_unreadable_avro_file_is_a_rejection():
     assert "Avro" in out[0].reason
 
 
+@pytest.mark.parametrize("fmt", ["datastream-avro", "bigquery-append", "changeset"])
+def test_avro_rows_that_are_no_records_are_rejections_naming_their_line(fmt):
+    # an Avro file whose schema is not a record (a plain string or an array per row) holds no
+    # columns: each row is quarantined with its line, as a JSON line that is no object is
+    buf = io.BytesIO()
+    fastavro.writer(buf, fastavro.parse_schema({"type": "array", "items": "long"}), [[1, 2], [3]])
+    options = {"op_column": "op", "deletes": ["D"], "inserts": ["I"]} if fmt == "changeset" else None
+    out = parse(fmt, buf.getvalue(), name="part.avro", options=options)
+    assert summary(out) == [("Rejection", 1), ("Rejection", 2)]
+    assert all("Avro array where a record was expected" in r.reason for r in out)
+
+
 # ---- bigquery-append ---------------------------------------------------------------
 
 def append_row(csn, change_type="INSERT", uuid="u1", **cols):

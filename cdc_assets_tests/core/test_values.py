@@ -266,3 +266,14 @@ def test_convert_widens_only():
     assert values.convert(1.5, STRING) == "1.5"
     assert values.convert(True, STRING) == "true"
     assert values.convert(None, LONG) is None
+
+
+@pytest.mark.parametrize("text", ["NaN", "-Infinity", "sNaN"])
+def test_a_non_finite_decimal_is_text_and_fits_no_number_column(text):
+    # a non-finite decimal becomes text in a row image, so its type on its own is text, and a
+    # number column refuses it with a Misfit naming types (never a crash of the type check)
+    d = Decimal(text)
+    assert values.value_type(d) == STRING == values.value_type(values.source_value(d))
+    for type_ in ("long", "int", "decimal(10,2)", "boolean", "date"):
+        with pytest.raises(values.Misfit, match="does not fit"):
+            values.convert(d, type_)
