@@ -25,7 +25,7 @@ class ApplyPolicy:
         return self.min_changes is not None or self.max_staleness is not None
 
 
-def parse_duration(text) -> float:
+def parse_duration(text: object) -> float:
     """'90s', '15m', '2h', '1d' as seconds; a bare number is seconds."""
     if isinstance(text, bool):
         raise ValueError(f"{text!r} is not a duration")
