@@ -43,7 +43,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from .bench import CHANGESET, _children, changes, child_env, parse_size, size_label, write_base
+from .bench import changes, child_env, parse_size, size_label, tree_pids, write_base
 from .latency import Ui, _pct
 
 MODES = ("sensors", "group")
@@ -208,18 +208,12 @@ class Watcher:
 def tree_cpu_seconds(root: int) -> float:
     """User and system CPU seconds of `root` and its descendants alive now (a finished child's
     seconds count in its parent's once it was waited for)."""
-    kids, seen, stack, total = _children(), set(), [root], 0.0
-    tick = os.sysconf("SC_CLK_TCK")
-    while stack:
-        pid = stack.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        stack.extend(kids.get(pid, ()))
+    total = 0.0
+    for pid in tree_pids([root]):
         try:
             with open(f"/proc/{pid}/stat") as fh:
                 fields = fh.read().rpartition(")")[2].split()
-            total += sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
+            total += sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
         except (OSError, IndexError, ValueError):
             pass
     return total
