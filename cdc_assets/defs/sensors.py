@@ -156,6 +156,10 @@ def landing_sensor(cfg: Config, table: TableConfig, jobs: list) -> dg.SensorDefi
                default_status=dg.DefaultSensorStatus.STOPPED, required_resource_keys=resource_keys or None,
                description=f"Watches {cfg.landing_dir(table.name)} for complete change files of {table.name}.")
     def sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        # Nothing landed and nothing pending since a full look: no Delta table opened, no instance query.
+        from ..engine.landing import settled
+        if not table.source and settled(cfg.table_dir(table.name), cfg.landing_dir(table.name), bool(table.base_snapshot)):
+            return dg.SkipReason(f"nothing new for {table.name}")
         # A run killed while it held the table's pool would keep every later run of the table
         # waiting: each tick frees what dead runs hold there (pools.py says how they are judged).
         freed = release_abandoned(context.instance, TableNames(table.name).pool)

@@ -1,6 +1,8 @@
 """Delta tables through delta-rs, and their snapshots as Spark DataFrames."""
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
@@ -49,6 +51,65 @@ def txn_version(dt: DeltaTable | None, step: str) -> int:
 
 def step_version(path: str, step: str) -> int:
     return txn_version(open_table(path), step)
+
+
+# The newest commit seen of each local table: where the next look at its log starts.
+_newest: dict[str, int] = {}
+# Per (table, step): the log's stamp when `step`'s batch was last read, and that batch.
+_steps: dict[tuple[str, str], tuple[tuple, int]] = {}
+
+
+def log_stamp(path: str) -> tuple | None:
+    """What identifies a local table's current version from its log's file names alone, no table
+    opened: (version, inode and modification time of that commit file), (-1,) without a table; None
+    on an object store, where this would cost a listing. A commit appears under its final name in
+    one step (delta-rs renames it there), so a later look sees either the old stamp or the new one."""
+    if storage.is_remote(path):
+        return None
+    log = os.path.join(path, "_delta_log")
+    version = _newest.get(path)
+    if version is None or not os.path.exists(_commit_file(log, version)):
+        try:
+            names = os.listdir(log)
+        except FileNotFoundError:
+            _newest.pop(path, None)
+            return (-1,)
+        found = [int(n[:20]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()]
+        if not found:
+            return (-1,)
+        version = max(found)
+    while os.path.exists(_commit_file(log, version + 1)):
+        version += 1
+    try:
+        st = os.stat(_commit_file(log, version))
+    except FileNotFoundError:  # the table was replaced meanwhile: the next look lists its log again
+        _newest.pop(path, None)
+        return log_stamp(path)
+    _newest[path] = version
+    return version, st.st_ino, st.st_mtime_ns
+
+
+def _commit_file(log: str, version: int) -> str:
+    return os.path.join(log, f"{version:020d}.json")
+
+
+def step_version_cached(path: str, step: str) -> int:
+    """`step_version`, reading the table only when its log has a commit this process has not read
+    it at (an object store's table is read each time)."""
+    stamp = log_stamp(path)
+    if stamp is None:
+        return step_version(path, step)
+    if stamp[0] < 0:
+        return -1
+    seen = _steps.get((path, step))
+    if seen is not None and seen[0] == stamp:
+        return seen[1]
+    try:
+        done = txn_version(load(path, version=stamp[0]), step)
+    except (DeltaError, TableNotFoundError):  # replaced since the look: read as it is now, not kept
+        return step_version(path, step)
+    _steps[(path, step)] = (stamp, done)
+    return done
 
 
 def table_version(path: str) -> int:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import time
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 from . import delta, gcs
+from .tables import BASE, STAGING, TARGET, path
 
 BATCH_FIELDS = (("batch_seq", "long"), ("batch_id", "string"), ("file", "string"),
                 ("bytes", "long"), ("registered_at", "string"))
@@ -109,6 +111,59 @@ def registered(table_dir: str) -> list[Batch]:
     for r in rows.to_pylist():
         by_seq.setdefault(r["batch_seq"], []).append(r["file"])
     return [Batch(s, Batch.id_for(s), tuple(sorted(f for f in fs if f))) for s, fs in sorted(by_seq.items())]
+
+
+# A settled table (nothing landed that no batch took, nothing left to stage or apply) is still
+# looked at in full this often: a full tick also frees what dead runs hold in the table's pool and
+# adds the batch partitions a new Dagster instance lacks.
+FULL_LOOK_SECONDS = 60.0
+# Per table folder: the state a tick of this process last found settled, and when.
+_settled: dict[str, tuple[tuple, float]] = {}
+
+
+def settled(table_dir: str, landing_dir: str, base_snapshot: bool, now: float | None = None) -> bool:
+    """Whether a tick may skip the table: the landing folder lists what it listed when an earlier
+    tick of this process (which then looked in full) found the table settled, less than
+    FULL_LOOK_SECONDS ago, and the Delta logs of the ledger, base, staging and target have no commit
+    since. Costs a listing of the landing folder and a few file lookups in the logs: no Delta
+    table is opened while nothing changes. Always False for an object store, whose listing is the
+    cursor's (scan_landing)."""
+    if gcs.is_gcs(landing_dir) or "://" in table_dir:
+        return False
+    now = time.time() if now is None else now
+    tables = [batches_path(table_dir)] + [path(table_dir, n) for n in (BASE, STAGING, TARGET)]
+    stamps = tuple(delta.log_stamp(t) for t in tables)
+    state = (frozenset(complete_files(landing_dir).items()), stamps)
+    seen = _settled.get(table_dir)
+    if seen is not None and seen[0] == state and now - seen[1] < FULL_LOOK_SECONDS:
+        return True
+    _settled.pop(table_dir, None)
+    batches = registered_cached(table_dir)
+    taken = {f for b in batches for f in b.files}
+    staged = delta.step_version_cached(path(table_dir, STAGING), STAGING)
+    reached = max(staged, 0 if base_snapshot else -1)
+    quiet = (all(f in taken for f, _ in state[0])  # nothing to register
+             and (not batches or batches[-1].seq <= staged)  # nothing to ingest
+             and (not base_snapshot or delta.step_version_cached(path(table_dir, BASE), BASE) >= 0)
+             and delta.step_version_cached(path(table_dir, TARGET), TARGET) >= reached)  # nothing to apply
+    if quiet:  # this tick looks in full; the next ones that find the same state skip
+        _settled[table_dir] = (state, now)
+    return False
+
+
+_ledgers: dict[str, tuple[tuple, list[Batch]]] = {}
+
+
+def registered_cached(table_dir: str) -> list[Batch]:
+    """`registered`, read again only when the ledger has a commit this process has not read."""
+    stamp = delta.log_stamp(batches_path(table_dir))
+    seen = _ledgers.get(table_dir)
+    if stamp is not None and seen is not None and seen[0] == stamp:
+        return seen[1]
+    batches = registered(table_dir)
+    if stamp is not None and stamp == delta.log_stamp(batches_path(table_dir)):
+        _ledgers[table_dir] = (stamp, batches)
+    return batches
 
 
 def pending_files(landing_dir: str, table_dir: str) -> dict[str, int]:

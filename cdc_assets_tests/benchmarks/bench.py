@@ -162,15 +162,21 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
-def tree_rss(roots: list[int]) -> int:
-    """Resident bytes of the processes `roots` and all their descendants (JVMs included)."""
-    kids, seen, stack, total = _children(), set(), list(roots), 0
+def tree_pids(roots: list[int]) -> list[int]:
+    """The processes `roots` and all their descendants alive now."""
+    kids, seen, stack = _children(), [], list(roots)
     while stack:
         pid = stack.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        stack.extend(kids.get(pid, ()))
+        if pid not in seen:
+            seen.append(pid)
+            stack.extend(kids.get(pid, ()))
+    return seen
+
+
+def tree_rss(roots: list[int]) -> int:
+    """Resident bytes of the processes `roots` and all their descendants (JVMs included)."""
+    total = 0
+    for pid in tree_pids(roots):
         try:
             with open(f"/proc/{pid}/statm") as fh:
                 total += int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

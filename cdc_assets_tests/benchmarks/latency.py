@@ -64,14 +64,15 @@ def _pct(values: list[float], q: float) -> float:
 class Ui:
     """`cdc-assets ui` on the configuration, its own Dagster home, until stopped."""
 
-    def __init__(self, cli: list[str], config: str, work: str, log: str):
+    def __init__(self, cli: list[str], config: str, work: str, log: str, spark: bool = True):
         self.env = child_env()
         self.env["DAGSTER_HOME"] = os.path.join(work, "dagster_home")
         self.port = _free_port()
         self.log = open(log, "w")
-        self.proc = subprocess.Popen([*cli, "ui", "--config", config, "--port", str(self.port)], cwd=work,
+        self.proc = subprocess.Popen([*cli, "ui", "--config", config, "--port", str(self.port)]
+                                     + ([] if spark else ["--no-spark"]), cwd=work,
                                      env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        self.config = config
+        self.config, self.spark = config, spark
 
     def wait_ready(self, timeout: float = 600.0) -> float:
         from cdc_assets.core.config import load_config
@@ -79,7 +80,7 @@ class Ui:
 
         cfg = load_config(self.config)
         t = time.time()
-        while not (_answers(self.port) and connect.live(cfg) is not None):
+        while not (_answers(self.port) and (not self.spark or connect.live(cfg) is not None)):
             if self.proc.poll() is not None:
                 raise SystemExit(f"cdc-assets ui exited ({self.proc.returncode}): see {self.log.name}")
             if time.time() - t > timeout:
@@ -88,9 +89,13 @@ class Ui:
         return round(time.time() - t, 1)
 
     def start_sensor(self, name: str) -> None:
+        self.dagster("sensor", "start", name)
+
+    def dagster(self, *args: str) -> None:
+        """A `dagster` command on this UI's code location and instance (e.g. `schedule start NAME`)."""
         env = dict(self.env, CDC_ASSETS_CONFIG=self.config)
         dagster = os.path.join(os.path.dirname(sys.executable), "dagster")
-        subprocess.run([dagster, "sensor", "start", name, "-m", "cdc_assets.definitions"], env=env, check=True,
+        subprocess.run([dagster, *args, "-m", "cdc_assets.definitions"], env=env, check=True,
                        stdout=subprocess.DEVNULL)
 
     def stop(self) -> None:

@@ -1,0 +1,88 @@
+"""A settled table's sensor ticks cost next to nothing, and still see what lands.
+
+Sixty-five tables' sensors tick every few seconds each on two cores: a tick of a table where
+nothing landed and nothing is pending opens no Delta table (the logs' file names say nothing
+changed) and asks the instance nothing. A file that lands is still registered and its ingest
+asked for at the next tick, the apply after it, and a tick still looks in full at least every
+FULL_LOOK_SECONDS (what a full tick does besides registering: freeing a dead run's pool place,
+adding batch partitions a new Dagster instance lacks)."""
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from cdc_assets.defs.definitions import build_definitions
+from cdc_assets.engine import delta, landing
+from cdc_assets_tests.helpers import write_config
+
+from .support import KEY, TABLE, differences, generate, publish, read_export, target_table
+from .test_sensor import APPLY, INGEST, Daemon
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as inst:
+        yield inst
+
+
+class Opened:
+    """Counts the Delta tables opened (every open goes through engine.delta.load)."""
+
+    def __init__(self, monkeypatch):
+        self.count = 0
+        real = delta.load
+
+        def load(*args, **kw):
+            self.count += 1
+            return real(*args, **kw)
+
+        monkeypatch.setattr(delta, "load", load)
+
+    def during(self, fn):
+        before = self.count
+        out = fn()
+        return out, self.count - before
+
+
+def test_settled_ticks_open_nothing_and_what_lands_is_still_taken(tmp_path, instance, monkeypatch):
+    feed = generate(tmp_path, changes=120, batches=2, files_per_batch=1, seed=5)
+    cfg = write_config(tmp_path, [{"name": TABLE, "keys": [KEY], "format": "datastream-json"}])
+    daemon = Daemon(build_definitions(cfg), instance)
+    publish(feed, cfg, TABLE, 1)
+    assert daemon.settle() == 2  # the ingest, then the apply
+    opened = Opened(monkeypatch)
+
+    # ---- settled: the first tick looks in full, the next ones open no Delta table ------------------
+    daemon.tick()
+    for _ in range(3):
+        data, n = opened.during(daemon.tick)
+        assert n == 0
+        assert data.run_requests == [] and not data.dynamic_partitions_requests
+        assert data.skip_message == f"nothing new for {TABLE}"
+
+    # ---- a file lands: the next tick registers it and asks for its ingest, then for the apply ------
+    publish(feed, cfg, TABLE, 2)
+    data = daemon.tick()
+    assert [(r.job_name, r.partition_key) for r in data.run_requests] == [(INGEST, "b000002")]
+    daemon.launch(data.run_requests[0])
+    [apply_request] = daemon.new_requests(daemon.tick())
+    assert apply_request.job_name == APPLY
+    daemon.launch(apply_request)
+    assert differences(target_table(cfg), read_export(feed["export"])) == []
+
+    # ---- settled again --------------------------------------------------------------------------------
+    daemon.tick()
+    assert opened.during(daemon.tick)[1] == 0
+
+
+def test_a_settled_table_is_still_looked_at_in_full_every_full_look_seconds(tmp_path, instance, monkeypatch):
+    feed = generate(tmp_path, changes=60, batches=1, files_per_batch=1, seed=6)
+    cfg = write_config(tmp_path, [{"name": TABLE, "keys": [KEY], "format": "datastream-json"}])
+    daemon = Daemon(build_definitions(cfg), instance)
+    publish(feed, cfg, TABLE, 1)
+    assert daemon.settle() == 2
+    monkeypatch.setattr(landing, "FULL_LOOK_SECONDS", 0.0)
+    opened = Opened(monkeypatch)
+    for _ in range(2):
+        data, n = opened.during(daemon.tick)
+        assert n > 0 and data.run_requests == []
