@@ -14,14 +14,15 @@ import time
 import dagster as dg
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
-from ..core.apply_policy import Decision
 from ..core.config import Config, TableConfig
+from ..core.plan import Ingest, due_steps
 from ..engine import bigquery_source, delta, faults, fresh
 from ..engine import gcs as gcs_landing
-from ..engine.landing import Batch, ListingCursor, batches_path, register_new_batch, registered, scan_landing
+from ..engine.landing import Batch, ListingCursor, batches_path, register_new_batch, scan_landing
 from ..engine.lock import table_lock
+from ..engine.progress import read_progress
 from ..engine.retry import on_conflict
-from ..engine.tables import BASE, STAGING, TARGET, path
+from ..engine.tables import BASE, TARGET, path
 from .pools import release_abandoned
 from .table_assets import APPLY_TAG, INCREMENTAL, TableNames, batch_partitions, target_partitions
 
@@ -101,49 +102,37 @@ def register_landed(cfg: Config, table: TableConfig, cursor: str | None, log, st
 
 def plan_requests(instance, cfg: Config, table: TableConfig, new, busy: bool) -> tuple[list, list, str | None]:
     """The runs the ledger and the Delta tables call for now, as the sensor asks for them: (run
-    requests, batch partitions the instance does not know yet, the skip reason when no run is due)."""
+    requests, batch partitions the instance does not know yet, the skip reason when no run is due).
+    The base import and the next batch's ingest are asked for together; the apply once both are done
+    (core/plan.py)."""
     names = TableNames(table.name)
     table_dir = cfg.table_dir(table.name)
-    batches = registered(table_dir)
+    state = read_progress(cfg, table)
     known = set(instance.get_dynamic_partitions(names.batches))
-    missing = [b.id for b in batches if b.id not in known]
+    missing = [Batch.id_for(seq) for seq in state.registered if Batch.id_for(seq) not in known]
+    steps = due_steps(state, Ingest.NEXT, lambda: fresh.decision(cfg, table)[0],
+                      lambda: failed_accounting(instance, table, state.applied, state.reached))
     requests: list[dg.RunRequest] = []
-    base_done = not table.base_snapshot or delta.step_version(path(table_dir, BASE), BASE) >= 0
-    if not base_done:
+    if steps.base_import:
         requests.append(dg.RunRequest(run_key=f"{table.name}:{run_key_scope(table_dir, BASE)}:base",
                                       job_name=names.base_job))
-    staged = delta.step_version(path(table_dir, STAGING), STAGING)
-    # FIX: only the next batch. Asking for every unstaged batch let the run of a later batch
-    # take the table lock first; the earlier one then counted as "already committed" and its
-    # changes were silently lost. Later batches are asked for once this one is staged.
-    pending = [b for b in batches if b.seq > staged]
-    if pending:
-        b = pending[0]
-        requests.append(dg.RunRequest(run_key=f"{table.name}:{run_key_scope(table_dir)}:{b.id}:ingest",
-                                      job_name=names.ingest_job, partition_key=b.id))
-    applied = delta.step_version(path(table_dir, TARGET), TARGET)
-    # FIX: wait for the base import (an apply before it fails, and its run key was then spent,
-    # so target stayed behind until the next batch), and apply a base snapshot on its own
-    # as `run` does (batch 0) instead of waiting for a first batch.
-    reached = max(staged, 0 if table.base_snapshot else -1)
-    due = fresh.decision(cfg, table)[0] if base_done and not pending and applied < reached else None
-    unaccounted = failed_accounting(instance, table, applied, reached) if due is not None else []
-    if unaccounted:
-        # A staged batch whose records do not add up would carry its error into target.
-        due = Decision(False, f"apply waits: batch_accounted failed for {', '.join(unaccounted)} "
-                              "(re-run its ingest once the cause is fixed)")
-    if due is not None and due.due:
+    for seq in steps.ingest:
+        requests.append(dg.RunRequest(run_key=f"{table.name}:{run_key_scope(table_dir)}:{Batch.id_for(seq)}:ingest",
+                                      job_name=names.ingest_job, partition_key=Batch.id_for(seq)))
+    if steps.apply:
         tags = apply_request_tags(instance, table)
         if tags is not None:
-            scope = run_key_scope(table_dir, "batches" if batches else BASE)
+            scope = run_key_scope(table_dir, "batches" if state.registered else BASE)
             # the target's version too: after a restore the same batch is applied again
             target_version = delta.table_version(path(table_dir, TARGET))
-            requests.append(dg.RunRequest(run_key=f"{table.name}:{scope}:apply:{reached}:v{target_version}",
+            requests.append(dg.RunRequest(run_key=f"{table.name}:{scope}:apply:{state.reached}:v{target_version}",
                                           job_name=names.apply_job, tags=tags))
     # The history and the BigQuery copy follow by Declarative Automation (defs/automation.py).
+    waits = (f"apply waits: batch_accounted failed for {', '.join(steps.held)} "
+             "(re-run its ingest once the cause is fixed)") if steps.held else steps.waiting
     skip_reason = None if requests else (
         f"{table.name} is busy (another run holds it): new files are registered by a later tick" if busy
-        else f"{table.name}: {due.reason}" if due is not None and not due.due
+        else f"{table.name}: {waits}" if waits
         else f"nothing new for {table.name}" + (f" (registered {new.id})" if new else ""))
     return requests, missing, skip_reason
 

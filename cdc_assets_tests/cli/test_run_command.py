@@ -45,7 +45,7 @@ def test_version_names_the_installed_package(capsys):
 
 
 def test_a_landing_folder_that_does_not_exist_is_said_in_the_summary_not_hidden(workdir):
-    from cdc_assets.cli.runner import summary_line
+    from cdc_assets.defs.run_loop import summary_line
     from cdc_assets_tests.helpers import run_table
 
     cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "datastream-json"}])

@@ -13,8 +13,8 @@ import time
 import dagster as dg
 from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
 
-from cdc_assets.cli.pools import ensure_settings
 from cdc_assets.defs.launcher import PID_TAG, ForkedRunLauncher
+from cdc_assets.defs.pool_watch import ensure_settings
 from cdc_assets_tests.helpers import jsonl, land, listeners, target_rows, write_config
 
 TABLE = "ORDERS"
