@@ -18,22 +18,22 @@ from dataclasses import dataclass, field
 import dagster as dg
 
 from ..core.config import Config, TableConfig
-from ..core.plan import Ingest, due_steps
+from ..core.plan import Ingest
 from ..engine import bigquery as publishing
-from ..engine import bigquery_source, faults, fresh, history
+from ..engine import bigquery_source, faults, history
 from ..engine.errors import root_cause_of_exception, root_cause_of_info
 from ..engine.landing import Batch, register_new_batch
 from ..engine.lock import table_lock
-from ..engine.progress import read_progress
 from ..engine.retry import on_conflict
 from ..engine.status import record_run
 from .checks import WITHIN_MAX_STALENESS
+from .due import due_now
 from .history import history_job_name
 from .pool_watch import (POOL_WAIT_SECONDS, Executing, PoolWaitExpired, PoolWatch, ensure_settings, run_tags,
                          stop_on_signals)
 from .pools import release_abandoned
 from .publish import publish_job_name
-from .sensors import apply_request_tags, failed_accounting
+from .sensors import apply_request_tags
 from .table_assets import TableNames, sync_target_partitions
 
 
@@ -148,12 +148,7 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
             # A table whose first files have not arrived is normal, so not a failure; a typo in
             # `landing` or in the table's name looks the same, so it is said, not hidden.
             outcome.warning = f"landing folder {landing} does not exist (nothing taken)"
-        def plan():  # the steps due as the table stands now, and where it stands
-            state = read_progress(cfg, table)
-            return state, due_steps(state, Ingest.ALL, lambda: fresh.decision(cfg, table)[0],
-                                    lambda: failed_accounting(inst, table, state.applied, state.reached))
-
-        state, steps = plan()
+        state, steps = due_now(inst, cfg, table, Ingest.ALL)
         known = set(inst.get_dynamic_partitions(names.batches))
         missing = [Batch.id_for(seq) for seq in state.registered if Batch.id_for(seq) not in known]
         if missing:
@@ -161,11 +156,15 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
         if steps.base_import:
             jobs.run("base import", names.base_job, tags)
         for seq in steps.ingest:
+            # The last batch's run also applies what is staged when the apply is due (the batch job, for
+            # a target without partitions): one Dagster run where two were.
+            last = seq == steps.ingest[-1] and not table.partition_by
             if outcome.ok:
-                jobs.run(f"ingest {Batch.id_for(seq)}", names.ingest_job, tags, partition_key=Batch.id_for(seq))
-        faults.point("run.staged")  # between steps: the batches staged, the apply not begun
+                jobs.run(f"{'batch' if last else 'ingest'} {Batch.id_for(seq)}", names.batch_job if last else names.ingest_job,
+                         tags, partition_key=Batch.id_for(seq))
+        faults.point("run.staged")  # between runs: the batches staged; a partitioned target not yet applied
         if steps.base_import or steps.ingest:  # what they imported and staged (a failed one may have done nothing)
-            state, steps = plan()
+            state, steps = due_now(inst, cfg, table, Ingest.ALL)
         if outcome.ok and steps.held:  # as the sensor does: a batch that does not add up is not applied
             outcome.ok = False
             outcome.error = f"batch_accounted failed for {', '.join(steps.held)}: not applied (re-run its ingest)"

@@ -12,17 +12,16 @@ import os
 import time
 
 import dagster as dg
-from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
 from ..core.config import Config, TableConfig
-from ..core.plan import Ingest, due_steps
-from ..engine import bigquery_source, delta, faults, fresh
+from ..core.plan import Ingest
+from ..engine import bigquery_source, delta, faults
 from ..engine import gcs as gcs_landing
 from ..engine.landing import Batch, ListingCursor, batches_path, register_new_batch, scan_landing
 from ..engine.lock import table_lock
-from ..engine.progress import read_progress
 from ..engine.retry import on_conflict
 from ..engine.tables import BASE, TARGET, path
+from .due import batch_run_unfinished, due_now, held_reason
 from .pools import release_abandoned
 from .table_assets import APPLY_TAG, INCREMENTAL, TableNames, batch_partitions, target_partitions
 
@@ -47,17 +46,6 @@ def apply_request_tags(instance, table: TableConfig) -> dict | None:
         return None
     tags.update({"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
     return tags
-
-
-def failed_accounting(instance, table: TableConfig, applied: int, reached: int) -> list[str]:
-    """The pending batches whose latest `batch_accounted` evaluation failed."""
-    key = dg.AssetCheckKey(TableNames(table.name).key("staging"), "batch_accounted")
-    wanted = {Batch.id_for(seq) for seq in range(applied + 1, reached + 1)}
-    latest: dict[str, bool] = {}
-    for record in instance.event_log_storage.get_asset_check_execution_history(key, limit=max(50, 4 * len(wanted))):
-        if record.partition in wanted and record.partition not in latest:  # newest first
-            latest[record.partition] = record.status == AssetCheckExecutionRecordStatus.FAILED
-    return sorted(p for p, failed in latest.items() if failed)
 
 
 def run_key_scope(table_dir: str, name: str = "batches") -> str:
@@ -103,23 +91,26 @@ def register_landed(cfg: Config, table: TableConfig, cursor: str | None, log, st
 def plan_requests(instance, cfg: Config, table: TableConfig, new, busy: bool) -> tuple[list, list, str | None]:
     """The runs the ledger and the Delta tables call for now, as the sensor asks for them: (run
     requests, batch partitions the instance does not know yet, the skip reason when no run is due).
-    The base import and the next batch's ingest are asked for together; the apply once both are done
-    (core/plan.py)."""
+    The base import and the next batch's run are asked for together (core/plan.py). A batch's run
+    applies what it stages when the apply is due (a target without partitions: the batch job); an
+    apply is asked for on its own when one is due that no batch run did (the `apply:` policy made
+    it wait, a failed batch held it, a restore, a partitioned target), and never while a batch run
+    is unfinished: that run applies it."""
     names = TableNames(table.name)
     table_dir = cfg.table_dir(table.name)
-    state = read_progress(cfg, table)
+    state, steps = due_now(instance, cfg, table, Ingest.NEXT)
     known = set(instance.get_dynamic_partitions(names.batches))
     missing = [Batch.id_for(seq) for seq in state.registered if Batch.id_for(seq) not in known]
-    steps = due_steps(state, Ingest.NEXT, lambda: fresh.decision(cfg, table)[0],
-                      lambda: failed_accounting(instance, table, state.applied, state.reached))
     requests: list[dg.RunRequest] = []
     if steps.base_import:
         requests.append(dg.RunRequest(run_key=f"{table.name}:{run_key_scope(table_dir, BASE)}:base",
                                       job_name=names.base_job))
+    batch_job = names.ingest_job if table.partition_by else names.batch_job
     for seq in steps.ingest:
         requests.append(dg.RunRequest(run_key=f"{table.name}:{run_key_scope(table_dir)}:{Batch.id_for(seq)}:ingest",
-                                      job_name=names.ingest_job, partition_key=Batch.id_for(seq)))
-    if steps.apply:
+                                      job_name=batch_job, partition_key=Batch.id_for(seq)))
+    in_flight = steps.apply and not table.partition_by and batch_run_unfinished(instance, table)
+    if steps.apply and not in_flight:
         tags = apply_request_tags(instance, table)
         if tags is not None:
             scope = run_key_scope(table_dir, "batches" if state.registered else BASE)
@@ -128,10 +119,10 @@ def plan_requests(instance, cfg: Config, table: TableConfig, new, busy: bool) ->
             requests.append(dg.RunRequest(run_key=f"{table.name}:{scope}:apply:{state.reached}:v{target_version}",
                                           job_name=names.apply_job, tags=tags))
     # The history and the BigQuery copy follow by Declarative Automation (defs/automation.py).
-    waits = (f"apply waits: batch_accounted failed for {', '.join(steps.held)} "
-             "(re-run its ingest once the cause is fixed)") if steps.held else steps.waiting
+    waits = held_reason(steps)
     skip_reason = None if requests else (
         f"{table.name} is busy (another run holds it): new files are registered by a later tick" if busy
+        else f"{table.name}: a batch run is unfinished; it applies what it stages" if in_flight
         else f"{table.name}: {waits}" if waits
         else f"nothing new for {table.name}" + (f" (registered {new.id})" if new else ""))
     return requests, missing, skip_reason
