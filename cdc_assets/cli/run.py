@@ -77,5 +77,6 @@ def main(args) -> int:
     if args.parallel > 1 and len(selected) > 1:
         return 0 if all(run_in_processes(cfg.path, selected, args.parallel, args.json, build_definitions,
                                          pool_wait=args.pool_wait)) else 1
-    outcomes = run_config(cfg, build_definitions, args.table, as_json=args.json, progress=progress, pool_wait=args.pool_wait)
+    outcomes = run_config(cfg, build_definitions, args.table, as_json=args.json, progress=progress,
+                          pool_wait=args.pool_wait)
     return 0 if all(o.ok for o in outcomes) else 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dagster as dg
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
+from ..core.apply_policy import Decision
 from ..core.config import Config, TableConfig
 from ..core.plan import Ingest, Progress, Steps, due_steps
 from ..engine import fresh
@@ -29,16 +30,22 @@ def failed_accounting(instance, table: TableConfig, applied: int, reached: int) 
 
 
 def due_now(instance, cfg: Config, table: TableConfig, ingest: Ingest) -> tuple[Progress, Steps]:
-    """Where the table stands, and the steps due from there."""
+    """Where the table stands, and the steps due from there. Without an `apply:` policy every
+    pending batch is due, so what is pending is not counted (a query over staging and the ledger)."""
     state = read_progress(cfg, table)
-    return state, due_steps(state, ingest, lambda: fresh.decision(cfg, table)[0],
+
+    def decision() -> Decision:
+        return fresh.decision(cfg, table)[0] if table.apply.waits else Decision(True, "applies every batch")
+
+    return state, due_steps(state, ingest, decision,
                             lambda: failed_accounting(instance, table, state.applied, state.reached))
 
 
 def held_reason(steps: Steps) -> str | None:
     """Why the apply waits, as the sensor's skip and a batch run's log say it."""
     if steps.held:
-        return f"apply waits: batch_accounted failed for {', '.join(steps.held)} (re-run its ingest once the cause is fixed)"
+        return (f"apply waits: batch_accounted failed for {', '.join(steps.held)} "
+                "(re-run its ingest once the cause is fixed)")
     return steps.waiting
 
 

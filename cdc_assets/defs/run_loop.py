@@ -158,10 +158,10 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
         for seq in steps.ingest:
             # The last batch's run also applies what is staged when the apply is due (the batch job, for
             # a target without partitions): one Dagster run where two were.
-            last = seq == steps.ingest[-1] and not table.partition_by
+            label, job = ("batch", names.batch_job) if seq == steps.ingest[-1] and not table.partition_by \
+                else ("ingest", names.ingest_job)
             if outcome.ok:
-                jobs.run(f"{'batch' if last else 'ingest'} {Batch.id_for(seq)}", names.batch_job if last else names.ingest_job,
-                         tags, partition_key=Batch.id_for(seq))
+                jobs.run(f"{label} {Batch.id_for(seq)}", job, tags, partition_key=Batch.id_for(seq))
         faults.point("run.staged")  # between runs: the batches staged; a partitioned target not yet applied
         if steps.base_import or steps.ingest:  # what they imported and staged (a failed one may have done nothing)
             state, steps = due_now(inst, cfg, table, Ingest.ALL)
@@ -231,8 +231,8 @@ def _run_one(config_path: str, table: str, as_json: bool, build: Build, pool_wai
 
     spark.announce = progress
     lines: list[str] = []
-    outcomes = run_config(load_config(config_path), build, [table], echo=lines.append, as_json=as_json, progress=progress,
-                          pool_wait=pool_wait)
+    outcomes = run_config(load_config(config_path), build, [table], echo=lines.append, as_json=as_json,
+                          progress=progress, pool_wait=pool_wait)
     return lines, all(o.ok for o in outcomes)
 
 

@@ -8,13 +8,13 @@ one step per tick (the next batch's ingest, then, once nothing is left to stage,
 `<NAME>_cycle_schedule` targets `<NAME>_cycle_job`, and its tick:
 - registers what landed as the sensor does (engine ledger, table lock not waited on for long,
   the batch partitions added), and decides, table by table, with the sensor's own rules
-  (the planner of core/plan.py, by sensors.plan_requests), whether anything is due: a batch to ingest, an apply the `apply:`
-  policy allows, a base import, a publish. A table whose apply waits, or with nothing new, is
-  skipped with the sensor's reason;
+  (sensors.plan_requests, over the planner of core/plan.py), whether anything is due: a batch to
+  ingest, an apply the `apply:` policy allows, a base import, a publish. A table whose apply waits,
+  or with nothing new, is skipped with the sensor's reason;
 - asks for one run of the cycle job for the tables with work, unless a run of it has not finished
   (that one takes what landed meanwhile). The run does for each table what `cdc-assets run` does
   (defs/run_loop.run_table): register, ingest each new batch in order, apply as the policy allows,
-  publish; the ingest and apply runs it executes in its process are the same jobs the sensor
+  publish; the batch, ingest and apply runs it executes in its process are the same jobs the sensor
   launches, and show in the UI as their own runs.
 
 Nothing is applied twice when the sensor is on too: every step takes the table lock and checks the

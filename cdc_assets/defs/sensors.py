@@ -1,9 +1,10 @@
 """The landing sensor: each new set of complete files becomes a batch and its runs.
 
-Per tick it registers new files as a batch in the warehouse ledger, asks for the
-ingest run of the next batch not yet staged, and once all are staged (and the
-base snapshot, if any, is imported), for the incremental apply of target. Run
-keys make each request once per batch and warehouse. What follows target and
+Per tick it registers new files as a batch in the warehouse ledger and asks for the
+run of the next batch not yet staged, which also applies it to target when the apply
+is due (a target without partitions; a partitioned one has an ingest run, and the
+apply once all are staged and the base snapshot, if any, is imported). Run keys make
+each request once per batch and warehouse. What follows target and
 changes (history, the BigQuery copy) is Declarative Automation's (defs/automation.py).
 """
 
