@@ -1,11 +1,10 @@
 """`cdc-assets run --config PATH`: take what landed, materialize it, check it, one line per table."""
 from __future__ import annotations
 
-import json
 import sys
 
+from ..defs.pool_watch import POOL_WAIT_SECONDS, stop_on_signals
 from .common import config_or_none
-from .pools import POOL_WAIT_SECONDS, stop_on_signals
 
 
 def register(sub) -> None:
@@ -66,6 +65,8 @@ def main(args) -> int:
         return 2
     if getattr(args, "console", False):
         stop_on_signals()
+    from ..defs.definitions import build_definitions
+    from ..defs.run_loop import run_config, run_in_processes
     from ..engine import spark
 
     def progress(line: str) -> None:
@@ -74,75 +75,8 @@ def main(args) -> int:
     spark.announce = progress
     selected = [t.name for t in cfg.tables if not args.table or t.name in args.table]
     if args.parallel > 1 and len(selected) > 1:
-        return 0 if all(run_in_processes(cfg.path, selected, args.parallel, args.json,
+        return 0 if all(run_in_processes(cfg.path, selected, args.parallel, args.json, build_definitions,
                                          pool_wait=args.pool_wait)) else 1
-    outcomes = run_config(cfg, args.table, as_json=args.json, progress=progress, pool_wait=args.pool_wait)
+    outcomes = run_config(cfg, build_definitions, args.table, as_json=args.json, progress=progress,
+                          pool_wait=args.pool_wait)
     return 0 if all(o.ok for o in outcomes) else 1
-
-
-def run_in_processes(config_path: str, tables: list[str], processes: int, as_json: bool, echo=None,
-                     pool_wait: float = POOL_WAIT_SECONDS) -> list[bool]:
-    """The tables' cycles in `processes` worker processes, tables handed out one at a time as
-    workers free up: each worker has its own Dagster definitions, instance (the same DAGSTER_HOME
-    when set) and, when a step needs one, Spark session (or the configuration's Spark Connect server,
-    which they then share). An incremental apply needs no Spark, so small batches of many tables
-    proceed side by side. Lines go out (printed, or to `echo`) as each table finishes; returns whether
-    each succeeded."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    # spawn: a fork would copy this process's JVM gateway and Dagster state into the workers
-    with ProcessPoolExecutor(max_workers=min(processes, len(tables)),
-                             mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(_run_one, config_path, name, as_json, pool_wait) for name in tables]
-        results = []
-        for future in as_completed(futures):
-            lines, ok = future.result()
-            for line in lines:
-                print(line, flush=True) if echo is None else echo(line)
-            results.append(ok)
-        return results
-
-
-def _run_one(config_path: str, table: str, as_json: bool, pool_wait: float) -> tuple[list[str], bool]:
-    """One table's cycle in a worker process (run_in_processes): its output lines and whether it succeeded."""
-    from ..core.config import load_config
-
-    stop_on_signals()  # a stopped worker also ends the run it executes and frees its pool
-    from ..engine import spark
-
-    def progress(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    spark.announce = progress
-    lines: list[str] = []
-    outcomes = run_config(load_config(config_path), [table], echo=lines.append, as_json=as_json, progress=progress,
-                          pool_wait=pool_wait)
-    return lines, all(o.ok for o in outcomes)
-
-
-def run_config(cfg, only=None, echo=print, as_json=False, progress=None, pool_wait=POOL_WAIT_SECONDS):
-    from ..defs.definitions import build_definitions
-    from ..engine import spark
-    from .runner import instance, run_table, summary_line
-
-    defs = build_definitions(cfg)
-    inst = instance()
-    outcomes = []
-    for table in cfg.tables:
-        if only and table.name not in only:
-            continue
-        seen = len(spark.used)
-        outcome = run_table(defs, inst, cfg, table, progress=progress, pool_wait=pool_wait)
-        # Which Spark served the run, once, when a step first needed one.
-        used = [f"spark: {d}" for d in spark.used[seen:]]
-        if as_json:
-            for line in used:
-                print(line, file=sys.stderr, flush=True)
-            lines = [json.dumps(outcome.to_json(), default=str)]
-        else:
-            lines = used + [summary_line(outcome)]
-        for line in lines:
-            echo(line, flush=True) if echo is print else echo(line)
-        outcomes.append(outcome)
-    return outcomes

@@ -13,7 +13,7 @@ import sys
 import threading
 
 from .common import config_or_none
-from .pools import ensure_settings
+from ..defs.pool_watch import ensure_settings
 
 
 def register(sub) -> None:

@@ -40,8 +40,9 @@ def build_definitions(cfg: Config) -> dg.Definitions:
         jobs += [maintenance_job, restore_definition(cfg, table)]
         schedules.append(maintenance_schedule)
     # `schedule:` on a table and `groups:`: a cycle job and its schedule each (defs/schedules.py); a
-    # cycle run executes the jobs above, so it is handed these definitions once they exist.
-    cycle_jobs, cycle_schedules = cycle_definitions(cfg, lambda: defs)
+    # cycle run executes the jobs above, so it is handed these definitions once they exist, and how to
+    # make them again in the worker processes of a group's `parallel`.
+    cycle_jobs, cycle_schedules = cycle_definitions(cfg, lambda: defs, build_definitions)
     automated = [key for a in assets for key, condition in a.automation_conditions_by_key.items() if condition]
     if automated:  # the history and BigQuery copies follow their upstream (defs/automation.py)
         sensors.append(automation_sensor(automated))

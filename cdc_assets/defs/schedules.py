@@ -8,13 +8,13 @@ one step per tick (the next batch's ingest, then, once nothing is left to stage,
 `<NAME>_cycle_schedule` targets `<NAME>_cycle_job`, and its tick:
 - registers what landed as the sensor does (engine ledger, table lock not waited on for long,
   the batch partitions added), and decides, table by table, with the sensor's own rules
-  (sensors.plan_requests), whether anything is due: a batch to ingest, an apply the `apply:`
-  policy allows, a base import, a publish. A table whose apply waits, or with nothing new, is
-  skipped with the sensor's reason;
+  (sensors.plan_requests, over the planner of core/plan.py), whether anything is due: a batch to
+  ingest, an apply the `apply:` policy allows, a base import, a publish. A table whose apply waits,
+  or with nothing new, is skipped with the sensor's reason;
 - asks for one run of the cycle job for the tables with work, unless a run of it has not finished
   (that one takes what landed meanwhile). The run does for each table what `cdc-assets run` does
-  (cli/runner.run_table): register, ingest each new batch in order, apply as the policy allows,
-  publish; the ingest and apply runs it executes in its process are the same jobs the sensor
+  (defs/run_loop.run_table): register, ingest each new batch in order, apply as the policy allows,
+  publish; the batch, ingest and apply runs it executes in its process are the same jobs the sensor
   launches, and show in the UI as their own runs.
 
 Nothing is applied twice when the sensor is on too: every step takes the table lock and checks the
@@ -29,10 +29,10 @@ from dataclasses import dataclass
 import dagster as dg
 
 from ..core.config import Config, TableConfig
-from ..engine import delta
 from ..engine import gcs as gcs_landing
 from ..engine.landing import Batch
-from ..engine.tables import STAGING, path
+from ..engine.progress import read_progress
+from .run_loop import Build, run_in_processes, run_table, summary_line
 from .sensors import TICK_LOCK_SECONDS, plan_requests, register_landed
 from .table_assets import TableNames
 
@@ -77,12 +77,13 @@ class CycleConfig(dg.Config):
     tables: list[str] = []
 
 
-def cycle_definitions(cfg: Config, definitions: Callable[[], dg.Definitions]) -> tuple[list, list]:
+def cycle_definitions(cfg: Config, definitions: Callable[[], dg.Definitions], build: Build) -> tuple[list, list]:
     """(jobs, schedules) of the configuration's scheduled cycles; `definitions()` gives the code
-    location's definitions, whose ingest and apply jobs a cycle run executes."""
+    location's definitions, whose ingest and apply jobs a cycle run executes, and `build` makes them
+    in the worker processes of a group's `parallel`."""
     jobs, schedules = [], []
     for cycle in cycles(cfg):
-        job = _cycle_job(cfg, cycle, definitions)
+        job = _cycle_job(cfg, cycle, definitions, build)
         jobs.append(job)
         schedules.append(_cycle_schedule(cfg, cycle, job))
     return jobs, schedules
@@ -93,7 +94,7 @@ def _what(cycle: Cycle) -> str:
     return f"group {cycle.name} ({names})" if cycle.group else cycle.name
 
 
-def _cycle_job(cfg: Config, cycle: Cycle, definitions: Callable[[], dg.Definitions]) -> dg.JobDefinition:
+def _cycle_job(cfg: Config, cycle: Cycle, definitions: Callable[[], dg.Definitions], build: Build) -> dg.JobDefinition:
     names = [t.name for t in cycle.tables]
 
     # No pool: the ingest and apply runs it executes take the tables' pools, one step at a time.
@@ -101,28 +102,23 @@ def _cycle_job(cfg: Config, cycle: Cycle, definitions: Callable[[], dg.Definitio
            description=f"The cycle of {_what(cycle)}, as `cdc-assets run` does it: register what landed, ingest "
                        "each new batch, apply as the `apply:` policy allows, publish.")
     def cycle_op(context: dg.OpExecutionContext, config: CycleConfig) -> None:
-        from ..cli.runner import run_table, summary_line  # the CLI's engine room; imported where used
-
         unknown = sorted(set(config.tables) - set(names))
         if unknown:
             raise dg.Failure(f"cycle {cycle.name}: {', '.join(unknown)} not in it (its tables: {', '.join(names)})")
         failed = []
         chosen = [t.name for t in cycle.tables if not config.tables or t.name in config.tables]
         if cycle.parallel > 1 and len(chosen) > 1:
-            # the tables in processes side by side, as `cdc-assets run --parallel` (cli/run.py)
-            from ..cli.run import run_in_processes
-
-            ok = run_in_processes(cfg.path, chosen, cycle.parallel, as_json=False, echo=context.log.info)
+            # the tables in processes side by side, as `cdc-assets run --parallel`
+            ok = run_in_processes(cfg.path, chosen, cycle.parallel, as_json=False, build=build, echo=context.log.info)
             if not all(ok):
                 raise dg.Failure(f"cycle {cycle.name}: {ok.count(False)} table(s) failed (see the lines above)")
             return
         for table in cycle.tables:
             if config.tables and table.name not in config.tables:
                 continue
-            staging = path(cfg.table_dir(table.name), STAGING)
-            before = delta.step_version(staging, STAGING)
+            before = read_progress(cfg, table).staged
             outcome = run_table(definitions(), context.instance, cfg, table, progress=context.log.info)
-            after = delta.step_version(staging, STAGING)
+            after = read_progress(cfg, table).staged
             if outcome.new_batch is None and after > before:  # registered by the tick, taken by this run
                 outcome.new_batch = ", ".join(Batch.id_for(seq) for seq in range(max(before, 0) + 1, after + 1))
             context.log.info(summary_line(outcome))

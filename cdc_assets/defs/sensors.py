@@ -1,9 +1,10 @@
 """The landing sensor: each new set of complete files becomes a batch and its runs.
 
-Per tick it registers new files as a batch in the warehouse ledger, asks for the
-ingest run of the next batch not yet staged, and once all are staged (and the
-base snapshot, if any, is imported), for the incremental apply of target. Run
-keys make each request once per batch and warehouse. What follows target and
+Per tick it registers new files as a batch in the warehouse ledger and asks for the
+run of the next batch not yet staged, which also applies it to target when the apply
+is due (a target without partitions; a partitioned one has an ingest run, and the
+apply once all are staged and the base snapshot, if any, is imported). Run keys make
+each request once per batch and warehouse. What follows target and
 changes (history, the BigQuery copy) is Declarative Automation's (defs/automation.py).
 """
 
@@ -12,16 +13,16 @@ import os
 import time
 
 import dagster as dg
-from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
-from ..core.apply_policy import Decision
 from ..core.config import Config, TableConfig
-from ..engine import bigquery_source, delta, faults, fresh
+from ..core.plan import Ingest
+from ..engine import bigquery_source, delta, faults
 from ..engine import gcs as gcs_landing
-from ..engine.landing import Batch, ListingCursor, batches_path, register_new_batch, registered, scan_landing
+from ..engine.landing import Batch, ListingCursor, batches_path, register_new_batch, scan_landing
 from ..engine.lock import table_lock
 from ..engine.retry import on_conflict
-from ..engine.tables import BASE, STAGING, TARGET, path
+from ..engine.tables import BASE, TARGET, path
+from .due import batch_run_unfinished, due_now, held_reason
 from .pools import release_abandoned
 from .table_assets import APPLY_TAG, INCREMENTAL, TableNames, batch_partitions, target_partitions
 
@@ -46,17 +47,6 @@ def apply_request_tags(instance, table: TableConfig) -> dict | None:
         return None
     tags.update({"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
     return tags
-
-
-def failed_accounting(instance, table: TableConfig, applied: int, reached: int) -> list[str]:
-    """The pending batches whose latest `batch_accounted` evaluation failed."""
-    key = dg.AssetCheckKey(TableNames(table.name).key("staging"), "batch_accounted")
-    wanted = {Batch.id_for(seq) for seq in range(applied + 1, reached + 1)}
-    latest: dict[str, bool] = {}
-    for record in instance.event_log_storage.get_asset_check_execution_history(key, limit=max(50, 4 * len(wanted))):
-        if record.partition in wanted and record.partition not in latest:  # newest first
-            latest[record.partition] = record.status == AssetCheckExecutionRecordStatus.FAILED
-    return sorted(p for p, failed in latest.items() if failed)
 
 
 def run_key_scope(table_dir: str, name: str = "batches") -> str:
@@ -101,49 +91,40 @@ def register_landed(cfg: Config, table: TableConfig, cursor: str | None, log, st
 
 def plan_requests(instance, cfg: Config, table: TableConfig, new, busy: bool) -> tuple[list, list, str | None]:
     """The runs the ledger and the Delta tables call for now, as the sensor asks for them: (run
-    requests, batch partitions the instance does not know yet, the skip reason when no run is due)."""
+    requests, batch partitions the instance does not know yet, the skip reason when no run is due).
+    The base import and the next batch's run are asked for together (core/plan.py). A batch's run
+    applies what it stages when the apply is due (a target without partitions: the batch job); an
+    apply is asked for on its own when one is due that no batch run did (the `apply:` policy made
+    it wait, a failed batch held it, a restore, a partitioned target), and never while a batch run
+    is unfinished: that run applies it."""
     names = TableNames(table.name)
     table_dir = cfg.table_dir(table.name)
-    batches = registered(table_dir)
+    state, steps = due_now(instance, cfg, table, Ingest.NEXT)
     known = set(instance.get_dynamic_partitions(names.batches))
-    missing = [b.id for b in batches if b.id not in known]
+    missing = [Batch.id_for(seq) for seq in state.registered if Batch.id_for(seq) not in known]
     requests: list[dg.RunRequest] = []
-    base_done = not table.base_snapshot or delta.step_version(path(table_dir, BASE), BASE) >= 0
-    if not base_done:
+    if steps.base_import:
         requests.append(dg.RunRequest(run_key=f"{table.name}:{run_key_scope(table_dir, BASE)}:base",
                                       job_name=names.base_job))
-    staged = delta.step_version(path(table_dir, STAGING), STAGING)
-    # FIX: only the next batch. Asking for every unstaged batch let the run of a later batch
-    # take the table lock first; the earlier one then counted as "already committed" and its
-    # changes were silently lost. Later batches are asked for once this one is staged.
-    pending = [b for b in batches if b.seq > staged]
-    if pending:
-        b = pending[0]
-        requests.append(dg.RunRequest(run_key=f"{table.name}:{run_key_scope(table_dir)}:{b.id}:ingest",
-                                      job_name=names.ingest_job, partition_key=b.id))
-    applied = delta.step_version(path(table_dir, TARGET), TARGET)
-    # FIX: wait for the base import (an apply before it fails, and its run key was then spent,
-    # so target stayed behind until the next batch), and apply a base snapshot on its own
-    # as `run` does (batch 0) instead of waiting for a first batch.
-    reached = max(staged, 0 if table.base_snapshot else -1)
-    due = fresh.decision(cfg, table)[0] if base_done and not pending and applied < reached else None
-    unaccounted = failed_accounting(instance, table, applied, reached) if due is not None else []
-    if unaccounted:
-        # A staged batch whose records do not add up would carry its error into target.
-        due = Decision(False, f"apply waits: batch_accounted failed for {', '.join(unaccounted)} "
-                              "(re-run its ingest once the cause is fixed)")
-    if due is not None and due.due:
+    batch_job = names.ingest_job if table.partition_by else names.batch_job
+    for seq in steps.ingest:
+        requests.append(dg.RunRequest(run_key=f"{table.name}:{run_key_scope(table_dir)}:{Batch.id_for(seq)}:ingest",
+                                      job_name=batch_job, partition_key=Batch.id_for(seq)))
+    in_flight = steps.apply and not table.partition_by and batch_run_unfinished(instance, table)
+    if steps.apply and not in_flight:
         tags = apply_request_tags(instance, table)
         if tags is not None:
-            scope = run_key_scope(table_dir, "batches" if batches else BASE)
+            scope = run_key_scope(table_dir, "batches" if state.registered else BASE)
             # the target's version too: after a restore the same batch is applied again
             target_version = delta.table_version(path(table_dir, TARGET))
-            requests.append(dg.RunRequest(run_key=f"{table.name}:{scope}:apply:{reached}:v{target_version}",
+            requests.append(dg.RunRequest(run_key=f"{table.name}:{scope}:apply:{state.reached}:v{target_version}",
                                           job_name=names.apply_job, tags=tags))
     # The history and the BigQuery copy follow by Declarative Automation (defs/automation.py).
+    waits = held_reason(steps)
     skip_reason = None if requests else (
         f"{table.name} is busy (another run holds it): new files are registered by a later tick" if busy
-        else f"{table.name}: {due.reason}" if due is not None and not due.due
+        else f"{table.name}: a batch run is unfinished; it applies what it stages" if in_flight
+        else f"{table.name}: {waits}" if waits
         else f"nothing new for {table.name}" + (f" (registered {new.id})" if new else ""))
     return requests, missing, skip_reason
 

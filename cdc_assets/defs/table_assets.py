@@ -13,11 +13,11 @@ side by side. Each step is re-run when its Delta commit loses to another writer'
 """
 
 import contextlib
-from dataclasses import dataclass
 
 import dagster as dg
 
 from ..core.config import Config, TableConfig
+from ..core.plan import Ingest
 from ..engine import apply, gcs, ingest, rekey, stage, status
 from ..engine.landing import Batch, registered
 from ..engine.lock import table_lock
@@ -25,47 +25,13 @@ from ..engine.partitions import staged_partition_keys
 from ..engine.retry import on_conflict
 from ..engine.tables import path
 from .checks import WITHIN_MAX_STALENESS, batch_accounted, staging_check_specs, target_check_specs, target_checks
+from .due import due_now, held_reason
 from .metadata import as_metadata, delta_table_metadata
+from .names import TableNames
 from .resources import CdcSparkResource, spark_session
 
 APPLY_TAG = "cdc/apply"
 INCREMENTAL = "incremental"
-
-
-@dataclass(frozen=True)
-class TableNames:
-    table: str
-
-    @property
-    def batches(self) -> str:
-        return f"{self.table}__batches"
-
-    @property
-    def target_partitions(self) -> str:
-        return f"{self.table}__target_partitions"
-
-    @property
-    def pool(self) -> str:
-        return f"cdc_{self.table}"
-
-    @property
-    def ingest_job(self) -> str:
-        return f"{self.table}_ingest_job"
-
-    @property
-    def apply_job(self) -> str:
-        return f"{self.table}_apply_job"
-
-    @property
-    def base_job(self) -> str:
-        return f"{self.table}_base_job"
-
-    @property
-    def freshness_job(self) -> str:
-        return f"{self.table}_freshness_check_job"
-
-    def key(self, asset: str) -> dg.AssetKey:
-        return dg.AssetKey([self.table, asset])
 
 
 def batch_partitions(table: TableConfig) -> dg.DynamicPartitionsDefinition:
@@ -191,15 +157,36 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
         out.append(base_snapshot)
         target_deps.append(dg.AssetDep(base_snapshot))
 
-    @dg.asset(key=names.key("target"), partitions_def=target_partitions(table), group_name=table.name,
-              metadata=named("target"),
-              kinds={"spark", "delta"}, deps=target_deps, tags=tags, pool=names.pool,
-              check_specs=target_check_specs(table, names.key("target")),
-              backfill_policy=dg.BackfillPolicy.single_run(),
-              description=f"The current state of {table.name}: one row per live key"
-                          + (f", partitioned by {', '.join(table.partition_by)}." if table.partition_by else "."))
+    # A multi_asset only for `can_subset`: it makes target's materialization and its checks optional
+    # outputs, so a batch's run whose apply is not due leaves target as it was, shown as not materialized.
+    @dg.multi_asset(
+        name=names.key("target").to_python_identifier(),
+        specs=[dg.AssetSpec(names.key("target"), group_name=table.name, metadata=named("target"),
+                            kinds={"spark", "delta"}, deps=target_deps, tags=tags, skippable=True,
+                            description=f"The current state of {table.name}: one row per live key"
+                                        + (f", partitioned by {', '.join(table.partition_by)}." if table.partition_by
+                                           else "."))],
+        partitions_def=target_partitions(table), pool=names.pool,
+        check_specs=target_check_specs(table, names.key("target")), can_subset=True,
+        backfill_policy=dg.BackfillPolicy.single_run())
     def target(context: dg.AssetExecutionContext, pyspark: CdcSparkResource):
+        if context.run.job_name == names.batch_job:
+            # A batch's run applies when the planner says the apply is due: every registered batch
+            # staged, the base imported, no failed batch, the `apply:` policy. Otherwise target is
+            # not materialized in this run (nothing yielded), and the sensor asks for the apply once due.
+            _, steps = due_now(context.instance, cfg, table, Ingest.NEXT)
+            if not steps.apply:
+                context.log.info(f"{table.name}: not applied in this run: " + (
+                    "a later batch is registered and not staged yet" if steps.ingest
+                    else "the base snapshot is not imported yet" if steps.base_import
+                    else held_reason(steps) or "nothing pending"))
+                return
         spark = lambda: spark_session(pyspark)  # noqa: E731 - an incremental apply never starts Spark
+        checks = (c for c in target_checks(cfg, table, spark)  # those the run selected (all, unless a user chose)
+                  if dg.AssetCheckKey(names.key("target"), c.check_name) in context.selected_asset_check_keys)
+        if names.key("target") not in context.selected_asset_keys:  # its checks alone, on the target as it is
+            yield from checks
+            return
         incremental = context.run.tags.get(APPLY_TAG) == INCREMENTAL or not table.partition_by
         if incremental:
             step = lambda: apply.apply_pending(spark, cfg, table)  # noqa: E731
@@ -211,7 +198,7 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
         yield dg.MaterializeResult(metadata={**as_metadata(figures), **as_metadata(status.target_metadata(cfg, table)),
                                              **table_metadata("target", None)})
         # then its checks; a failed blocking one fails this step, after the materialization it judges
-        yield from target_checks(cfg, table, spark)
+        yield from checks
 
     out.append(target)
     return out
@@ -228,6 +215,14 @@ def table_jobs(table: TableConfig) -> list:
                             description=f"Apply {table.name}'s staged batches to target (tag cdc/apply=incremental), "
                                         "or rebuild the partitions a run names."),
     ]
+    if not table.partition_by:
+        # One run per batch: an unpartitioned target shares the batches' job (a partitioned one has
+        # partitions of its own, which Dagster does not mix with the batches' in one job).
+        jobs.append(dg.define_asset_job(
+            names.batch_job, selection=[names.key("changes"), names.key("staging"), names.key("target")],
+            partitions_def=batch_partitions(table),
+            description=f"Take one landed batch of {table.name} into changes and staging, and apply the staged "
+                        "batches to target when the apply is due (the `apply:` policy; every batch staged)."))
     if table.apply.max_staleness is not None:
         # The check alone: `run` evaluates it when no apply ran (the merge waits, or is held), and a
         # user can launch or schedule it from the UI.

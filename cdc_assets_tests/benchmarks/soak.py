@@ -48,8 +48,8 @@ STEPS = ("changes", "staging", "target")
 
 def soak(root: str, batches: int, changes_per_batch: int, seed: int = 11, echo=print) -> dict:
     """Land and run `batches` batches into one table; returns per-batch seconds and the reconciliation."""
-    from cdc_assets.cli.runner import run_table
     from cdc_assets.defs.definitions import build_definitions
+    from cdc_assets.defs.run_loop import run_table
 
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(os.path.join(root, "landing"))
@@ -74,7 +74,8 @@ def soak(root: str, batches: int, changes_per_batch: int, seed: int = 11, echo=p
 
 def wide(root: str, tables: int, changes: int, seed: int = 5) -> dict:
     """One `run` over many tables at once (each one batch)."""
-    from cdc_assets.cli.run import run_config
+    from cdc_assets.defs.definitions import build_definitions
+    from cdc_assets.defs.run_loop import run_config
 
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(os.path.join(root, "landing"))
@@ -86,7 +87,7 @@ def wide(root: str, tables: int, changes: int, seed: int = 5) -> dict:
         _land(root, t, 1)
     cfg = load_config(_config(root, names))
     t0 = time.time()
-    outcomes = run_config(cfg, echo=lambda line: None)
+    outcomes = run_config(cfg, build_definitions, echo=lambda line: None)
     seconds = time.time() - t0
     reports = {t.name: reconciliation(cfg, t) for t in cfg.tables}
     return {"seconds": round(seconds, 1), "failed": [o.table for o in outcomes if not o.ok], "reports": reports}

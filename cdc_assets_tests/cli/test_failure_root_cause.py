@@ -8,7 +8,7 @@ import os
 import dagster as dg
 
 from cdc_assets.cli.main import main
-from cdc_assets.cli.runner import summary_line
+from cdc_assets.defs.run_loop import summary_line
 from cdc_assets.engine import spark_files
 from cdc_assets.engine.errors import root_cause_of_info
 from cdc_assets_tests.engine.records import mysql

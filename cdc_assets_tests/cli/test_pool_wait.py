@@ -14,7 +14,7 @@ import threading
 import dagster as dg
 from dagster._core.storage.dagster_run import DagsterRunStatus
 
-from cdc_assets.cli.pools import ensure_settings
+from cdc_assets.defs.pool_watch import ensure_settings
 from cdc_assets_tests.cli.test_pools import Holder
 from cdc_assets_tests.engine.records import mysql
 from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config

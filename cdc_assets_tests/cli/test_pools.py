@@ -12,7 +12,7 @@ import sys
 import dagster as dg
 from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
 
-from cdc_assets.cli.pools import ensure_settings, run_tags
+from cdc_assets.defs.pool_watch import ensure_settings, run_tags
 from cdc_assets.defs.pools import release_abandoned
 
 POOL = "cdc_T"
@@ -23,7 +23,7 @@ HOLDER = """
 import json, sys, time
 import dagster as dg
 from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
-from cdc_assets.cli.pools import run_tags
+from cdc_assets.defs.pool_watch import run_tags
 instance = dg.DagsterInstance.from_config(sys.argv[1])
 run = instance.add_run(DagsterRun(job_name="T_ingest_job", status=DagsterRunStatus.STARTED, tags=run_tags()))
 instance.event_log_storage.initialize_concurrency_limit_to_default(sys.argv[2])  # as Dagster's executor does

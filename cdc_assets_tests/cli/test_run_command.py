@@ -45,7 +45,7 @@ def test_version_names_the_installed_package(capsys):
 
 
 def test_a_landing_folder_that_does_not_exist_is_said_in_the_summary_not_hidden(workdir):
-    from cdc_assets.cli.runner import summary_line
+    from cdc_assets.defs.run_loop import summary_line
     from cdc_assets_tests.helpers import run_table
 
     cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "datastream-json"}])
@@ -98,8 +98,10 @@ def test_run_json_prints_one_object_per_table_and_progress_goes_to_stderr(cli, w
     assert rows["ITEMS"]["waiting"] is None and rows["ITEMS"]["figures"]["target"]["rows"] == 2  # first build
     lines = p.stderr.splitlines()
     assert any(line.startswith("spark: starting an in-process Spark session") for line in lines)
-    assert any(line.startswith("ORDERS: ingest b000001 done in ") for line in lines)
-    assert any(line.startswith("ITEMS: apply done in ") for line in lines)
+    # one run per batch: it ingests the batch and applies it
+    assert any(line.startswith("ORDERS: batch b000001 done in ") for line in lines)
+    assert any(line.startswith("ITEMS: batch b000001 done in ") for line in lines)
+    assert not any(": apply done in " in line for line in lines)
 
 
 def test_run_parallel_runs_tables_side_by_side_in_processes_without_spark_for_small_batches(cli, spark, workdir):

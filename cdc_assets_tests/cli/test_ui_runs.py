@@ -13,8 +13,8 @@ import time
 import dagster as dg
 from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
 
-from cdc_assets.cli.pools import ensure_settings
 from cdc_assets.defs.launcher import PID_TAG, ForkedRunLauncher
+from cdc_assets.defs.pool_watch import ensure_settings
 from cdc_assets_tests.helpers import jsonl, land, listeners, target_rows, write_config
 
 TABLE = "ORDERS"
@@ -68,7 +68,8 @@ def test_a_landed_file_reaches_the_target_through_the_ui_in_forked_runs_the_ui_s
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(120)
-    assert sorted(r.job_name for r in runs) == [f"{TABLE}_apply_job", f"{TABLE}_ingest_job"]
+    # one run for the landed file: its changes, staging and target
+    assert [r.job_name for r in runs] == [f"{TABLE}_batch_job"]
     for run in runs:
         assert run.status == DagsterRunStatus.SUCCESS, run.job_name
         # the process that executed the run is the one the launcher forked (its pid recorded at launch)
@@ -78,7 +79,7 @@ def test_a_landed_file_reaches_the_target_through_the_ui_in_forked_runs_the_ui_s
     events = [e for r in runs for e in instance.all_logs(r.run_id)]
     materialized = {e.dagster_event.asset_key.to_user_string() for e in events
                     if e.dagster_event_type == dg.DagsterEventType.ASSET_MATERIALIZATION}
-    assert {f"{TABLE}/staging", f"{TABLE}/target"} <= materialized, materialized
+    assert {f"{TABLE}/changes", f"{TABLE}/staging", f"{TABLE}/target"} <= materialized, materialized
     checks = [e for e in events if e.dagster_event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION]
     assert checks and all(e.dagster_event.event_specific_data.passed for e in checks)
 

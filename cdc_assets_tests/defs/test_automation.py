@@ -68,13 +68,13 @@ def test_history_follows_changes_and_a_run_that_kept_it_current_is_not_repeated(
         assert run_table(cfg, "ORDERS", instance).ok
         assert automation.requested() == set()
 
-        # changes materialized without the history (the landing sensor's ingest run): it follows
+        # changes materialized without the history (the landing sensor's run of the batch): it follows
         land(cfg, "ORDERS", "b2", {"a.jsonl": jsonl([mysql("UPDATE", {"id": 1, "v": "b"}, 1, 20)])})
         from cdc_assets_tests.defs.test_sensor import Daemon
 
         daemon = Daemon(defs, instance, table="ORDERS")
         data = daemon.tick()
-        [ingest] = [r for r in data.run_requests if r.job_name == NAMES.ingest_job]
+        [ingest] = [r for r in data.run_requests if r.job_name == NAMES.batch_job]
         daemon.launch(ingest)
         assert automation.requested() == {HISTORY}
         assert automation.requested() == set()
@@ -87,6 +87,6 @@ def test_history_follows_changes_and_a_run_that_kept_it_current_is_not_repeated(
         assert automation.requested() == set()
         daemon = Daemon(defs, instance, table="ORDERS")
         data = daemon.tick()
-        assert [r.partition_key for r in data.run_requests if r.job_name == NAMES.ingest_job] == ["b000003"]
+        assert [r.partition_key for r in data.run_requests if r.job_name == NAMES.batch_job] == ["b000003"]
         daemon.launch(data.run_requests[0])
         assert automation.requested() == {HISTORY}

@@ -36,10 +36,10 @@ def test_sensor_ticks_extract_new_source_rows_apply_them_and_publish_the_target(
         assert daemon.settle() == 0  # nothing new, nothing asked
         append(client, source, [row("a", "1", 1), row("b", "1", 2)])
         daemon.settle()
-        assert daemon.launched_jobs == ["TABLE1_ingest_job", "TABLE1_apply_job", "TABLE1_publish_job"]
+        assert daemon.launched_jobs == ["TABLE1_batch_job", "TABLE1_publish_job"]
         append(client, source, [row("a", "2", 3, "UPDATE"), row("b", "1", 4, "DELETE")])
         daemon.settle()
-        assert daemon.launched_jobs == ["TABLE1_ingest_job", "TABLE1_apply_job", "TABLE1_publish_job"]
+        assert daemon.launched_jobs == ["TABLE1_batch_job", "TABLE1_publish_job"]
         assert [b.files for b in registered(cfg.table_dir("TABLE1"))] == [
             ("extract-00000001.parquet",), ("extract-00000002.parquet",)]
         assert values(target_rows(cfg, "TABLE1"), "COL1", "COL2") == {"a": "2"}

@@ -95,6 +95,8 @@ def test_every_table_has_its_jobs_and_a_sensor_over_them(defs):
             expected.add(f"{name}_base_job")
         if "max_staleness" in t.get("apply", {}):
             expected.add(f"{name}_freshness_check_job")
+        if "partition_by" not in t:
+            expected.add(f"{name}_batch_job")  # a batch's one run: changes, staging and target
     assert set(jobs) == expected
 
     for t in TABLES:
@@ -105,6 +107,11 @@ def test_every_table_has_its_jobs_and_a_sensor_over_them(defs):
         apply_job = jobs[f"{name}_apply_job"]
         assert apply_job.asset_layer.executable_asset_keys == {key(name, "target")}
         assert (apply_job.partitions_def is not None) == ("partition_by" in t)
+        if "partition_by" not in t:
+            batch = jobs[f"{name}_batch_job"]
+            assert batch.asset_layer.executable_asset_keys == {key(name, "changes"), key(name, "staging"),
+                                                               key(name, "target")}
+            assert batch.partitions_def.name == f"{name}__batches"
         if "base_snapshot" in t:
             assert jobs[f"{name}_base_job"].asset_layer.executable_asset_keys == {key(name, "base")}
         if "max_staleness" in t.get("apply", {}):
@@ -118,6 +125,7 @@ def test_every_table_has_its_jobs_and_a_sensor_over_them(defs):
         assert sensor.default_status == dg.DefaultSensorStatus.STOPPED
         targeted = {j.name for j in sensor.jobs}
         assert {f"{name}_ingest_job", f"{name}_apply_job"} <= targeted
+        assert (f"{name}_batch_job" in targeted) == ("partition_by" not in t)
         if "base_snapshot" in t:
             assert f"{name}_base_job" in targeted
 

@@ -38,7 +38,7 @@ without overrunning hypothesis' buffer):
 
 Cost: many feeds share one table (the `feed` key column keeps their keys
 apart), so one run of a table applies them all. Each batch is landed, then the
-table is run as `cdc-assets run` runs it (`cdc_assets.cli.runner.run_table`:
+table is run as `cdc-assets run` runs it (`cdc_assets.defs.run_loop.run_table`:
 the ledger entry, the Dagster base, ingest and apply jobs of
 `build_definitions`, their asset checks), in this process.
 Normal run: 2 examples x 7 tables x 18 feeds = 252 feeds; `--long`: 10 x 7 x 40 = 2800.
@@ -114,7 +114,7 @@ from deltalake import DeltaTable
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from cdc_assets.cli.runner import QUIET, run_table
+from cdc_assets.defs.run_loop import QUIET, run_table
 from cdc_assets.defs.sensors import apply_request_tags
 from cdc_assets.defs.table_assets import sync_target_partitions
 from cdc_assets.engine.apply import rebuild

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.spark
 
 SENSOR = f"{TABLE}__landing_sensor"
 INGEST, APPLY = f"{TABLE}_ingest_job", f"{TABLE}_apply_job"
+BATCH = f"{TABLE}_batch_job"  # a batch's one run, when target is not partitioned: changes, staging, target
 
 
 class Daemon:
@@ -89,12 +90,14 @@ class Daemon:
     def settle(self, max_ticks: int = 8) -> int:
         """Tick and launch until neither the landing sensor nor the automation conditions ask for
         anything new; returns the runs launched."""
-        self.launched_jobs = []
+        self.launched_jobs, self.materialized = [], []
         for _ in range(max_ticks):
             todo = self.new_requests(self.tick())
             for r in todo:
-                self.launch(r)
+                result = self.launch(r)
                 self.launched_jobs.append(r.job_name)
+                # what each run materialized, as the UI's run page lists it
+                self.materialized.append(sorted(e.asset_key.path[-1] for e in result.get_asset_materialization_events()))
             followers = self.automation()
             for job in followers:
                 assert self.defs.resolve_job_def(job).execute_in_process(instance=self.instance).success
@@ -227,13 +230,13 @@ def test_a_second_warehouse_with_the_same_tables_is_not_confused(spark, tmp_path
     feed = generate(tmp_path, changes=100, batches=1, files_per_batch=1, seed=41)
     cfg_a = write_config(tmp_path, [{"name": TABLE, "keys": [KEY], "format": "datastream-json"}])
     publish(feed, cfg_a, TABLE, 1)
-    assert Daemon(build_definitions(cfg_a), instance).settle() == 2
+    assert Daemon(build_definitions(cfg_a), instance).settle() == 1  # the batch's one run
 
     second = tmp_path / "second"
     second.mkdir()
     cfg_b = write_config(second, [{"name": TABLE, "keys": [KEY], "format": "datastream-json"}],
                          landing=cfg_a.landing)
-    assert Daemon(build_definitions(cfg_b), instance).settle() == 2
+    assert Daemon(build_definitions(cfg_b), instance).settle() == 1
     assert differences(target_table(cfg_b), read_export(feed["export"])) == []
 
 
@@ -253,10 +256,11 @@ def test_base_snapshot_first_then_apply_and_a_base_alone_is_applied(spark, tmp_p
 
     publish(feed, cfg, TABLE, 1)
     data = daemon.tick()
-    assert sorted(r.job_name for r in data.run_requests) == sorted([f"{TABLE}_base_job", INGEST])
-    ingest_request = next(r for r in data.run_requests if r.job_name == INGEST)
-    base_request = next(r for r in data.run_requests if r.job_name != INGEST)
-    daemon.launch(ingest_request)  # the ingest run happens to finish first
+    assert sorted(r.job_name for r in data.run_requests) == sorted([f"{TABLE}_base_job", BATCH])
+    batch_request = next(r for r in data.run_requests if r.job_name == BATCH)
+    base_request = next(r for r in data.run_requests if r.job_name != BATCH)
+    result = daemon.launch(batch_request)  # the batch's run happens to finish first: it cannot apply yet
+    assert {e.asset_key.path[-1] for e in result.get_asset_materialization_events()} == {"changes", "staging"}
     data = daemon.tick()
     assert APPLY not in [r.job_name for r in data.run_requests], "apply asked for before the base import"
     assert [r.run_key for r in daemon.new_requests(data)] == [base_request.run_key]
@@ -302,8 +306,10 @@ def test_a_tick_while_a_run_holds_the_table_does_not_wait_and_registers_later(sp
 
 
 def test_a_waiting_merge_is_asked_for_once_it_is_due_and_again_after_a_restore(spark, tmp_path, instance):
-    """`apply: {min_changes}`: the sensor stages each batch but asks for the apply only once enough
-    changes wait, and says why it waits; after a restore it asks again for the same batch."""
+    """One run per batch: the batch's run takes it into changes and staging and, when the merge is due,
+    into target; `apply: {min_changes}`: a batch that does not make it due is staged in its run and target
+    is not materialized there, the sensor says why it waits, and asks for the apply on its own once it is
+    due (a later batch's run applies it); after a restore it asks again for the same batch."""
     from cdc_assets.engine.target_versions import restore
     from cdc_assets_tests.engine.records import mysql, values
     from cdc_assets_tests.helpers import jsonl, land, target_rows
@@ -313,16 +319,19 @@ def test_a_waiting_merge_is_asked_for_once_it_is_due_and_again_after_a_restore(s
     daemon = Daemon(build_definitions(cfg), instance)
     land(cfg, TABLE, "batch-1", {"p.jsonl": jsonl([mysql("INSERT", {"id": i, "v": "a"}, 1, i) for i in (1, 2, 3)])})
     daemon.settle()
-    assert daemon.launched_jobs == [INGEST, APPLY]  # the first build does not wait
+    assert daemon.launched_jobs == [BATCH]  # the first build does not wait, and is in the batch's run
+    assert daemon.materialized == [["changes", "staging", "target"]]
     land(cfg, TABLE, "batch-2", {"p.jsonl": jsonl([mysql("UPDATE", {"id": i, "v": "b"}, 1, 10 + i) for i in (1, 2)])})
     daemon.settle()
-    assert daemon.launched_jobs == [INGEST]  # 2 changes staged, fewer than 3
+    assert daemon.launched_jobs == [BATCH]  # 2 changes staged, fewer than 3
+    assert daemon.materialized == [["changes", "staging"]]  # target is not shown as materialized
     assert daemon.tick().skip_message == f"{TABLE}: merge waits: 2 changes pending; min_changes 3"
     assert values(target_rows(cfg, TABLE), "id", "v") == {1: "a", 2: "a", 3: "a"}
     land(cfg, TABLE, "batch-3", {"p.jsonl": jsonl([mysql("UPDATE", {"id": 3, "v": "c"}, 1, 20),
                                                    mysql("DELETE", {"id": 1, "v": None}, 1, 21)])})
     daemon.settle()
-    assert daemon.launched_jobs == [INGEST, APPLY]  # 4 pending: due
+    assert daemon.launched_jobs == [BATCH]  # 4 pending: due, in the batch's run, with no apply run after it
+    assert daemon.materialized == [["changes", "staging", "target"]]
     assert values(target_rows(cfg, TABLE), "id", "v") == {2: "b", 3: "c"}
 
     restore(TABLE, cfg.table_dir(TABLE), 0)  # back to batch 1: batches 2 and 3 are due again
@@ -347,7 +356,7 @@ def test_a_batch_that_does_not_add_up_holds_the_apply_until_its_ingest_passes(sp
     monkeypatch.setattr(checks, "batch_accounting", lambda *a, **kw: {**real(*a, **kw), "adds_up": False})
     land(cfg, TABLE, "batch-2", {"p.jsonl": jsonl([mysql("UPDATE", {"id": 1, "v": "b"}, 1, 2)])})
     daemon.settle()
-    assert daemon.launched_jobs == [INGEST]
+    assert daemon.launched_jobs == [BATCH] and daemon.materialized == [["changes", "staging"]]  # not applied
     assert daemon.tick().skip_message == f"{TABLE}: apply waits: batch_accounted failed for b000002 " \
                                          "(re-run its ingest once the cause is fixed)"
     assert values(target_rows(cfg, TABLE), "id", "v") == {1: "a"}
@@ -358,3 +367,28 @@ def test_a_batch_that_does_not_add_up_holds_the_apply_until_its_ingest_passes(sp
     daemon.settle()
     assert daemon.launched_jobs == [APPLY]
     assert values(target_rows(cfg, TABLE), "id", "v") == {1: "b"}
+
+
+def test_no_apply_is_asked_for_while_a_batch_run_that_applies_it_is_unfinished(spark, tmp_path, instance):
+    """A tick between a batch run's staging and its target step sees the batch staged and not applied:
+    it must not ask for an apply of its own (a second run doing what that run does); once no batch
+    run is unfinished (the one here ended without applying), it does."""
+    from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
+
+    from cdc_assets_tests.engine.records import mysql, values
+    from cdc_assets_tests.helpers import jsonl, land, target_rows
+
+    cfg = write_config(tmp_path, [{"name": TABLE, "keys": ["id"], "format": "datastream-json"}])
+    daemon = Daemon(build_definitions(cfg), instance)
+    land(cfg, TABLE, "batch-1", {"p.jsonl": jsonl([mysql("INSERT", {"id": 1, "v": "a"}, 1, 1)])})
+    [request] = daemon.tick().run_requests
+    assert request.job_name == BATCH
+    # the batch run, staged and not yet at its target step
+    running = instance.add_run(DagsterRun(job_name=BATCH, status=DagsterRunStatus.STARTED))
+    assert daemon.defs.resolve_job_def(INGEST).execute_in_process(instance=instance, partition_key="b000001").success
+    data = daemon.tick()
+    assert data.run_requests == [] and data.skip_message == f"{TABLE}: a batch run is unfinished; it applies what it stages"
+    instance.report_run_failed(running)  # it ended before its target step
+    assert [r.job_name for r in daemon.new_requests(daemon.tick())] == [APPLY]
+    daemon.settle()
+    assert values(target_rows(cfg, TABLE), "id", "v") == {1: "a"}

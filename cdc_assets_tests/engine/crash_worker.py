@@ -59,7 +59,7 @@ import pyarrow.parquet  # noqa: F401
 import pyspark.sql.connect.session  # noqa: F401
 
 import cdc_assets.cli.main as cli_main
-import cdc_assets.cli.runner  # noqa: F401
+import cdc_assets.defs.run_loop  # noqa: F401
 from cdc_assets.core.config import load_config
 from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.engine import faults

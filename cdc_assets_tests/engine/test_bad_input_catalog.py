@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from cdc_assets.cli.run import run_config
+from cdc_assets.defs.definitions import build_definitions
+from cdc_assets.defs.run_loop import run_config
 from cdc_assets.engine.status import table_status
 from cdc_assets_tests.helpers import land, target_rows, write_config
 
@@ -346,7 +347,7 @@ def landed_run(spark, tmp_path_factory):
     summary = []
     log_file = root / "run.log"
     with captured_output(log_file):
-        outcomes = {o.table: o for o in run_config(cfg, echo=summary.append)}
+        outcomes = {o.table: o for o in run_config(cfg, build_definitions, echo=summary.append)}
     quarantine = {t["name"]: delta_rows(cfg, t["name"], "quarantine") for t in TABLES if t["name"] != "CLEAN"}
     targets = {t["name"]: {r["id"] for r in target_rows(cfg, t["name"])} for t in TABLES}
     return {"cfg": cfg, "outcomes": outcomes, "summary": summary, "quarantine": quarantine, "targets": targets,

@@ -35,7 +35,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from cdc_assets.cli.generate import write_feed
-from cdc_assets.cli.pools import ensure_settings
+from cdc_assets.defs.pool_watch import ensure_settings
 
 TABLE = "CRASHY"
 # Where a run can die, in the order a run reaches them (faults.point in the code); each is tried at

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 
-from cdc_assets.cli.run import run_config
+from cdc_assets.defs.definitions import build_definitions
+from cdc_assets.defs.run_loop import run_config
 from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
 
 from .records import MARKS, bq_cdc, delta_rows, delta_version, mysql, values
@@ -39,7 +40,7 @@ def test_bad_records_are_quarantined_and_the_rest_applied(spark, workdir, monkey
                                                     bq_cdc("UPSERT", {"K": "b", "V": "1"}, "1")])})
 
     summary = []
-    outcomes = {o.table: o for o in run_config(cfg, echo=summary.append)}
+    outcomes = {o.table: o for o in run_config(cfg, build_definitions, echo=summary.append)}
     logged = capfd.readouterr()
 
     # the valid records around the bad ones are applied; the other table is unaffected

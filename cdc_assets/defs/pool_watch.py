@@ -67,7 +67,7 @@ def ensure_settings(home: str) -> None:
 def run_tags() -> dict:
     """The tags of a run this process executes in-process: the process, so a later run can tell
     whether it died holding the table's pool (defs/pools.py)."""
-    from ..defs.pools import PID_TAG, process_tag
+    from .pools import PID_TAG, process_tag
 
     return {PID_TAG: process_tag()}
 
@@ -120,7 +120,7 @@ class PoolWatch:
                 self.say(f"{self.table}: could not read pool {self.pool}: {type(e).__name__}: {e}")
 
     def _look(self) -> None:
-        from ..defs.pools import holders, release_abandoned
+        from .pools import holders, release_abandoned
 
         release_abandoned(self.instance, self.pool)
         held = holders(self.instance, self.pool)

@@ -1,36 +1,45 @@
-"""Drive the Dagster definitions for one table, in this process: the `run` command's engine room.
+"""The run loop: a table's due steps executed as the Dagster jobs, in this process.
 
-The same jobs the UI and the sensor launch are executed here in-process, so the
-one Spark session of this process serves every table and batch.
+`cdc-assets run` and a cycle schedule's run drive it. The same jobs the UI and the sensor launch
+are executed here in-process, so the one Spark session of this process serves every table and
+batch; what is due comes from the planner the sensor uses too (core/plan.py).
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import dagster as dg
 
 from ..core.config import Config, TableConfig
-from ..defs.checks import WITHIN_MAX_STALENESS
-from ..defs.history import history_job_name
-from ..defs.pools import release_abandoned
-from ..defs.publish import publish_job_name
-from ..defs.sensors import apply_request_tags, failed_accounting
-from ..defs.table_assets import TableNames, sync_target_partitions
+from ..core.plan import Ingest
 from ..engine import bigquery as publishing
-from ..engine import bigquery_source, delta, faults, fresh, history
+from ..engine import bigquery_source, faults, history
 from ..engine.errors import root_cause_of_exception, root_cause_of_info
-from ..engine.landing import register_new_batch, registered
+from ..engine.landing import Batch, register_new_batch
 from ..engine.lock import table_lock
 from ..engine.retry import on_conflict
 from ..engine.status import record_run
-from ..engine.tables import BASE, STAGING, TARGET, path
-from .pools import POOL_WAIT_SECONDS, Executing, PoolWaitExpired, PoolWatch, ensure_settings, run_tags
+from .checks import WITHIN_MAX_STALENESS
+from .due import due_now
+from .history import history_job_name
+from .pool_watch import (POOL_WAIT_SECONDS, Executing, PoolWaitExpired, PoolWatch, ensure_settings, run_tags,
+                         stop_on_signals)
+from .pools import release_abandoned
+from .publish import publish_job_name
+from .sensors import apply_request_tags
+from .table_assets import TableNames, sync_target_partitions
 
+
+# What makes the Dagster definitions of a configuration (defs/definitions.build_definitions): handed
+# in, since those definitions hold the cycle jobs that run this loop.
+Build = Callable[[Config], dg.Definitions]
 
 # Dagster's console logger at WARNING: the summary line says what a user needs.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -139,39 +148,34 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
             # A table whose first files have not arrived is normal, so not a failure; a typo in
             # `landing` or in the table's name looks the same, so it is said, not hidden.
             outcome.warning = f"landing folder {landing} does not exist (nothing taken)"
-        batches = registered(table_dir)
+        state, steps = due_now(inst, cfg, table, Ingest.ALL)
         known = set(inst.get_dynamic_partitions(names.batches))
-        missing = [b.id for b in batches if b.id not in known]
+        missing = [Batch.id_for(seq) for seq in state.registered if Batch.id_for(seq) not in known]
         if missing:
             inst.add_dynamic_partitions(names.batches, missing)
-        if table.base_snapshot and delta.step_version(path(table_dir, BASE), BASE) < 0:
+        if steps.base_import:
             jobs.run("base import", names.base_job, tags)
-        staged = delta.step_version(path(table_dir, STAGING), STAGING)
-        ingests = [b for b in batches if b.seq > staged]
-        for b in ingests:
+        for seq in steps.ingest:
+            # The last batch's run also applies what is staged when the apply is due (the batch job, for
+            # a target without partitions): one Dagster run where two were.
+            label, job = ("batch", names.batch_job) if seq == steps.ingest[-1] and not table.partition_by \
+                else ("ingest", names.ingest_job)
             if outcome.ok:
-                jobs.run(f"ingest {b.id}", names.ingest_job, tags, partition_key=b.id)
-        if ingests:  # what they staged (a failed one may have staged nothing)
-            staged = delta.step_version(path(table_dir, STAGING), STAGING)
-        faults.point("run.staged")  # between steps: the batches staged, the apply not begun
-        reached = max(staged, 0 if table.base_snapshot else -1)
-        due = None
-        applied = delta.step_version(path(table_dir, TARGET), TARGET)
-        if outcome.ok and reached > applied:
-            due, _ = fresh.decision(cfg, table)
-            unaccounted = failed_accounting(inst, table, applied, reached)
-            if unaccounted:  # as the sensor does: a batch that does not add up is not applied
-                outcome.ok = False
-                outcome.error = f"batch_accounted failed for {', '.join(unaccounted)}: not applied (re-run its ingest)"
-                due = None
-            elif not due.due:
-                outcome.waiting = due.reason  # staged; a fresh read shows it (cdc-assets read)
-        if due is not None and due.due:
+                jobs.run(f"{label} {Batch.id_for(seq)}", job, tags, partition_key=Batch.id_for(seq))
+        faults.point("run.staged")  # between runs: the batches staged; a partitioned target not yet applied
+        if steps.base_import or steps.ingest:  # what they imported and staged (a failed one may have done nothing)
+            state, steps = due_now(inst, cfg, table, Ingest.ALL)
+        if outcome.ok and steps.held:  # as the sensor does: a batch that does not add up is not applied
+            outcome.ok = False
+            outcome.error = f"batch_accounted failed for {', '.join(steps.held)}: not applied (re-run its ingest)"
+        elif outcome.ok and steps.waiting:
+            outcome.waiting = steps.waiting  # staged; a fresh read shows it (cdc-assets read)
+        if outcome.ok and steps.apply:
             sync_target_partitions(inst, cfg, table)  # staged by an earlier run, maybe on another instance
             apply_tags = apply_request_tags(inst, table)
             if apply_tags is not None:
                 jobs.run("apply", names.apply_job, {**apply_tags, **tags})
-        if reached > applied and table.apply.max_staleness is not None and WITHIN_MAX_STALENESS not in outcome.checks:
+        if state.apply_pending and table.apply.max_staleness is not None and WITHIN_MAX_STALENESS not in outcome.checks:
             # No apply evaluated the freshness check (the merge waits, is held or failed): it runs alone,
             # a warning that never fails the table.
             jobs.run("freshness check", names.freshness_job, tags)
@@ -188,6 +192,76 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
     record_run(cfg, table, outcome.ok, outcome.error)
     faults.point("run.table_done")
     return outcome
+
+
+def run_in_processes(config_path: str, tables: list[str], processes: int, as_json: bool, build: Build, echo=None,
+                     pool_wait: float = POOL_WAIT_SECONDS) -> list[bool]:
+    """The tables' cycles in `processes` worker processes, tables handed out one at a time as
+    workers free up: each worker has its own Dagster definitions, instance (the same DAGSTER_HOME
+    when set) and, when a step needs one, Spark session (or the configuration's Spark Connect server,
+    which they then share). An incremental apply needs no Spark, so small batches of many tables
+    proceed side by side. Lines go out (printed, or to `echo`) as each table finishes; returns whether
+    each succeeded. `build`: a module-level function (the workers are handed it by name) that makes the
+    definitions of a configuration (defs/definitions.build_definitions)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    # spawn: a fork would copy this process's JVM gateway and Dagster state into the workers
+    with ProcessPoolExecutor(max_workers=min(processes, len(tables)),
+                             mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_run_one, config_path, name, as_json, build, pool_wait) for name in tables]
+        results = []
+        for future in as_completed(futures):
+            lines, ok = future.result()
+            for line in lines:
+                print(line, flush=True) if echo is None else echo(line)
+            results.append(ok)
+        return results
+
+
+def _run_one(config_path: str, table: str, as_json: bool, build: Build, pool_wait: float) -> tuple[list[str], bool]:
+    """One table's cycle in a worker process (run_in_processes): its output lines and whether it succeeded."""
+    from ..core.config import load_config
+
+    stop_on_signals()  # a stopped worker also ends the run it executes and frees its pool
+    from ..engine import spark
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    spark.announce = progress
+    lines: list[str] = []
+    outcomes = run_config(load_config(config_path), build, [table], echo=lines.append, as_json=as_json,
+                          progress=progress, pool_wait=pool_wait)
+    return lines, all(o.ok for o in outcomes)
+
+
+def run_config(cfg: Config, build: Build, only=None, echo=print, as_json=False, progress=None,
+               pool_wait=POOL_WAIT_SECONDS) -> list[TableOutcome]:
+    """`cdc-assets run` of the configuration's tables (those in `only`), one after another in this
+    process: each table's line (or JSON object) goes to `echo` as it finishes."""
+    from ..engine import spark
+
+    defs = build(cfg)
+    inst = instance()
+    outcomes = []
+    for table in cfg.tables:
+        if only and table.name not in only:
+            continue
+        seen = len(spark.used)
+        outcome = run_table(defs, inst, cfg, table, progress=progress, pool_wait=pool_wait)
+        # Which Spark served the run, once, when a step first needed one.
+        used = [f"spark: {d}" for d in spark.used[seen:]]
+        if as_json:
+            for line in used:
+                print(line, file=sys.stderr, flush=True)
+            lines = [json.dumps(outcome.to_json(), default=str)]
+        else:
+            lines = used + [summary_line(outcome)]
+        for line in lines:
+            echo(line, flush=True) if echo is print else echo(line)
+        outcomes.append(outcome)
+    return outcomes
 
 
 def summary_line(o: TableOutcome) -> str:
