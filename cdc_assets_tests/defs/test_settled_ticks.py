@@ -3,7 +3,7 @@
 Sixty-five tables' sensors tick every few seconds each on two cores: a tick of a table where
 nothing landed and nothing is pending opens no Delta table (the logs' file names say nothing
 changed) and asks the instance nothing. A file that lands is still registered and its ingest
-asked for at the next tick, the apply after it, and a tick still looks in full at least every
+asked for at the next tick, and a tick still looks in full at least every
 FULL_LOOK_SECONDS (what a full tick does besides registering: freeing a dead run's pool place,
 adding batch partitions a new Dagster instance lacks)."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ from cdc_assets.engine import delta, landing
 from cdc_assets_tests.helpers import write_config
 
 from .support import KEY, TABLE, differences, generate, publish, read_export, target_table
-from .test_sensor import APPLY, INGEST, Daemon
+from .test_sensor import BATCH, Daemon
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def test_settled_ticks_open_nothing_and_what_lands_is_still_taken(tmp_path, inst
     cfg = write_config(tmp_path, [{"name": TABLE, "keys": [KEY], "format": "datastream-json"}])
     daemon = Daemon(build_definitions(cfg), instance)
     publish(feed, cfg, TABLE, 1)
-    assert daemon.settle() == 2  # the ingest, then the apply
+    assert daemon.settle() == 1  # the batch's run, which applies it
     opened = Opened(monkeypatch)
 
     # ---- settled: the first tick looks in full, the next ones open no Delta table ------------------
@@ -60,14 +60,12 @@ def test_settled_ticks_open_nothing_and_what_lands_is_still_taken(tmp_path, inst
         assert data.run_requests == [] and not data.dynamic_partitions_requests
         assert data.skip_message == f"nothing new for {TABLE}"
 
-    # ---- a file lands: the next tick registers it and asks for its ingest, then for the apply ------
+    # ---- a file lands: the next tick registers it and asks for the run that ingests and applies it ---
     publish(feed, cfg, TABLE, 2)
     data = daemon.tick()
-    assert [(r.job_name, r.partition_key) for r in data.run_requests] == [(INGEST, "b000002")]
+    assert [(r.job_name, r.partition_key) for r in data.run_requests] == [(BATCH, "b000002")]
     daemon.launch(data.run_requests[0])
-    [apply_request] = daemon.new_requests(daemon.tick())
-    assert apply_request.job_name == APPLY
-    daemon.launch(apply_request)
+    assert daemon.new_requests(daemon.tick()) == []
     assert differences(target_table(cfg), read_export(feed["export"])) == []
 
     # ---- settled again --------------------------------------------------------------------------------
@@ -80,7 +78,7 @@ def test_a_settled_table_is_still_looked_at_in_full_every_full_look_seconds(tmp_
     cfg = write_config(tmp_path, [{"name": TABLE, "keys": [KEY], "format": "datastream-json"}])
     daemon = Daemon(build_definitions(cfg), instance)
     publish(feed, cfg, TABLE, 1)
-    assert daemon.settle() == 2
+    assert daemon.settle() == 1
     monkeypatch.setattr(landing, "FULL_LOOK_SECONDS", 0.0)
     opened = Opened(monkeypatch)
     for _ in range(2):
