@@ -51,7 +51,7 @@ class Figures:
 
     def write_json(self, name: str, figures: dict, command: str) -> str:
         data = {"command": command, "commit": _commit(),
-                "measured": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **figures}
+                "measured": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), **figures}
         with open(self.path(name), "w", encoding="utf-8") as fh:
             json.dump(data, fh, indent=2, sort_keys=False, default=str)
             fh.write("\n")

@@ -37,8 +37,8 @@ def jsonl(records: list[dict]) -> str:
 
 def run_table(cfg: Config, table: str, instance: dg.DagsterInstance | None = None):
     """One `cdc-assets run` of one table, in this process (shares the test's Spark session)."""
-    from cdc_assets.defs.run_loop import run_table as _run
     from cdc_assets.defs.definitions import build_definitions
+    from cdc_assets.defs.run_loop import run_table as _run
 
     inst = instance or dg.DagsterInstance.ephemeral()
     return _run(build_definitions(cfg), inst, cfg, cfg.table(table))

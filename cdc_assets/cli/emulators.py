@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..core.errors import TerminalError
 

@@ -12,8 +12,8 @@ import subprocess
 import sys
 import threading
 
-from .common import config_or_none
 from ..defs.pool_watch import ensure_settings
+from .common import config_or_none
 
 
 def register(sub) -> None:

@@ -15,8 +15,25 @@ import pyarrow.compute as pc
 from . import names, ordering
 from .schema import STRICT, split
 from .target import arrow_type
-from .values import (BINARY, BOOLEAN, DATE, DOUBLE, INT, LONG, NULL, STRING, TIMESTAMP, TIMESTAMP_NTZ, Misfit, Row,
-                     Value, convert, decimal_parts, encode_row, key_text)
+from .values import (
+    BINARY,
+    BOOLEAN,
+    DATE,
+    DOUBLE,
+    INT,
+    LONG,
+    NULL,
+    STRING,
+    TIMESTAMP,
+    TIMESTAMP_NTZ,
+    Misfit,
+    Row,
+    Value,
+    convert,
+    decimal_parts,
+    encode_row,
+    key_text,
+)
 
 UPSERT, DELETE = "U", "D"
 

@@ -9,12 +9,12 @@ from typing import Any, TypedDict
 
 import yaml
 
+from . import cycles, names
 from .apply_policy import ApplyPolicy, parse_duration
 from .config_keys import keys_under
+from .cycles import CycleGroup
 from .errors import TerminalError
 from .formats import FORMATS, ChangesetOptions, inserts
-from . import cycles, names
-from .cycles import CycleGroup
 from .maintenance_policy import DEFAULT_RETENTION, DEFAULT_SCHEDULE, MIN_RETENTION, MaintenancePolicy
 from .values import parse_type
 

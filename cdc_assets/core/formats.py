@@ -21,11 +21,29 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 
 from . import names, ordering
 from .changes import DELETE, UPSERT, Change, Rejection, content_id
-from .ordering import OrderingError
-from .values import (BINARY, BOOLEAN, DATE, DOUBLE, INT, LONG, MAX_PRECISION, STRING, TIMESTAMP, TIMESTAMP_NTZ,
-                     Misfit, NumberText, Row, Value, convert, decimal_type, infer_text, parse_type, source_value)
-
 from .errors import TerminalError
+from .ordering import OrderingError
+from .values import (
+    BINARY,
+    BOOLEAN,
+    DATE,
+    DOUBLE,
+    INT,
+    LONG,
+    MAX_PRECISION,
+    STRING,
+    TIMESTAMP,
+    TIMESTAMP_NTZ,
+    Misfit,
+    NumberText,
+    Row,
+    Value,
+    convert,
+    decimal_type,
+    infer_text,
+    parse_type,
+    source_value,
+)
 
 if TYPE_CHECKING:  # pyarrow is imported where a Parquet file is read: most files are not
     import pyarrow as pa

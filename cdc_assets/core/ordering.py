@@ -99,7 +99,7 @@ def parse_timestamp(value: object) -> int:
         raise OrderingError(f"timestamp {text[:60]!r} does not parse") from None
     if t.tzinfo is not None:
         try:
-            t = t.astimezone(dt.timezone.utc).replace(tzinfo=None)
+            t = t.astimezone(dt.UTC).replace(tzinfo=None)
         except OverflowError:
             raise OrderingError(f"timestamp {text[:60]!r} is outside years 1 to 9999 in UTC") from None
     delta = t - dt.datetime(1970, 1, 1)

@@ -16,8 +16,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from . import names
-from .values import (BOOLEAN, DOUBLE, INT, LONG, NULL, STRING, Row, Value, decimal_parts, exact_type, fits as value_fits,
-                     infer_text, join_types, value_type, widen)
+from .values import (
+    BOOLEAN,
+    DOUBLE,
+    INT,
+    LONG,
+    NULL,
+    STRING,
+    Row,
+    Value,
+    decimal_parts,
+    exact_type,
+    infer_text,
+    join_types,
+    value_type,
+    widen,
+)
+from .values import fits as value_fits
 
 NUMBERS = {INT, LONG, DOUBLE}
 SOFT, STRICT = "~", "!"

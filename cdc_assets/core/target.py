@@ -10,8 +10,27 @@ from urllib.parse import quote, unquote
 
 import pyarrow as pa
 
-from .values import (BINARY, BOOLEAN, DATE, DOUBLE, INT, LONG, NULL, STRING, TIMESTAMP, TIMESTAMP_NTZ, Row, Value,
-                     convert, decimal_parts, decimal_type, join_types, key_text, value_type, widen)
+from .values import (
+    BINARY,
+    BOOLEAN,
+    DATE,
+    DOUBLE,
+    INT,
+    LONG,
+    NULL,
+    STRING,
+    TIMESTAMP,
+    TIMESTAMP_NTZ,
+    Row,
+    Value,
+    convert,
+    decimal_parts,
+    decimal_type,
+    join_types,
+    key_text,
+    value_type,
+    widen,
+)
 
 _ARROW = {BOOLEAN: pa.bool_(), INT: pa.int32(), LONG: pa.int64(), DOUBLE: pa.float64(), STRING: pa.string(),
           DATE: pa.date32(), TIMESTAMP: pa.timestamp("us", tz="UTC"), TIMESTAMP_NTZ: pa.timestamp("us"),

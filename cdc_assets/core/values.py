@@ -309,7 +309,7 @@ def _timestamp(value: object, with_zone: bool) -> dt.datetime | None:
         return None
     if with_zone:
         try:
-            return value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value.astimezone(dt.timezone.utc)
+            return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
         except OverflowError:
             return None  # an instant outside years 1 to 9999 in UTC: no timestamp holds it
     return value if value.tzinfo is None else None

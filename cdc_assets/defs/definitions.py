@@ -18,7 +18,6 @@ from .schedules import cycle_definitions
 from .sensors import landing_sensor
 from .table_assets import TableNames, table_assets, table_jobs
 
-
 # Single-run backfills and partitioned checks are marked beta/preview; we rely on both knowingly.
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
 warnings.filterwarnings("ignore", category=dg.PreviewWarning)

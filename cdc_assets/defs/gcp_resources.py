@@ -6,7 +6,7 @@ import base64
 import contextlib
 import json
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 from dagster_gcp import BigQueryResource, GCSResource
 

@@ -6,7 +6,7 @@ in-process session. The run's log says which, and says why when a server was pas
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import dagster as dg
 from pydantic import PrivateAttr
@@ -24,7 +24,7 @@ class CdcSparkResource(dg.ConfigurableResource):
 
     spark_config: dict[str, Any]
     # cdc.yaml's path: it locates the configuration's Spark Connect server record.
-    config_path: Optional[str] = None
+    config_path: str | None = None
     _spark_session: Any = PrivateAttr(default=None)
     _log: Any = PrivateAttr(default=None)
 

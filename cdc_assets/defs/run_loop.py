@@ -29,13 +29,19 @@ from ..engine.status import record_run
 from .checks import WITHIN_MAX_STALENESS
 from .due import due_now
 from .history import history_job_name
-from .pool_watch import (POOL_WAIT_SECONDS, Executing, PoolWaitExpired, PoolWatch, ensure_settings, run_tags,
-                         stop_on_signals)
+from .pool_watch import (
+    POOL_WAIT_SECONDS,
+    Executing,
+    PoolWaitExpired,
+    PoolWatch,
+    ensure_settings,
+    run_tags,
+    stop_on_signals,
+)
 from .pools import release_abandoned
 from .publish import publish_job_name
 from .sensors import apply_request_tags
 from .table_assets import TableNames, sync_target_partitions
-
 
 # What makes the Dagster definitions of a configuration (defs/definitions.build_definitions): handed
 # in, since those definitions hold the cycle jobs that run this loop.

@@ -26,7 +26,6 @@ from .due import batch_run_unfinished, due_now, held_reason
 from .pools import release_abandoned
 from .table_assets import APPLY_TAG, INCREMENTAL, TableNames, batch_partitions, target_partitions
 
-
 # How long a tick waits for the table before leaving registration to a later tick.
 TICK_LOCK_SECONDS = 5.0
 

@@ -30,8 +30,18 @@ from ..core.config import Config, TableConfig
 from ..core.schema import STRICT, joined
 from ..core.typed_export import base_schema, export_batch, export_columns
 from . import delta, spark_files, storage
-from .ingest import (LEDGER, LOCAL_PARSE_BYTES, MAX_TASKS, PARSED_FIELDS, _bytes_of, _parse_partition, parse_files,
-                     quarantine, rejected_rows, snapshot_listing)
+from .ingest import (
+    LEDGER,
+    LOCAL_PARSE_BYTES,
+    MAX_TASKS,
+    PARSED_FIELDS,
+    _bytes_of,
+    _parse_partition,
+    parse_files,
+    quarantine,
+    rejected_rows,
+    snapshot_listing,
+)
 from .spark import session_of
 from .tables import BASE, path
 

@@ -39,15 +39,27 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 
-from ..core import names, target as shape
+from ..core import names
+from ..core import target as shape
 from ..core.config import Config, TableConfig
-from ..core.values import (BINARY, BOOLEAN, DATE, DOUBLE, INT, LONG, STRING, TIMESTAMP, TIMESTAMP_NTZ, decimal_parts,
-                           decode_row)
+from ..core.errors import TerminalError
+from ..core.values import (
+    BINARY,
+    BOOLEAN,
+    DATE,
+    DOUBLE,
+    INT,
+    LONG,
+    STRING,
+    TIMESTAMP,
+    TIMESTAMP_NTZ,
+    decimal_parts,
+    decode_row,
+)
 from . import delta, faults, storage
 from .records import read_records
 from .stage import latest_of_batch
 from .tables import STAGING, TARGET, path
-from ..core.errors import TerminalError
 
 PUBLISHED = "published"  # the ledger table, and the step name its commits carry
 STAGING_SUFFIX = "__cdc_publish_staging"
@@ -212,7 +224,7 @@ def _record(cfg: Config, table: TableConfig, p: Plan, mode: str, figures: dict) 
     row = {"batch_seq": p.reached, "target_version": p.target_version, "destination": destination(table),
            "mode": mode, "rows_sent": figures["rows_sent"], "deletes_sent": figures["deletes_sent"],
            "rows_affected": figures["rows_affected"],
-           "published_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+           "published_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
     data = pa.Table.from_pylist([row], schema=delta.arrow_schema(LEDGER_FIELDS))
     props = delta.commit_props(PUBLISHED, p.reached, {"target_version": p.target_version,
                                                       "destination": destination(table), "mode": mode})
@@ -399,7 +411,7 @@ def load_staging(calls: _Calls, table: TableConfig, columns: dict[str, str], chu
           timeout=calls.timeout)
     fresh = bigquery.Table(stage, schema=schema)
     # A staging table a crash leaves behind removes itself.
-    fresh.expires = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=1)
+    fresh.expires = dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
     calls(f"create table {stage}", client.create_table, fresh, retry=calls.retry, timeout=calls.timeout)
     job_config = bigquery.LoadJobConfig(source_format=bigquery.SourceFormat.PARQUET, schema=schema,
                                         write_disposition=bigquery.WriteDisposition.WRITE_APPEND,

@@ -8,9 +8,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..core import reconcile
-from ..core.ordering import origin
 from ..core.config import Config, TableConfig
 from ..core.formats import parse_snapshot
+from ..core.ordering import origin
 from . import delta, spark_files, storage
 from .tables import CHANGES, CHANGES_TRIM, QUARANTINE, STAGING, STAGING_TRIM, TARGET, path
 

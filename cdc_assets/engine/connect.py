@@ -162,7 +162,7 @@ def launch(cfg: Config, port: int = 0) -> tuple[subprocess.Popen, Server]:
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     server = Server(url=f"sc://{HOST}:{port}", port=port, pid=proc.pid, host=socket.gethostname(),
-                    started_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), log=log)
+                    started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), log=log)
     return proc, server
 
 

@@ -22,11 +22,11 @@ from ..core import target as shape
 from ..core.apply_policy import Decision, decide
 from ..core.changes import UPSERT
 from ..core.config import Config, TableConfig
+from ..core.errors import TerminalError
 from . import delta
 from .apply import _cast_typed, _existing_columns, _target_schema, merge_source
 from .landing import batches_path
 from .tables import BASE, STAGING, TARGET, path
-from ..core.errors import TerminalError
 
 
 class FreshReadError(TerminalError, RuntimeError):
@@ -70,7 +70,7 @@ def pending(cfg: Config, table: TableConfig, target: DeltaTable | None = None) -
 def decision(cfg: Config, table: TableConfig, now: dt.datetime | None = None) -> tuple[Decision, Pending]:
     """Whether to merge now (after `table.apply`), and what is pending."""
     p = pending(cfg, table)
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     return decide(table.apply, p.target_exists, p.changes, p.oldest_wait(now)), p
 
 

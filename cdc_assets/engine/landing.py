@@ -189,7 +189,7 @@ class ListingCursor:
         return json.dumps({"start": self.start, "full_at": self.full_at})
 
     @staticmethod
-    def from_json(text: str | None) -> "ListingCursor":
+    def from_json(text: str | None) -> ListingCursor:
         try:
             raw = json.loads(text) if text else {}
             return ListingCursor(raw.get("start"), raw.get("full_at"))
@@ -235,7 +235,7 @@ def register_new_batch(landing_dir: str, table_dir: str, found: dict[str, int] |
     if not new:
         return None
     seq = (known[-1].seq if known else 0) + 1
-    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     files = sorted(new)
     rows = pa.table({
         "batch_seq": pa.array([seq] * len(files), pa.int64()),

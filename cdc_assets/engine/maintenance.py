@@ -36,8 +36,20 @@ from ..core.config import Config, TableConfig
 from . import delta
 from .apply import ROWS_PER_FILE
 from .landing import batches_path
-from .tables import (BASE, CHANGES, CHANGES_TRIM, HISTORY, QUARANTINE, SEEN, SEEN_FIELDS, STAGING, STAGING_TRIM,
-                     TARGET, TOMBSTONES, path)
+from .tables import (
+    BASE,
+    CHANGES,
+    CHANGES_TRIM,
+    HISTORY,
+    QUARANTINE,
+    SEEN,
+    SEEN_FIELDS,
+    STAGING,
+    STAGING_TRIM,
+    TARGET,
+    TOMBSTONES,
+    path,
+)
 
 COMPACTION, ZORDER, VACUUM = "compaction", "zorder", "vacuum"
 # Staged rows a trim examines per commit: its window of batches is read (key, batch and order
@@ -53,7 +65,7 @@ class Files:
     bytes: int
 
     @staticmethod
-    def of(dt_: DeltaTable | None) -> "Files":
+    def of(dt_: DeltaTable | None) -> Files:
         if dt_ is None:
             return Files(0, 0)
         sizes = pa.table(dt_.get_add_actions(flatten=True)).column("size_bytes")
@@ -195,7 +207,7 @@ def maintain(cfg: Config, table: TableConfig, now: dt.datetime | None = None,
              retention: float | None = None) -> MaintenanceReport:
     """One maintenance pass over `table` (the caller holds the table lock). `retention`: seconds,
     instead of the table's `maintenance.retention`."""
-    t0 = dt.datetime.now(dt.timezone.utc)
+    t0 = dt.datetime.now(dt.UTC)
     now = now or t0
     policy = table.maintenance
     table_dir = cfg.table_dir(table.name)
@@ -231,7 +243,7 @@ def maintain(cfg: Config, table: TableConfig, now: dt.datetime | None = None,
     return MaintenanceReport(table.name, before, after, {k: v for k, v in compacted.items() if k in (
         "numFilesAdded", "numFilesRemoved", "partitionsOptimized", "totalConsideredFiles", "totalFilesSkipped")},
         list(policy.zorder_by), *trims[CHANGES], *trims[STAGING], vacuumed, round(hours, 3),
-        round((dt.datetime.now(dt.timezone.utc) - t0).total_seconds(), 2))
+        round((dt.datetime.now(dt.UTC) - t0).total_seconds(), 2))
 
 
 def _vacuum(dt_: DeltaTable, hours: float) -> list[str]:

@@ -19,12 +19,12 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, write_deltalake
 
 from ..core.config import Config, TableConfig
+from ..core.errors import TerminalError
 from ..core.values import STRING, Misfit, convert, decode_row, key_text
 from . import delta, storage
 from .ingest import column_types
 from .records import read_records
 from .tables import BASE, CHANGES, HISTORY, STAGING, TARGET, TOMBSTONES, path
-from ..core.errors import TerminalError
 
 MARKER, EXACT = "key_identity", b"exact\n"
 RECORD_TABLES = (CHANGES, STAGING, BASE)

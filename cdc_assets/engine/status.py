@@ -12,13 +12,12 @@ from .landing import pending_files, registered
 from .tables import CHANGES, CHANGES_TRIM, QUARANTINE, STAGING, STAGING_TRIM, TARGET, path
 from .target_versions import APPLY_KINDS, MAINTENANCE_KINDS, oldest_readable, versions
 
-
 LAST_RUN = "_cdc_last_run.json"  # beside the table's Delta tables; '_' keeps Delta readers off it
 
 
 def record_run(cfg: Config, table: TableConfig, ok: bool, error: str | None) -> None:
     """Note how the table's latest `run` ended, so `status` can name a failure's root cause."""
-    note = {"at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "ok": ok, "error": error}
+    note = {"at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "ok": ok, "error": error}
     storage.write_bytes(storage.join(cfg.table_dir(table.name), LAST_RUN), json.dumps(note).encode("utf-8"))
 
 
@@ -64,7 +63,7 @@ def freshness(cfg: Config, table: TableConfig, now: dt.datetime | None = None) -
     """What waits for the next merge (staged, not merged), and whether the table is within its
     max_staleness: the oldest pending batch has waited less than that (None: no max_staleness;
     True when nothing waits). Reads the Delta logs and the pending batches' statistics."""
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     decision, p = fresh.decision(cfg, table, now)
     wait = p.oldest_wait(now)
     limit = table.apply.max_staleness

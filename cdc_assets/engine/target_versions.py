@@ -18,9 +18,9 @@ import datetime as dt
 import pyarrow as pa
 from deltalake import CommitProperties, Transaction
 
+from ..core.errors import TerminalError
 from . import delta
 from .tables import TARGET, path
-from ..core.errors import TerminalError
 
 RESTORE = "restore"
 
@@ -107,7 +107,7 @@ def versions(table_dir: str) -> list[TargetVersion]:
         m = entry.get("operationMetrics") or {}
         out.append(TargetVersion(
             version=int(entry["version"]),
-            committed_at=dt.datetime.fromtimestamp(entry["timestamp"] / 1000, dt.timezone.utc),
+            committed_at=dt.datetime.fromtimestamp(entry["timestamp"] / 1000, dt.UTC),
             kind=_kind(entry),
             batch=batch if batch is None or batch >= 0 else None,
             from_batch=_int(entry.get("cdc.from_batch")) if step == TARGET else None,

@@ -74,8 +74,8 @@ def datastream_lines(batch, first_position: int) -> bytes:
             "stream_name": "projects/bench/locations/us-central1/streams/postgres-to-gcs",
             "read_method": READ_METHOD, "object": "public_bench",
             "uuid": str(uuid.UUID(int=position, version=4)),
-            "read_timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"),
-            "source_timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "read_timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
+            "source_timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "source_metadata": {"table": "bench", "schema": "public", "is_deleted": op == "D",
                                 "change_type": kinds[op], "lsn": f"{position >> 32:X}/{position & 0xFFFFFFFF:X}"},
             "payload": payload,
@@ -86,7 +86,7 @@ def datastream_lines(batch, first_position: int) -> bytes:
 def land(landing: str, table: str, minute: int, data: bytes, when: float) -> str:
     """Datastream's layout (<TABLE>/yyyy/mm/dd/hh/mm/<name>.jsonl), written under a '.' name and renamed.
     Returns the file's path relative to the table's landing folder, as the ledger records it."""
-    stamp = dt.datetime.fromtimestamp(when, dt.timezone.utc)
+    stamp = dt.datetime.fromtimestamp(when, dt.UTC)
     rel = os.path.join(stamp.strftime("%Y/%m/%d/%H/%M"), f"{table.lower()}_{minute:04d}.jsonl")
     full = os.path.join(landing, table, rel)
     os.makedirs(os.path.dirname(full), exist_ok=True)

@@ -31,8 +31,7 @@ import time
 
 from cdc_assets_tests.figures import Figures
 
-from .bench import (CHANGESET, _free_port, changes, child_env, delta_version, parse_size, publish, size_label,
-                    write_base)
+from .bench import CHANGESET, _free_port, changes, child_env, delta_version, parse_size, publish, size_label, write_base
 
 TABLE = "LAT"
 POLL_SECONDS = 0.1
@@ -118,7 +117,7 @@ def _batch_runs(instance, since: float) -> list:
 def _utc(ts: float):
     import datetime as dt
 
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc)
+    return dt.datetime.fromtimestamp(ts, dt.UTC)
 
 
 def _idle(instance, since: float) -> bool:

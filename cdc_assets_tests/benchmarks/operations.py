@@ -39,9 +39,9 @@ from deltalake import DeltaTable
 from cdc_assets.core.config import load_config
 from cdc_assets.engine import delta, fresh, maintenance, target_versions
 from cdc_assets.engine.tables import STAGING, TARGET, path
+from cdc_assets_tests.figures import Figures
 
 from .bench import CHANGESET, changes, child_env, parse_size, publish, size_label, write_base
-from cdc_assets_tests.figures import Figures
 
 WAITING = 10**9
 
@@ -112,7 +112,7 @@ def measure(n: int, work: str, seed: int, cli: list[str], trim_batches: int = 10
         _run(cli, config, os.path.join(work, f"batch-{b + 2}.log"))
     staging_path = path(cfg.table_dir("T"), STAGING)
     staged_before = delta.file_stats(delta.open_table(staging_path))[2]
-    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)
     trimmed, trim_s = _timed(lambda: maintenance.maintain(cfg, table, now=later))
     figures = {
         "rows": n, "staged_changes": pending.changes, "plain_read_s": plain_s, "fresh_read_s": fresh_s,

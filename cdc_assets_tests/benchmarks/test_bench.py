@@ -15,7 +15,6 @@ import time
 from decimal import Decimal
 
 import numpy as np
-
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq

@@ -10,9 +10,9 @@ import os
 
 import pytest
 
+from cdc_assets.core.changes import Rejection
 from cdc_assets.core.config import load_config
 from cdc_assets.core.formats import parse_file
-from cdc_assets.core.changes import Rejection
 
 from . import bench, continuous
 
@@ -67,9 +67,8 @@ def test_the_landed_files_are_datastream_events_in_stream_order(tmp_path):
 
 
 def test_a_clone_shares_the_data_files_and_owns_its_log(tmp_path):
-    from deltalake import write_deltalake
-
     import pyarrow as pa
+    from deltalake import write_deltalake
 
     src = tmp_path / "C000"
     write_deltalake(str(src / "target"), pa.table({"id": [1, 2]}))

@@ -81,7 +81,7 @@ def test_pending_changes_their_wait_and_the_freshness_check(spark, workdir, caps
 
     # max_staleness 1s and a batch that waited longer: the check alone, through a Dagster run, warns
     cfg = write_config(workdir, [{**TABLE, "apply": {"min_changes": 50, "max_staleness": "1s"}}])
-    time.sleep(max(0.0, 1.1 - (dt.datetime.now(dt.timezone.utc) - registered).total_seconds()))
+    time.sleep(max(0.0, 1.1 - (dt.datetime.now(dt.UTC) - registered).total_seconds()))
     defs = build_definitions(cfg)
     result = defs.resolve_job_def(TableNames("ORDERS").freshness_job).execute_in_process(instance=instance)
     assert result.success  # a warning never fails the run
@@ -123,7 +123,7 @@ def test_target_size_and_versions_come_from_the_delta_log(spark, workdir, capsys
     assert (row["pending_changes"], row["within_max_staleness"], row["last_maintenance_at"]) == (0, None, None)
     assert row["last_apply_batch"] == 3
     assert row["last_apply_at"] == dt.datetime.fromtimestamp(target.history(1)[0]["timestamp"] / 1000,
-                                                             dt.timezone.utc).isoformat(timespec="seconds")
+                                                             dt.UTC).isoformat(timespec="seconds")
 
     # maintenance: a compaction recorded as cdc_assets records it, then delta-rs' own vacuum
     target.optimize.compact(commit_properties=CommitProperties(custom_metadata={"cdc.step": "compaction"}))
@@ -132,7 +132,7 @@ def test_target_size_and_versions_come_from_the_delta_log(spark, workdir, capsys
     target = DeltaTable(target_path)
     row = status_json(cfg, capsys)
     assert row["last_maintenance_at"] == dt.datetime.fromtimestamp(target.history(1)[0]["timestamp"] / 1000,
-                                                                   dt.timezone.utc).isoformat(timespec="seconds")
+                                                                   dt.UTC).isoformat(timespec="seconds")
     assert row["last_apply_batch"] == 3 and row["rows"] == 6
     assert row["target_files"] == len(target.file_uris()) == 1
     assert (row["versions_kept"], row["oldest_readable_version"]) == (target.version() + 1, compacted)

@@ -14,7 +14,7 @@ from cdc_assets.core.changes import stored_form
 from cdc_assets.core.target import arrow_type
 from cdc_assets.core.values import convert, widen
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 LEDGER = {"id": "!long", "amount": "!decimal(12,2)", "n": "!int", "at": "!timestamp", "note": "string"}
 
 

@@ -283,7 +283,7 @@ def test_schema_wrapped_event_keeps_decimals_exact_and_times_typed():
            "paid_at": "2024-03-01T10:00:05.5Z", "note": "gift"}
     c = change(with_schema(debezium("c", row)))
     assert c.row == {"id": 1, "amount": amount, "placed_at": placed, "shipped_on": dt.date(2024, 3, 2),
-                     "paid_at": dt.datetime(2024, 3, 1, 10, 0, 5, 500000, tzinfo=dt.timezone.utc), "note": "gift"}
+                     "paid_at": dt.datetime(2024, 3, 1, 10, 0, 5, 500000, tzinfo=dt.UTC), "note": "gift"}
     assert type(c.row["amount"]) is Decimal
     assert c.types == {"amount": "decimal(22,2)", "placed_at": "timestamp_ntz", "shipped_on": "date",
                        "paid_at": "timestamp"}

@@ -17,7 +17,6 @@ from cdc_assets.core.changes import DELETE, UPSERT, Change, Rejection, to_record
 from cdc_assets.core.formats import parse_file
 from cdc_assets.core.values import decode_row
 
-
 # ---- helpers -------------------------------------------------------------------
 
 def parse(fmt, data: bytes, *, keys=("id",), name="part-0001.jsonl", options=None) -> list:
@@ -395,10 +394,10 @@ def avro_file(*events) -> bytes:
     return buf.getvalue()
 
 
-def avro_event(uuid, change_type, pos, ts=dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc), amount=Decimal("12.50")):
+def avro_event(uuid, change_type, pos, ts=dt.datetime(2024, 1, 1, tzinfo=dt.UTC), amount=Decimal("12.50")):
     return {"uuid": uuid, "read_method": "mysql-cdc-binlog", "source_timestamp": ts,
             "source_metadata": {"change_type": change_type, "log_file": "mysql-bin.000001", "log_position": pos},
-            "payload": {"id": 1, "amount": amount, "updated": dt.datetime(2024, 1, 1, 9, 30, tzinfo=dt.timezone.utc)}}
+            "payload": {"id": 1, "amount": amount, "updated": dt.datetime(2024, 1, 1, 9, 30, tzinfo=dt.UTC)}}
 
 
 def test_datastream_avro_events():
@@ -414,7 +413,7 @@ def test_datastream_avro_events():
 
 def test_datastream_avro_logical_types_keep_their_types():
     c = only(parse("datastream-avro", avro_file(avro_event("a", "INSERT", 10)), name="part.avro"))
-    updated = dt.datetime(2024, 1, 1, 9, 30, tzinfo=dt.timezone.utc)
+    updated = dt.datetime(2024, 1, 1, 9, 30, tzinfo=dt.UTC)
     assert c.row == {"id": 1, "amount": Decimal("12.50"), "updated": updated}
     assert type(c.row["amount"]) is Decimal  # exact, not a float
     assert c.types == {"id": "long", "amount": "decimal(10,2)", "updated": "timestamp"}

@@ -7,10 +7,10 @@ from collections import Counter
 
 import pytest
 
-from cdc_assets.core.values import canonical_text
 from cdc_assets.core import generator
 from cdc_assets.core.formats import parse_file
 from cdc_assets.core.generator import DELETE, INSERT, SOURCES, UPDATE
+from cdc_assets.core.values import canonical_text
 
 UPSERT_TYPES = {"INSERT", "UPDATE", "UPDATE-INSERT"}
 

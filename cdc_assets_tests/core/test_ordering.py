@@ -4,14 +4,14 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
-import pytest
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdc_assets.core import ordering
 from cdc_assets.core.changes import Change, to_record
-from cdc_assets.core.ordering import OrderingError, U64_MAX
+from cdc_assets.core.ordering import U64_MAX, OrderingError
 
 u64s = st.integers(min_value=0, max_value=U64_MAX)
 csn_sections = st.lists(u64s, min_size=1, max_size=4)
@@ -197,7 +197,7 @@ def test_parse_timestamp_forms_agree():
     assert ordering.parse_timestamp(" 2019-11-07T02:15:39 ") == micros
     assert ordering.parse_timestamp(1573092939000) == micros  # epoch milliseconds
     assert ordering.parse_timestamp(1573092939000.0) == micros
-    assert ordering.parse_timestamp(dt.datetime(2019, 11, 7, 2, 15, 39, tzinfo=dt.timezone.utc)) == micros
+    assert ordering.parse_timestamp(dt.datetime(2019, 11, 7, 2, 15, 39, tzinfo=dt.UTC)) == micros
     assert ordering.parse_timestamp(dt.datetime(2019, 11, 7, 2, 15, 39)) == micros
 
 
@@ -225,8 +225,8 @@ def test_parse_timestamp_rejects_non_times(bad):
 
 @FAST
 @given(
-    st.datetimes(min_value=dt.datetime(1900, 1, 1), max_value=dt.datetime(2200, 1, 1), timezones=st.just(dt.timezone.utc)),
-    st.datetimes(min_value=dt.datetime(1900, 1, 1), max_value=dt.datetime(2200, 1, 1), timezones=st.just(dt.timezone.utc)),
+    st.datetimes(min_value=dt.datetime(1900, 1, 1), max_value=dt.datetime(2200, 1, 1), timezones=st.just(dt.UTC)),
+    st.datetimes(min_value=dt.datetime(1900, 1, 1), max_value=dt.datetime(2200, 1, 1), timezones=st.just(dt.UTC)),
 )
 def test_timestamp_string_order_is_time_order(a, b):
     ea, eb = ordering.timestamp(a.isoformat()), ordering.timestamp(b.isoformat())

@@ -22,7 +22,7 @@ from cdc_assets.engine.ingest import PARSED_FIELDS
 
 OPTIONS = {"op_column": "op", "inserts": ["I"], "updates": ["U"], "deletes": ["D"], "sequence_by": ["seq"]}
 SCHEMA = delta.arrow_schema(PARSED_FIELDS)
-UTC = dt.timezone.utc
+UTC = dt.UTC
 BATCH = {"batch_seq": 7, "batch_id": "batch-0007", "file_index": 3}
 
 

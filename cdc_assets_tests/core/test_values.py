@@ -148,7 +148,7 @@ def test_source_value_nested_structures_become_json_text():
 
 def test_source_value_keeps_reader_objects_typed():
     # Parquet and Avro readers hand out these; their columns keep the type (SPEC 3).
-    when = dt.datetime(2024, 1, 1, 10, 0, tzinfo=dt.timezone.utc)
+    when = dt.datetime(2024, 1, 1, 10, 0, tzinfo=dt.UTC)
     assert values.source_value(when) is when
     assert values.source_value(Decimal("12.50")) == Decimal("12.50")
     assert values.source_value(b"\x00\x01") == b"\x00\x01"
@@ -160,7 +160,7 @@ def test_source_value_keeps_reader_objects_typed():
 
 
 @pytest.mark.parametrize("value", [
-    Decimal("12.50"), values.NumberText("0.1"), dt.datetime(2024, 1, 1, 10, 0, 0, 123456, tzinfo=dt.timezone.utc),
+    Decimal("12.50"), values.NumberText("0.1"), dt.datetime(2024, 1, 1, 10, 0, 0, 123456, tzinfo=dt.UTC),
     dt.datetime(2024, 1, 1, 10, 0), dt.date(2024, 2, 29), b"\x00\xff", "text", 5, 1.5, True, None])
 def test_row_images_keep_value_and_type(value):
     back = values.decode_row(values.encode_row({"c": value}))["c"]
@@ -178,8 +178,8 @@ def test_decimal_columns_take_number_text_exactly():
 
 def test_times_from_text():
     assert values.convert("2024-01-01T10:00:00+02:00", "timestamp") == \
-        dt.datetime(2024, 1, 1, 8, 0, tzinfo=dt.timezone.utc)
-    assert values.convert("2024-01-01 10:00:00", "timestamp") == dt.datetime(2024, 1, 1, 10, tzinfo=dt.timezone.utc)
+        dt.datetime(2024, 1, 1, 8, 0, tzinfo=dt.UTC)
+    assert values.convert("2024-01-01 10:00:00", "timestamp") == dt.datetime(2024, 1, 1, 10, tzinfo=dt.UTC)
     assert values.convert("2024-01-01 10:00:00.1234567Z", "timestamp").microsecond == 123456
     assert values.convert("2024-01-01T10:00:00", "timestamp_ntz") == dt.datetime(2024, 1, 1, 10)
     assert not values.fits("2024-01-01T10:00:00Z", "timestamp_ntz")  # a zone is not a wall clock

@@ -13,8 +13,21 @@ from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.defs.table_assets import APPLY_TAG, INCREMENTAL
 from cdc_assets_tests.helpers import jsonl, land, run_table, write_config
 
-from .support import (KEY, TABLE, check_results, delta_versions, differences, execute, files_by_partition, generate,
-                      materialized, publish, read_export, register_batch, target_table)
+from .support import (
+    KEY,
+    TABLE,
+    check_results,
+    delta_versions,
+    differences,
+    execute,
+    files_by_partition,
+    generate,
+    materialized,
+    publish,
+    read_export,
+    register_batch,
+    target_table,
+)
 
 pytestmark = pytest.mark.spark
 

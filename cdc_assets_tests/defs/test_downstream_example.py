@@ -14,7 +14,6 @@ import pytest
 from cdc_assets_tests.engine.records import mysql
 from cdc_assets_tests.helpers import jsonl, land, run_table, write_config
 
-
 pytestmark = pytest.mark.spark
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

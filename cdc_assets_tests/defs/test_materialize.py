@@ -14,8 +14,23 @@ from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.defs.table_assets import APPLY_TAG, INCREMENTAL
 from cdc_assets_tests.helpers import run_table, target_version, write_config
 
-from .support import (COLUMNS, KEY, TABLE, check_results, delta_versions, differences, execute, generate, lines_in,
-                      materialized, publish, read_export, register_batch, target_table, uuids_in)
+from .support import (
+    COLUMNS,
+    KEY,
+    TABLE,
+    check_results,
+    delta_versions,
+    differences,
+    execute,
+    generate,
+    lines_in,
+    materialized,
+    publish,
+    read_export,
+    register_batch,
+    target_table,
+    uuids_in,
+)
 
 pytestmark = pytest.mark.spark
 

@@ -130,7 +130,7 @@ def test_key_values_reach_no_log_event_tag_or_commit_info(workdir, cli, capfd):
     for t in tables:
         assert build_definitions(cfg).resolve_job_def(f"{t['name']}_maintenance_job").execute_in_process(
             instance=instance).success
-        report = maintain(cfg, cfg.table(t["name"]), now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2),
+        report = maintain(cfg, cfg.table(t["name"]), now=dt.datetime.now(dt.UTC) + dt.timedelta(hours=2),
                           retention=0)
         assert report.staging_trimmed_through == 2
     for t in tables:

@@ -114,16 +114,15 @@ from deltalake import DeltaTable
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.defs.run_loop import QUIET, run_table
 from cdc_assets.defs.sensors import apply_request_tags
-from cdc_assets.defs.table_assets import sync_target_partitions
+from cdc_assets.defs.table_assets import TableNames, sync_target_partitions
 from cdc_assets.engine.apply import rebuild
 from cdc_assets.engine.errors import root_cause_of_info
+from cdc_assets.engine.fresh import fresh_table
 from cdc_assets.engine.lock import table_lock
 from cdc_assets.engine.maintenance import maintain
-from cdc_assets.engine.fresh import fresh_table
-from cdc_assets.defs.definitions import build_definitions
-from cdc_assets.defs.table_assets import TableNames
 from cdc_assets_tests.engine.records import delta_version
 from cdc_assets_tests.helpers import land, target_rows, write_config
 from cdc_assets_tests.reference_model import DELETE, UPSERT, ReferenceTable, SourceChange
@@ -206,7 +205,7 @@ def decimal_of(value):
 
 def _instant(t: dt.datetime) -> tuple:
     """A timestamp as a UTC instant; one without zone is read as UTC (the target stores UTC)."""
-    return ("time", t.astimezone(dt.timezone.utc) if t.tzinfo else t.replace(tzinfo=dt.timezone.utc))
+    return ("time", t.astimezone(dt.UTC) if t.tzinfo else t.replace(tzinfo=dt.UTC))
 
 
 def meaning(value, *, empty_is_null: bool = True):
@@ -345,7 +344,7 @@ class Pools:
     amts: list = field(default_factory=list)  # a table's decimal(38,s) values (`for_table`)
     csv: bool = False  # the table renders keys in CSV, where '' is null: no '' key
 
-    def for_table(self, scale: int, csv: bool) -> "Pools":
+    def for_table(self, scale: int, csv: bool) -> Pools:
         with localcontext(prec=80):  # the default 28 digits would round a decimal(38,s)
             top = (Decimal(10) ** 38 - 1).scaleb(-scale)  # decimal(38,s)'s extremes
             tiny = Decimal(1).scaleb(-scale)
@@ -569,7 +568,7 @@ EPOCH0 = 1_700_000_000
 
 
 def _source_ts(rnd: random.Random, style: str, sec: int):
-    iso = dt.datetime.fromtimestamp(sec, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    iso = dt.datetime.fromtimestamp(sec, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
     return {"iso": iso, "iso_z": iso + ".000Z", "ms": sec * 1000, "ms_text": str(sec * 1000)}[style]
 
 
@@ -900,7 +899,7 @@ def _utc(text: str | None) -> dt.datetime | None:
     if text is None:
         return None
     t = dt.datetime.fromisoformat(text)
-    return t.replace(tzinfo=dt.timezone.utc) if t.tzinfo is None else t
+    return t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t
 
 
 def _parquet_file(records: list[dict], table: TablePlan) -> bytes:
@@ -1247,7 +1246,7 @@ def run_plans(spark, tables: list[TablePlan], rnd: random.Random, threads: int =
             table = cfg.table(t.name)
             before = canonical(target_rows(cfg, t.name, source_only=False))
             with table_lock(cfg.table_dir(t.name)):
-                report = maintain(cfg, table, now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2))
+                report = maintain(cfg, table, now=dt.datetime.now(dt.UTC) + dt.timedelta(hours=2))
             seen["staging trims"] += report.staging_trimmed_through is not None
             seen["staged rows trimmed"] += report.staging_rows_trimmed
             if canonical(target_rows(cfg, t.name, source_only=False)) != before:

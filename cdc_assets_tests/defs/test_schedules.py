@@ -16,8 +16,17 @@ from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.engine.landing import registered
 from cdc_assets_tests.helpers import write_config
 
-from .support import (KEY, TABLE, delta_versions, differences, expected_state, generate, publish,
-                      read_export, target_table)
+from .support import (
+    KEY,
+    TABLE,
+    delta_versions,
+    differences,
+    expected_state,
+    generate,
+    publish,
+    read_export,
+    target_table,
+)
 from .test_sensor import Daemon
 
 DT = {"keys": [KEY], "format": "datastream-json"}

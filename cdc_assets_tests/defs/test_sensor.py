@@ -16,8 +16,17 @@ from cdc_assets.defs.table_assets import APPLY_TAG, INCREMENTAL
 from cdc_assets.engine.landing import registered
 from cdc_assets_tests.helpers import write_config
 
-from .support import (KEY, TABLE, delta_versions, differences, expected_state, generate, publish,
-                      read_export, target_table)
+from .support import (
+    KEY,
+    TABLE,
+    delta_versions,
+    differences,
+    expected_state,
+    generate,
+    publish,
+    read_export,
+    target_table,
+)
 
 pytestmark = pytest.mark.spark
 

@@ -64,7 +64,6 @@ from cdc_assets.core.config import load_config
 from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.engine import faults
 
-
 _IN_MOVED_TO, _IN_CREATE, _IN_ISDIR = 0x80, 0x100, 0x40000000
 _EVENT = struct.Struct("iIII")
 

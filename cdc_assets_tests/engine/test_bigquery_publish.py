@@ -24,7 +24,7 @@ from cdc_assets_tests.helpers import jsonl, land, run_table, target_rows, write_
 from .records import MARKS, mysql, run_ok
 
 pytestmark = MARKS
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def orders_config(workdir, dataset: str, publish: bool = True):

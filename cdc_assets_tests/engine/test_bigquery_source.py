@@ -133,7 +133,7 @@ def test_bigquery_cdc_rows_are_read_by_their_position_column_with_types_kept(spa
 
     [one] = target_rows(cfg, "ORDERS")
     assert one["id"] == 1 and one["amount"] == decimal.Decimal("10.25")
-    assert one["placed"] == dt.datetime(2024, 3, 1, 10, 0, 0, 123456, tzinfo=dt.timezone.utc)
+    assert one["placed"] == dt.datetime(2024, 3, 1, 10, 0, 0, 123456, tzinfo=dt.UTC)
 
 
 def test_a_source_that_cannot_be_read_fails_the_run_naming_table_source_and_cause(spark, workdir, bigquery_emulator):
@@ -152,6 +152,6 @@ def test_a_source_that_cannot_be_read_fails_the_run_naming_table_source_and_caus
 
 
 @pytest.mark.parametrize("value", [7, decimal.Decimal("12.500"), dt.date(2024, 3, 1),
-                                   dt.datetime(2024, 3, 1, 10, 0, 1, 5, tzinfo=dt.timezone.utc)])
+                                   dt.datetime(2024, 3, 1, 10, 0, 1, 5, tzinfo=dt.UTC)])
 def test_a_position_survives_its_round_trip_through_the_extract_metadata(value):
     assert bigquery_source._decode(json.loads(json.dumps(bigquery_source._encode(value)))) == value

@@ -389,7 +389,7 @@ def test_killed_runs_end_as_one_clean_run(tmp_path, reference, worker, spark_con
             for t in (WRITES if long_run else WRITES[b - 1::BATCHES]):
                 point = f"{t}.file_created@batch{b}"
                 saved = os.path.join(str(tmp_path), "before-write")
-                for attempt in range(WRITE_TRIES):
+                for _attempt in range(WRITE_TRIES):
                     shutil.rmtree(saved, ignore_errors=True)
                     shutil.copytree(root, saved, symlinks=True)
                     known_orphans = set(orphans.files)

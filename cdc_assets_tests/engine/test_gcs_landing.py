@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from cdc_assets.engine import ingest
-from cdc_assets_tests.emulators import GCS_BUCKET as BUCKET, put
+from cdc_assets_tests.emulators import GCS_BUCKET as BUCKET
+from cdc_assets_tests.emulators import put
 from cdc_assets_tests.helpers import jsonl, run_table, target_rows, write_config
 
 from .records import MARKS, delta_rows, mysql, run_ok, values

@@ -30,7 +30,7 @@ def export_table() -> pa.Table:
         "amount": pa.array([Decimal("12.30"), Decimal("-0.01"), None, Decimal("1.00"), Decimal("99999.99"),
                             Decimal("5.50"), Decimal("6.60"), Decimal("7.70"), None], pa.decimal128(12, 2)),
         "small": pa.array(range(n), pa.int16()),
-        "at": pa.array([dt.datetime(2024, 1, 1, 12, 0, 0, 123456, tzinfo=dt.timezone.utc)] * n,
+        "at": pa.array([dt.datetime(2024, 1, 1, 12, 0, 0, 123456, tzinfo=dt.UTC)] * n,
                        pa.timestamp("us", tz="UTC")),
         "name": pa.array(["a", "b", "ü", "d", "e", "f", "g", "h", None]),
         "region": pa.array(["eu", "us", "eu", "us", None, "us", "eu", "us", "eu"]),

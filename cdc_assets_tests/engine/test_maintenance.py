@@ -17,8 +17,8 @@ from cdc_assets.cli.main import main
 from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.engine import checks, delta
 from cdc_assets.engine.maintenance import maintain
-from cdc_assets.engine.target_versions import RestoreFailed, restore, versions
 from cdc_assets.engine.tables import CHANGES, TARGET, path
+from cdc_assets.engine.target_versions import RestoreFailed, restore, versions
 from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
 
 from .records import MARKS, mysql, run_ok, values
@@ -55,7 +55,7 @@ def test_maintenance_compacts_trims_and_vacuums_without_changing_a_row(spark, wo
     checksums = len(glob.glob(os.path.join(target_path, "**", ".*.crc"), recursive=True))
 
     # two hours on: every batch is older than trim_changes_after; retention 0 vacuums every unreferenced file
-    report = maintain(cfg, table, now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2), retention=0)
+    report = maintain(cfg, table, now=dt.datetime.now(dt.UTC) + dt.timedelta(hours=2), retention=0)
     after = delta.load(target_path)
     assert canonical(target_rows(cfg, "ORDERS", source_only=False)) == before_rows
     assert delta.txn_version(after, TARGET) == watermark  # the next apply starts where it did

@@ -38,7 +38,7 @@ def test_the_vacuum_removes_files_a_killed_write_left_unreferenced(spark, workdi
             os.utime(copy, (time.time() - age, time.time() - age))
             kind.append(copy)
 
-    report = maintain(cfg, cfg.table("ORDERS"), now=dt.datetime.now(dt.timezone.utc), retention=3600)
+    report = maintain(cfg, cfg.table("ORDERS"), now=dt.datetime.now(dt.UTC), retention=3600)
     assert [p for p in orphans if os.path.exists(p)] == []
     assert all(os.path.exists(p) for p in recent)  # younger than the retention: perhaps a write still going on
     assert report.files_vacuumed[TARGET] >= 1 and report.files_vacuumed[STAGING] >= 1

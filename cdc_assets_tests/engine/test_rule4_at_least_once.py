@@ -110,7 +110,7 @@ def test_a_change_redelivered_after_its_batch_was_trimmed_changes_no_value(spark
     assert run_ok(cfg, "TIE").figures["changes"]["duplicates_skipped"] == 1
     assert values(target_rows(cfg, "TIE"), "id", "v") == {1: "B"}
 
-    report = maintain(cfg, cfg.table("TIE"), now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2))
+    report = maintain(cfg, cfg.table("TIE"), now=dt.datetime.now(dt.UTC) + dt.timedelta(hours=2))
     # batch 1, the one holding both changes, is out of `changes`
     assert report.changes_trimmed_through >= 1 and delta_rows(cfg, "TIE", "changes") == []
     target = target_rows(cfg, "TIE", source_only=False)

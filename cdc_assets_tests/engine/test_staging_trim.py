@@ -14,9 +14,9 @@ from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.engine import checks, delta, maintenance
 from cdc_assets.engine.apply import rebuild
 from cdc_assets.engine.maintenance import maintain
-from cdc_assets.engine.target_versions import restore
 from cdc_assets.engine.status import table_status
 from cdc_assets.engine.tables import STAGING, TARGET, path
+from cdc_assets.engine.target_versions import restore
 from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
 
 from .records import MARKS, delta_rows, mysql, run_ok, values
@@ -72,7 +72,7 @@ def test_a_trimmed_staging_rebuilds_restores_and_applies_late_changes_as_the_who
 
     # two hours on: every batch is older than trim_staging_after
     staging_version = delta.table_version(path(table_dir, STAGING))
-    report = maintain(cfg, table, now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2))
+    report = maintain(cfg, table, now=dt.datetime.now(dt.UTC) + dt.timedelta(hours=2))
     assert report.staging_trimmed_through == 5 and report.changes_trimmed_through is None
     trims = [h for h in delta.load(path(table_dir, STAGING)).history() if h["version"] > staging_version]
     assert sorted(int(h["cdc.through_batch"]) for h in trims) == [1, 3, 5]
@@ -89,7 +89,7 @@ def test_a_trimmed_staging_rebuilds_restores_and_applies_late_changes_as_the_who
 
     # a second pass finds nothing more to trim and commits nothing to staging
     staging_version = delta.table_version(path(table_dir, STAGING))
-    again = maintain(cfg, table, now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2))
+    again = maintain(cfg, table, now=dt.datetime.now(dt.UTC) + dt.timedelta(hours=2))
     assert again.staging_rows_trimmed == 0 and delta.table_version(path(table_dir, STAGING)) == staging_version
 
     # rebuilds from the trimmed staging: a partition, then the whole target, as the applies left it
@@ -162,7 +162,7 @@ def test_a_widening_after_a_restore_older_than_the_trim_commits_only_clean_state
         land(cfg, "WIDE", f"batch-{n}", {"p.jsonl": jsonl(changes)})
         run_ok(cfg, "WIDE")
         clean.append(shown(target_rows(cfg, "WIDE")))
-    assert maintain(cfg, table, now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2)) \
+    assert maintain(cfg, table, now=dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)) \
         .staging_trimmed_through == 3
     restored = restore("WIDE", table_dir, 0).version
     land(cfg, "WIDE", "batch-4", {"p.jsonl": jsonl([mysql("UPDATE", {"id": 1, "n": 2.5}, 1, 40)])})  # no integer

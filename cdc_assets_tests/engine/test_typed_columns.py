@@ -20,7 +20,7 @@ from .records import MARKS, delta_rows, mysql, run_ok
 
 pytestmark = MARKS
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 CHANGESET = {"op_column": "op", "inserts": ["I"], "updates": ["U"], "deletes": ["D"], "sequence_by": ["seq"]}
 
 

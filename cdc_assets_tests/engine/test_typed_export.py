@@ -18,7 +18,7 @@ from .records import MARKS, mysql, run_ok
 
 pytestmark = MARKS
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def export_table() -> pa.Table:
