@@ -7,6 +7,8 @@ import os
 import sys
 import traceback
 
+from ..core.config import ConfigError
+from ..core.errors import CdcError
 from . import demo, generate, init, maintain, read, rekey, run, spark, status, ui, versions
 
 
@@ -28,10 +30,26 @@ def main(argv: list[str] | None = None) -> int:
     return _command(argv)
 
 
+# sysexits' EX_TEMPFAIL: the same command may succeed when run again (a scheduler may retry it)
+TRY_AGAIN = 75
+
+
+def exit_status(error: CdcError) -> int:
+    """A command's exit status for an error it did not handle itself: 2 when cdc.yaml is wrong (as for
+    bad arguments), 75 when running the command again may succeed, 1 otherwise."""
+    if isinstance(error, ConfigError):
+        return 2
+    return TRY_AGAIN if error.retryable else 1
+
+
 def _command(argv: list[str] | None, console: bool = False) -> int:
     args = build_parser().parse_args(argv)
     args.console = console  # the process is the command's own: it may take its signals (run, demo)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except CdcError as e:  # the root cause in one line, not a traceback
+        print(f"cdc-assets {args.command}: {e}", file=sys.stderr)
+        return exit_status(e)
 
 
 def end_process(command) -> None:

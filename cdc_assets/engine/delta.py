@@ -9,6 +9,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from ..core import names
+from ..core.errors import TransientError
 from . import faults, storage
 
 APP = "cdc_assets"
@@ -24,7 +25,7 @@ def spark_schema(fields) -> str:
     return ", ".join(f"{names.spark(name)} {t}" for name, t in fields)
 
 
-class CommitConflict(Exception):
+class CommitConflict(TransientError):
     """Another writer committed to the table first: the step must re-run from its idempotence check."""
 
 

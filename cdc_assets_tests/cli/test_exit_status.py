@@ -42,3 +42,14 @@ def test_the_program_ends_before_interpreter_teardown_with_its_output_flushed(wo
         assert proc.returncode == status, proc.stderr[-2000:]
         assert "interpreter teardown ran" not in proc.stdout
         assert proc.stdout.strip() or proc.stderr.strip()  # what the command said was flushed before the end
+
+
+def test_an_error_a_command_leaves_unhandled_maps_to_its_exit_status_by_kind():
+    from cdc_assets.cli.main import TRY_AGAIN, exit_status
+    from cdc_assets.core.config import ConfigError
+    from cdc_assets.engine.delta import CommitConflict
+    from cdc_assets.engine.rekey import RekeyNeeded
+
+    assert exit_status(ConfigError("cdc.yaml: field 'tables' is required")) == 2
+    assert exit_status(CommitConflict("another writer committed first")) == TRY_AGAIN == 75
+    assert exit_status(RekeyNeeded("run cdc-assets rekey T once")) == 1
