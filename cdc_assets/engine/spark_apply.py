@@ -63,6 +63,7 @@ class _File:
     partition: dict  # typed partition values
     low: str | None  # `_cdc_key` statistics
     high: str | None
+    rows: int  # from the statistics (0 without them)
 
 
 def _files(table_path: str, dt_) -> list[_File]:
@@ -71,11 +72,12 @@ def _files(table_path: str, dt_) -> list[_File]:
     lows = actions[f"min.{KEY}"].to_pylist() if f"min.{KEY}" in columns else [None] * actions.num_rows
     highs = actions[f"max.{KEY}"].to_pylist() if f"max.{KEY}" in columns else [None] * actions.num_rows
     parts = {c[len("partition."):]: actions[c].to_pylist() for c in columns if c.startswith("partition.")}
+    counts = actions["num_records"].to_pylist()
     out = []
     for n, row in enumerate(actions.select(["path", "size_bytes"]).to_pylist()):
         # get_add_actions gives paths URI-encoded once more than the files' names (FIELD_NOTES)
         out.append(_File(row, storage.join(table_path, unquote(row["path"])), {c: v[n] for c, v in parts.items()},
-                         lows[n], highs[n]))
+                         lows[n], highs[n], counts[n] or 0))
     return out
 
 
@@ -173,8 +175,12 @@ class Rewrite:
 
 
 def _write(rows, table_path: str, partition_by: list[str], n_rows: int, rows_per_file: int) -> list:
+    """`rows` (about `n_rows` of them, planned from counts: counting would be one more pass) as
+    new files of the table."""
     from pyspark.sql import functions as F
 
+    if n_rows <= 0 and rows.isEmpty():
+        return []
     n_files = max(1, math.ceil(n_rows / rows_per_file))
     # key ranges in files of about `rows_per_file` rows, per partition: statistics prune them
     order = [F.col(names.spark(c)) for c in partition_by] + [F.col(KEY)]
@@ -247,8 +253,9 @@ def apply(spark, table: TableConfig, table_dir: str, dt_, applied: int, reached:
         arriving = classified.where(is_upsert & (F.col("_changing").isNull() | (F.col("_changing") == 1)))
         typed = target_rows(arriving)
         rows = kept.unionByName(typed.select(*[F.col(names.spark(n)) for n in schema.names]))
-        n_rows = rows.count()
-        adds = _write(rows, target_path, partition_by, n_rows, rows_per_file) if n_rows else []
+        # each changing key leaves its file; each upsert arrives
+        n_rows = sum(files[i].rows for i in changed_ids) - updates - deletes + inserts + updates
+        adds = _write(rows, target_path, partition_by, n_rows, rows_per_file)
         try:
             spark_files.commit(target_path, dt_, schema, adds, _removes(files, changed_ids), partition_by,
                                props_for({"rows_inserted": inserts, "rows_updated": updates,
@@ -274,14 +281,14 @@ def _tombstones(tomb_path: str, tomb_dt, files: list[_File], tombs, winners, rea
     newer = pairs.where(F.col("_w_order") > F.col("_t_order"))
     changed_ids = sorted(r[0] for r in newer.select("_t_file").distinct().collect())
     added = w.where(F.col("_cdc_op") == DELETE).join(tombs.select(KEY), KEY, "left_anti")
-    if not changed_ids and added.isEmpty():
+    n_added = added.count()
+    if not changed_ids and not n_added:
         return
     kept = tombs.where(F.col("_t_file").isin(changed_ids)).join(newer.select(KEY), KEY, "left_anti") \
         .select(KEY, F.col("_t_order").alias(ORDER))
     updated = newer.where(F.col("_cdc_op") == DELETE).select(KEY, F.col("_w_order").alias(ORDER))
     rows = kept.unionByName(updated).unionByName(added.select(KEY, F.col("_w_order").alias(ORDER)))
-    n_rows = rows.count()
-    adds = _write(rows, tomb_path, [], n_rows, rows_per_file) if n_rows else []
+    adds = _write(rows, tomb_path, [], sum(files[i].rows for i in changed_ids) + n_added, rows_per_file)
     try:
         spark_files.commit(tomb_path, tomb_dt, delta.arrow_schema(TOMBSTONE_FIELDS), adds, _removes(files, changed_ids),
                            (), delta.commit_props(TOMBSTONES, reached))
