@@ -15,6 +15,7 @@ import bisect
 import dataclasses
 import math
 import os
+import re
 import time
 from urllib.parse import unquote
 
@@ -140,6 +141,11 @@ def _reader(files: list[_File], ids: list[int], schema: pa.Schema, settings: dic
     return run
 
 
+# A local file whose path Spark reports as it is (`_metadata.file_path` is `file:` and the
+# path, URI-escaped): Spark's own Parquet reader reads it; other files go through Python workers.
+_SPARK_SPELLS = re.compile(r"/[A-Za-z0-9_.=/-]*")
+
+
 def read(spark, files: list[_File], ids: list[int], schema: pa.Schema):
     """The rows of files `ids` as a DataFrame of `schema` plus each row's file id, read by the
     executors (the driver sends file names only)."""
@@ -147,11 +153,35 @@ def read(spark, files: list[_File], ids: list[int], schema: pa.Schema):
 
     with_file = pa.schema(list(schema) + [pa.field(FILE, pa.int32())])
     struct = from_arrow_schema(with_file)
-    if not ids:
-        return spark.createDataFrame([], struct)
-    listing = spark.createDataFrame([(i,) for i in ids], "id int")
-    return listing.repartition(max(1, min(len(ids), 200))).mapInArrow(
-        _reader(files, ids, with_file, storage.settings()), struct)
+    native = [i for i in ids if not storage.is_remote(files[i].uri) and _SPARK_SPELLS.fullmatch(files[i].uri)]
+    others = sorted(set(ids) - set(native))
+    frames = [_read_natively(spark, files, native, with_file)] if native else []
+    if others or not native:
+        listing = spark.createDataFrame([(i,) for i in others], "id int")
+        frames.append(listing.repartition(max(1, min(len(others), 200))).mapInArrow(
+            _reader(files, others, with_file, storage.settings()), struct))
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out
+
+
+def _read_natively(spark, files: list[_File], ids: list[int], with_file: pa.Schema):
+    """Spark's Parquet reader on local files, each row given its file's id and partition values
+    (the log's typed values) through a join with the list of files on the path Spark reports."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    partition = set(files[ids[0]].partition)
+    data = pa.schema([f for f in with_file if f.name not in partition and f.name != FILE])
+    listed = pa.schema([pa.field("_cdc_path", pa.string())] + [f for f in with_file if f.name in partition]
+                       + [with_file.field(FILE)])
+    rows = [("file:" + files[i].uri, *[files[i].partition[f.name] for f in listed if f.name in partition], i)
+            for i in ids]
+    listing = spark.createDataFrame(rows, from_arrow_schema(listed))
+    frame = spark.read.schema(from_arrow_schema(data)).parquet(*[files[i].uri for i in ids]) \
+        .withColumn("_cdc_path", F.col("_metadata.file_path"))
+    return frame.join(F.broadcast(listing), "_cdc_path").select(*[F.col(names.spark(f.name)) for f in with_file])
 
 
 def _plain_schema(schema: pa.Schema) -> pa.Schema:
