@@ -27,7 +27,7 @@ from ..core import names, target as shape
 from ..core.changes import DELETE, RECORD_FIELDS, UPSERT
 from ..core.config import Config, TableConfig
 from ..core.values import DATE, DOUBLE, INT, LONG, STRING, convert, decimal_parts, decode_row
-from . import delta, faults, rewrite, spark_files, storage
+from . import delta, faults, rewrite, spark_apply, spark_files, storage
 from .spark import map_in_arrow, session_of
 from .ingest import column_types
 from .records import read_records, stored_columns
@@ -72,6 +72,11 @@ def _as_target_types(spark, table_path: str, columns: dict[str, str]):
 
 def _spark_columns(columns: dict[str, str]) -> str:
     return ", ".join(f"{names.spark(c)} {spark_type(t)}" for c, t in columns.items())
+
+
+def _target_ddl(columns: dict[str, str]) -> str:
+    """Target rows' Spark schema: the columns, then the bookkeeping ones."""
+    return _spark_columns(columns) + ", " + ", ".join(f"`{m}` string" for m in shape.META_COLUMNS)
 
 
 def _existing_columns(dt_: DeltaTable | None) -> dict[str, str]:
@@ -324,6 +329,15 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
         figures["seconds"] = round(time.time() - t0, 2)
         return figures
 
+    on_spark = None  # why a batch large enough for Spark is applied in this process
+    if spark_apply.runs_on_spark(table_dir, applied):
+        if table.insert_only:
+            on_spark = "this process: an insert_only table's rows are appended by delta-rs"
+        elif table.change_feed:
+            on_spark = "this process: the change data feed's files are written by delta-rs' MERGE"
+        else:
+            return _apply_on_spark(spark, cfg, table, dt_, applied, reached, t0)
+
     m = merge_source(table_dir, table, dt_, applied, reached)
     pending, winners, keys, ops, tombs, columns = m.pending, m.winners, m.keys, m.ops, m.tombstones, m.columns
     faults.point("target.computed")  # decided; nothing is committed yet
@@ -367,18 +381,59 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
             .execute()
         inserts, updates, deletes = (result.get(f"num_target_rows_{n}", 0) for n in ("inserted", "updated", "deleted"))
     faults.point("target.committed")
+    figures = _applied_figures(table, target_path, applied, reached, pending.num_rows, winners.num_rows,
+                               (inserts, updates, deletes), files_before, version_before, t0)
+    if on_spark:
+        figures["applied_on"] = on_spark
+    return figures
+
+
+def _applied_figures(table: TableConfig, target_path: str, applied: int, reached: int, pending: int, winners: int,
+                     changed: tuple[int, int, int], files_before: int, version_before: int, t0: float) -> dict:
+    """An incremental apply's figures: its rows from the counts, its files from its commit."""
+    inserts, updates, deletes = changed
     final = delta.load(target_path)
-    changed = inserts + updates + deletes
     adds, removes = _commit_files(target_path, final.version()) if final.version() > version_before else ([], [])
     return {
         "batches_applied": f"{applied + 1}..{reached}", "applied_batch": reached,
-        "changes_pending": pending.num_rows, "keys_changed": changed,
-        "inserts": inserts, "updates": updates, "deletes": deletes, "stale_skipped": winners.num_rows - changed,
-        "superseded": pending.num_rows - winners.num_rows,
+        "changes_pending": pending, "keys_changed": sum(changed),
+        "inserts": inserts, "updates": updates, "deletes": deletes, "stale_skipped": winners - sum(changed),
+        "superseded": pending - winners,
         "files_added": len(adds), "files_removed": len(removes), "files_before": files_before,
         "partitions_rewritten": _partitions_of(adds + removes, table.partition_by) if table.partition_by else [],
         "rows": final.count(), "delta_version": final.version(), "seconds": round(time.time() - t0, 2),
     }
+
+
+def _apply_on_spark(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, applied: int, reached: int,
+                    t0: float) -> dict:
+    """A large incremental apply, computed and written by Spark executors (engine/spark_apply.py)."""
+    table_dir = cfg.table_dir(table.name)
+    target_path = path(table_dir, TARGET)
+    columns = shape.target_columns(_existing_columns(dt_), [], table.keys, table.partition_by,
+                                   history_types=column_types(table_dir, marked=False))
+    if _existing_columns(dt_) != columns | {m: STRING for m in shape.META_COLUMNS}:
+        # A column is new or wider: the target is rewritten once with it, as of the batch it
+        # reached (a commit of added files cannot change a Delta table's schema); this apply
+        # then goes on from there.
+        widened = _build(spark, cfg, table, dt_, applied, None, first=False, columns=columns, widen=True)
+        if widened["applied_batch"] >= reached:  # built as of this apply's batch (a trimmed staging)
+            widened["seconds"] = round(time.time() - t0, 2)
+            return widened
+        dt_ = delta.load(target_path)
+    dt_ = delta.keep_change_feed(target_path, dt_, False)
+    files_before, version_before = len(dt_.file_uris()), dt_.version()
+    session = session_of(spark)
+    staged = _as_target_types(session, path(table_dir, STAGING), columns)
+    done = spark_apply.apply(session, table, table_dir, dt_, applied, reached, staged,
+                             lambda frame: _typed_frame(frame, columns, _target_ddl(columns)),
+                             lambda figures: delta.commit_props(TARGET, reached, {"from_batch": applied + 1,
+                                                                                  **figures}), ROWS_PER_FILE)
+    faults.point("target.committed")
+    figures = _applied_figures(table, target_path, applied, reached, done.changes_pending, done.winners,
+                               (done.inserts, done.updates, done.deletes), files_before, version_before, t0)
+    figures["applied_on"] = "spark"
+    return figures
 
 
 def _append(table: TableConfig, target_path: str, dt_: DeltaTable, m: MergeSource, applied: int, reached: int,
@@ -435,8 +490,7 @@ class _SparkHistory:
         if partition_keys is not None:
             wanted = [shape.partition_text(shape.partition_values(k)) for k in partition_keys]
             live, rows = live.where(F.col("_cdc_partition").isin(wanted)), None
-        schema = _spark_columns(self.columns) + ", " + ", ".join(f"`{m}` string" for m in shape.META_COLUMNS)
-        typed = _typed_frame(live, self.columns, schema)
+        typed = _typed_frame(live, self.columns, _target_ddl(self.columns))
         # Files of about ROWS_PER_FILE rows, each holding one range of keys (within a partition),
         # so that a batch's keys sit in few files, the ones a MERGE rewrites, and a lookup of keys
         # skips the others by their statistics.

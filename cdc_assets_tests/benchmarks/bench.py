@@ -15,6 +15,11 @@ Workloads (generated deterministically from --seed):
         10% deletes, all within the top 1% of ids
   many  --tables tables of --table-size rows sharing one export (imported once, its folder copied
         to the other names), one W2-like batch each (its own seed), in one `cdc-assets run`
+  catchup  a catch-up on the executors: --catchup-changes pending changes with W1's mix into
+        --catchup-size rows (default 200k into 2M; --long 5M into 50M), the product's import, whole
+        builds and incremental apply all sent to Spark (CDC_ASSETS_LOCAL_BUILD_ROWS and
+        CDC_ASSETS_LOCAL_APPLY_ROWS at 0); with --master the standalone cluster's executors do the
+        work and --run-driver-memory / --driver-memory cap the drivers (the issue: 1g)
 Each workload runs flat and partitioned by region (--layouts).
 
 cdc_assets is driven only as a user drives it: a cdc.yaml (format changeset, Parquet change files),
@@ -262,6 +267,17 @@ def child_env(remote: str | None = None) -> dict:
     env.pop("DAGSTER_HOME", None)  # a throw-away Dagster instance per run; the warehouse says what is done
     if remote:
         env["SPARK_REMOTE"] = remote
+    return env
+
+
+CATCHUP = "catchup"
+
+
+def product_env(case, remote: str | None = None) -> dict:
+    """A product run's environment: a catch-up sends every build and apply to Spark."""
+    env = child_env(remote)
+    if case.workload == CATCHUP:
+        env.update(CDC_ASSETS_LOCAL_BUILD_ROWS="0", CDC_ASSETS_LOCAL_APPLY_ROWS="0")
     return env
 
 
@@ -543,7 +559,7 @@ def compare(product: pa.Table, reference: pa.Table) -> dict:
 
 @dataclass
 class Case:
-    workload: str  # W1, W2, many
+    workload: str  # W1, W2, many, catchup
     layout: str  # flat, partitioned
     rows: int  # per table
     changes: int  # per table
@@ -631,7 +647,8 @@ class Bench:
         for i in range(case.tables):
             f = self._path("data", f"{case.workload}-{case.rows}-{case.changes}-s{self.seed + i}.parquet")
             if not os.path.exists(f):
-                pq.write_table(changes(case.rows, case.changes, "W1" if case.workload == "W1" else "W2", self.seed + i), f)
+                mix = "W1" if case.workload in ("W1", CATCHUP) else "W2"
+                pq.write_table(changes(case.rows, case.changes, mix, self.seed + i), f)
             out.append(f)
         return out
 
@@ -666,7 +683,7 @@ class Bench:
             cfg = self._config(ws, Case(case.workload, case.layout, case.rows, case.changes, 1), self.base_files(case)[:1],
                                names=[first], file_name="import.yaml")
             self.echo(f"  {case.label}: cdc_assets imports the base ...", flush=True)
-            step = run_measured([*self.cli, "run", "--config", cfg], child_env(), self.timeout,
+            step = run_measured([*self.cli, "run", "--config", cfg], product_env(case), self.timeout,
                                 os.path.join(ws, "import.log"))
             if step.ok and delta_version(self._target(ws, first)) < 0:
                 step.ok, step.status, step.error = False, "failed", "run exited 0 but left no target table"
@@ -693,7 +710,7 @@ class Bench:
                 return ws, Step(status="failed", error=f"no Spark Connect server: {self.server_error}"), before
             remote, also = self.server.url, (self.server.pid,)
         self.echo(f"  {case.label}: cdc_assets applies {case.changes} changes ({mode}) ...", flush=True)
-        step = run_measured([*self.cli, "run", "--config", os.path.join(ws, "cdc.yaml")], child_env(remote),
+        step = run_measured([*self.cli, "run", "--config", os.path.join(ws, "cdc.yaml")], product_env(case, remote),
                             self.timeout, os.path.join(ws, f"apply-{mode}.log"), also=also)
         if mode == "warm" and step.status == "timeout":
             self.stop_server()  # it may still be busy with the abandoned run; the next warm run starts a fresh one
@@ -1018,6 +1035,8 @@ def plan(args) -> list[Case]:
             cases.append(Case("W1", layout, args.w1_size, args.w1_changes or max(1, args.w1_size // 50)))
         if "W2" in args.cases:
             cases += [Case("W2", layout, n, args.changes) for n in args.sizes]
+        if CATCHUP in args.cases:
+            cases.append(Case(CATCHUP, layout, args.catchup_size, args.catchup_changes))
     if "many" in args.cases and args.tables > 0:
         cases.append(Case("many", "flat", args.table_size, args.changes, args.tables))
     return cases
@@ -1039,12 +1058,14 @@ def parse_args(argv=None):
     ap.add_argument("--long", action="store_true",
                     help="the issue's sizes: W1 5M rows/100,000 changes, W2 1M,10M,50M, 65 tables of 1M rows")
     ap.add_argument("--sizes", type=lambda t: [parse_size(x) for x in t.split(",")], help="W2 table sizes (default 200k)")
-    ap.add_argument("--cases", type=_list(("W1", "W2", "many")), help="default W1,W2; --long W1,W2,many")
+    ap.add_argument("--cases", type=_list(("W1", "W2", "many", CATCHUP)), help="default W1,W2; --long W1,W2,many")
     ap.add_argument("--layouts", type=_list(("flat", "partitioned")), help="default flat; --long flat,partitioned")
     ap.add_argument("--modes", type=_list(("cold", "warm")), default=["cold", "warm"],
                     help="cdc_assets apply runs: a fresh process, and/or through a Spark Connect server")
     ap.add_argument("--w1-size", type=parse_size, help="W1 table rows (default 200k; --long 5M)")
     ap.add_argument("--w1-changes", type=parse_size, help="W1 changes (default rows/50, as 100,000 in 5M)")
+    ap.add_argument("--catchup-size", type=parse_size, help="catch-up table rows (default 2M; --long 50M)")
+    ap.add_argument("--catchup-changes", type=parse_size, help="catch-up pending changes (default 200k; --long 5M)")
     ap.add_argument("--changes", type=parse_size, default=1000, help="W2 and many-table changes per table")
     ap.add_argument("--tables", type=int, help="tables in the many-table case (default 3; --long 65; 0 skips it)")
     ap.add_argument("--table-size", type=parse_size, help="rows per table in the many-table case (default 20k; --long 1M)")
@@ -1068,6 +1089,8 @@ def parse_args(argv=None):
     args.sizes = args.sizes or ([1_000_000, 10_000_000, 50_000_000] if big else [200_000])
     args.w1_size = args.w1_size or (5_000_000 if big else 200_000)
     args.w1_changes = args.w1_changes or (100_000 if big else None)
+    args.catchup_size = args.catchup_size or (50_000_000 if big else 2_000_000)
+    args.catchup_changes = args.catchup_changes or (5_000_000 if big else 200_000)
     args.tables = args.tables if args.tables is not None else (65 if big else 3)
     args.table_size = args.table_size or (1_000_000 if big else 20_000)
     return args

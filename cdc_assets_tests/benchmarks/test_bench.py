@@ -170,3 +170,17 @@ def test_the_csv_reads_back_as_it_was_written(tmp_path):
     assert bench.read_csv(str(tmp_path / "bench.csv")) == results
     bench.write_plot(results, str(tmp_path / "bench_apply.png"))
     assert os.path.getsize(tmp_path / "bench_apply.png") > 0
+
+
+def test_the_catch_up_case_takes_its_sizes_and_sends_every_apply_to_spark():
+    args = bench.parse_args(["--cases", "catchup", "--catchup-size", "3M", "--catchup-changes", "300k"])
+    (case,) = bench.plan(args)
+    assert (case.workload, case.rows, case.changes) == ("catchup", 3_000_000, 300_000)
+    (big,) = bench.plan(bench.parse_args(["--long", "--cases", "catchup", "--layouts", "flat"]))
+    assert (big.rows, big.changes) == (50_000_000, 5_000_000)  # the issue's 5M into 50M
+    env = bench.product_env(case)
+    assert env["CDC_ASSETS_LOCAL_APPLY_ROWS"] == env["CDC_ASSETS_LOCAL_BUILD_ROWS"] == "0"
+    assert "CDC_ASSETS_LOCAL_APPLY_ROWS" not in bench.product_env(bench.Case("W1", "flat", 10, 1))
+    # W1's mix: 40% inserts, 40% updates, 20% deletes
+    ops = bench.changes(1000, 100, "W1", 7)["op"].to_pylist()
+    assert (ops.count("I"), ops.count("U"), ops.count("D")) == (40, 40, 20)

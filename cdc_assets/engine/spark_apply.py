@@ -1,0 +1,327 @@
+"""A large incremental apply on Spark executors: the same rules as the in-process apply
+(engine/apply.py, engine/rewrite.py), with nothing batch- or table-sized on the driver.
+
+Executors pick each pending key's latest change from `staging`, drop upserts older than
+their key's tombstone (rule 2), read the target files whose `_cdc_key` statistics range can
+hold a winner's key, and write the files that change again, key-sorted, about
+ROWS_PER_FILE rows each, per partition. The tombstones are rewritten the same way. The driver
+plans (which files: their names and statistics, from the Delta log), counts, and commits each
+table's adds and removes as one delta-rs version through the snapshot the apply read
+(spark_files.commit), so a concurrent commit still fails this one.
+"""
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+import os
+import re
+import time
+from urllib.parse import unquote
+
+import pyarrow as pa
+
+from ..core import names
+from ..core.changes import DELETE, UPSERT
+from ..core.config import TableConfig
+from . import delta, spark_files, storage
+from .spark import map_in_arrow
+from .stage import latest_per_key
+from .tables import STAGING, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
+
+# An incremental apply of at most this many pending staged rows (counted from the staging
+# log's statistics) runs in the run's own process; a larger one (a catch-up, random keys) on
+# Spark executors. 0 sends every incremental apply to Spark.
+LOCAL_ROWS = int(os.environ.get("CDC_ASSETS_LOCAL_APPLY_ROWS", str(1_000_000)))
+
+KEY, ORDER, FILE = "_cdc_key", "_cdc_order", "_cdc_file_id"
+
+
+def pending_rows(table_dir: str, applied: int) -> int:
+    """At most how many staged rows batches after `applied` hold: the rows of every staging
+    file whose `_cdc_batch_seq` statistics reach past it (a file without them counts whole)."""
+    dt_ = delta.open_table(path(table_dir, STAGING))
+    if dt_ is None:
+        return 0
+    actions = pa.table(dt_.get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return 0
+    counts = actions["num_records"].to_pylist()
+    highs = actions["max._cdc_batch_seq"].to_pylist() if "max._cdc_batch_seq" in actions.column_names \
+        else [None] * actions.num_rows
+    return sum(n or 0 for n, hi in zip(counts, highs) if hi is None or hi > applied)
+
+
+def runs_on_spark(table_dir: str, applied: int) -> bool:
+    return pending_rows(table_dir, applied) > LOCAL_ROWS
+
+
+@dataclasses.dataclass
+class _File:
+    """One file of a snapshot, as the driver plans with it."""
+    action: dict  # get_add_actions' row: path, size_bytes
+    uri: str
+    partition: dict  # typed partition values
+    low: str | None  # `_cdc_key` statistics
+    high: str | None
+    rows: int  # from the statistics (0 without them)
+
+
+def _files(table_path: str, dt_) -> list[_File]:
+    actions = pa.table(dt_.get_add_actions(flatten=True))
+    columns = actions.column_names
+    lows = actions[f"min.{KEY}"].to_pylist() if f"min.{KEY}" in columns else [None] * actions.num_rows
+    highs = actions[f"max.{KEY}"].to_pylist() if f"max.{KEY}" in columns else [None] * actions.num_rows
+    parts = {c[len("partition."):]: actions[c].to_pylist() for c in columns if c.startswith("partition.")}
+    counts = actions["num_records"].to_pylist()
+    out = []
+    for n, row in enumerate(actions.select(["path", "size_bytes"]).to_pylist()):
+        # get_add_actions gives paths URI-encoded once more than the files' names (FIELD_NOTES)
+        out.append(_File(row, storage.join(table_path, unquote(row["path"])), {c: v[n] for c, v in parts.items()},
+                         lows[n], highs[n], counts[n] or 0))
+    return out
+
+
+def _holding(files: list[_File]):
+    """What each task runs on a slice of keys: the ids of the files whose `_cdc_key` range
+    holds one of them (a file's bounds are truncated outward, so a range never misses a key)."""
+    ranged = [(i, f.low, f.high) for i, f in enumerate(files) if f.low is not None and f.high is not None]
+    schema = pa.schema([pa.field(FILE, pa.int32())])
+
+    def run(batches):
+        keys = sorted({k for b in batches for k in b.column(KEY).to_pylist() if k is not None})
+        hit = []
+        for i, lo, hi in ranged:
+            at = bisect.bisect_left(keys, lo)
+            if at < len(keys) and keys[at] <= hi:
+                hit.append(i)
+        if hit:
+            yield pa.RecordBatch.from_arrays([pa.array(hit, pa.int32())], schema=schema)
+    return run
+
+
+def candidates(keys_frame, files: list[_File]) -> list[int]:
+    """The ids of the files that can hold a key of `keys_frame` (its `_cdc_key` column): the
+    keys stay on the executors, only file ids come back."""
+    unranged = [i for i, f in enumerate(files) if f.low is None or f.high is None]
+    if len(unranged) == len(files):
+        return unranged
+    found = map_in_arrow(keys_frame.select(KEY), _holding(files), f"{FILE} int").distinct().collect()
+    return sorted(set(unranged) | {r[0] for r in found})
+
+
+def _reader(files: list[_File], ids: list[int], schema: pa.Schema, settings: dict):
+    """What each task runs on a slice of file ids: the files' rows in `schema` (partition
+    columns from the log's typed values, a column a file lacks as nulls), each with its file id."""
+    chosen = {i: (files[i].uri, files[i].partition) for i in ids}
+
+    def run(batches):
+        import pyarrow.parquet as pq
+
+        for listing in batches:
+            for i in listing.column(0).to_pylist():
+                uri, partition = chosen[i]
+                fs, p = storage.filesystem(uri, settings)
+                pf = pq.ParquetFile(fs.open_input_file(p))
+                have = set(pf.schema_arrow.names)
+                wanted = [f.name for f in schema if f.name in have and f.name not in partition and f.name != FILE]
+                for rb in pf.iter_batches(columns=wanted):
+                    n = rb.num_rows
+                    arrays = []
+                    for f in schema:
+                        if f.name == FILE:
+                            arrays.append(pa.array([i] * n, f.type))
+                        elif f.name in partition:
+                            arrays.append(pa.array([partition[f.name]] * n, f.type))
+                        elif f.name in have:
+                            arrays.append(rb.column(f.name).cast(f.type))
+                        else:
+                            arrays.append(pa.nulls(n, f.type))
+                    yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+    return run
+
+
+# A local file whose path Spark reports as it is (`_metadata.file_path` is `file:` and the
+# path, URI-escaped): Spark's own Parquet reader reads it; other files go through Python workers.
+_SPARK_SPELLS = re.compile(r"/[A-Za-z0-9_.=/-]*")
+
+
+def read(spark, files: list[_File], ids: list[int], schema: pa.Schema):
+    """The rows of files `ids` as a DataFrame of `schema` plus each row's file id, read by the
+    executors (the driver sends file names only)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    with_file = pa.schema(list(schema) + [pa.field(FILE, pa.int32())])
+    struct = from_arrow_schema(with_file)
+    native = [i for i in ids if not storage.is_remote(files[i].uri) and _SPARK_SPELLS.fullmatch(files[i].uri)]
+    others = sorted(set(ids) - set(native))
+    frames = [_read_natively(spark, files, native, with_file)] if native else []
+    if others or not native:
+        listing = spark.createDataFrame([(i,) for i in others], "id int")
+        frames.append(listing.repartition(max(1, min(len(others), 200))).mapInArrow(
+            _reader(files, others, with_file, storage.settings()), struct))
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out
+
+
+def _read_natively(spark, files: list[_File], ids: list[int], with_file: pa.Schema):
+    """Spark's Parquet reader on local files, each row given its file's id and partition values
+    (the log's typed values) through a join with the list of files on the path Spark reports."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    partition = set(files[ids[0]].partition)
+    data = pa.schema([f for f in with_file if f.name not in partition and f.name != FILE])
+    listed = pa.schema([pa.field("_cdc_path", pa.string())] + [f for f in with_file if f.name in partition]
+                       + [with_file.field(FILE)])
+    rows = [("file:" + files[i].uri, *[files[i].partition[f.name] for f in listed if f.name in partition], i)
+            for i in ids]
+    listing = spark.createDataFrame(rows, from_arrow_schema(listed))
+    frame = spark.read.schema(from_arrow_schema(data)).parquet(*[files[i].uri for i in ids]) \
+        .withColumn("_cdc_path", F.col("_metadata.file_path"))
+    return frame.join(F.broadcast(listing), "_cdc_path").select(*[F.col(names.spark(f.name)) for f in with_file])
+
+
+def _plain_schema(schema: pa.Schema) -> pa.Schema:
+    """A Delta schema as Spark reads and writes it: plain strings and binaries."""
+    fields = []
+    for f in schema:
+        t = f.type
+        if pa.types.is_string_view(t) or pa.types.is_large_string(t):
+            t = pa.string()
+        elif pa.types.is_binary_view(t) or pa.types.is_large_binary(t):
+            t = pa.binary()
+        fields.append(pa.field(f.name, t))
+    return pa.schema(fields)
+
+
+@dataclasses.dataclass
+class Rewrite:
+    """A table's files to replace and the add actions of the files replacing them."""
+    removes: list
+    adds: list
+
+
+def _write(rows, table_path: str, partition_by: list[str], n_rows: int, rows_per_file: int) -> list:
+    """`rows` (about `n_rows` of them, planned from counts: counting would be one more pass) as
+    new files of the table."""
+    from pyspark.sql import functions as F
+
+    if n_rows <= 0 and rows.isEmpty():
+        return []
+    n_files = max(1, math.ceil(n_rows / rows_per_file))
+    # key ranges in files of about `rows_per_file` rows, per partition: statistics prune them
+    order = [F.col(names.spark(c)) for c in partition_by] + [F.col(KEY)]
+    return spark_files.write_files(rows.repartitionByRange(n_files, *order), table_path, partition_by,
+                                   sort_by=[KEY])
+
+
+def _removes(files: list[_File], ids: list[int]) -> list:
+    now = int(time.time() * 1000)
+    return [spark_files.remove_action(files[i].action, files[i].partition, now) for i in ids]
+
+
+@dataclasses.dataclass
+class Applied:
+    """What an apply on Spark did: the figures the in-process apply reports."""
+    changes_pending: int
+    winners: int
+    inserts: int
+    updates: int
+    deletes: int
+
+
+def apply(spark, table: TableConfig, table_dir: str, dt_, applied: int, reached: int, staged, target_rows,
+          props_for, rows_per_file: int) -> Applied:
+    """Apply batches applied+1..reached to the target snapshot `dt_` and its tombstones.
+    `staged`: staging's records, typed columns cast to the target's types; `target_rows(frame)`:
+    such records as target rows; `props_for(figures)`: the target commit's properties."""
+    from pyspark.sql import functions as F
+
+    target_path = path(table_dir, TARGET)
+    partition_by = list(table.partition_by)
+    pending = staged.where((F.col("_cdc_batch_seq") > applied) & (F.col("_cdc_batch_seq") <= reached))
+    winners = latest_per_key(pending).cache()
+    tombs = live = pairs = classified = None
+    try:
+        n_pending, n_winners = pending.count(), winners.count()
+        tomb_path = path(table_dir, TOMBSTONES)
+        tomb_dt = delta.open_table(tomb_path)  # apply_pending builds the whole state when it is missing
+        tomb_files = _files(tomb_path, tomb_dt)
+        tombs = read(spark, tomb_files, candidates(winners, tomb_files), delta.arrow_schema(TOMBSTONE_FIELDS)) \
+            .select(F.col(KEY), F.col(ORDER).alias("_t_order"), F.col(FILE).alias("_t_file")).cache()
+        # An upsert older than its key's tombstone is stale (rule 2): it never reaches the target.
+        with_tomb = winners.join(tombs.groupBy(KEY).agg(F.max("_t_order").alias("_t_order")), KEY, "left")
+        live = with_tomb.where(~((F.col("_cdc_op") == UPSERT) & F.col("_t_order").isNotNull()
+                                 & (F.col("_t_order") > F.col(ORDER)))).drop("_t_order").cache()
+        live.count()  # decided from the tombstones as they were, before they change
+        if delta.txn_version(tomb_dt, TOMBSTONES) < reached:
+            _tombstones(tomb_path, tomb_dt, tomb_files, tombs, winners, reached, rows_per_file)
+
+        schema = _plain_schema(pa.schema(dt_.schema().to_arrow()))
+        files = _files(target_path, dt_)
+        ids = candidates(live, files)
+        old = read(spark, files, ids, pa.schema([schema.field(KEY), schema.field(ORDER)]))
+        pairs = old.join(live.select(KEY, F.col(ORDER).alias("_w_order")), KEY).cache()
+        changing = pairs.where(F.col("_w_order") > F.col(ORDER))
+        keyinfo = pairs.groupBy(KEY).agg(F.max((F.col("_w_order") > F.col(ORDER)).cast("int")).alias("_changing"))
+        classified = live.join(keyinfo, KEY, "left").cache()
+        is_upsert = F.col("_cdc_op") == UPSERT
+        counts = classified.agg(
+            F.sum(F.when(is_upsert & F.col("_changing").isNull(), 1).otherwise(0)),
+            F.sum(F.when(is_upsert & (F.col("_changing") == 1), 1).otherwise(0)),
+            F.sum(F.when(~is_upsert & (F.col("_changing") == 1), 1).otherwise(0))).first()
+        inserts, updates, deletes = (int(c or 0) for c in counts)
+        done = Applied(n_pending, n_winners, inserts, updates, deletes)
+        if inserts + updates + deletes == 0:
+            return done  # as a MERGE that changes no row: no version
+        changed_ids = sorted(r[0] for r in changing.select(FILE).distinct().collect())
+        kept = read(spark, files, changed_ids, schema).drop(FILE) \
+            .join(changing.select(KEY).distinct(), KEY, "left_anti")
+        arriving = classified.where(is_upsert & (F.col("_changing").isNull() | (F.col("_changing") == 1)))
+        typed = target_rows(arriving)
+        rows = kept.unionByName(typed.select(*[F.col(names.spark(n)) for n in schema.names]))
+        # each changing key leaves its file; each upsert arrives
+        n_rows = sum(files[i].rows for i in changed_ids) - updates - deletes + inserts + updates
+        adds = _write(rows, target_path, partition_by, n_rows, rows_per_file)
+        try:
+            spark_files.commit(target_path, dt_, schema, adds, _removes(files, changed_ids), partition_by,
+                               props_for({"rows_inserted": inserts, "rows_updated": updates,
+                                          "rows_deleted": deletes}))
+        except BaseException:
+            spark_files.discard(target_path, adds)
+            raise
+        return done
+    finally:
+        for frame in (winners, tombs, live, pairs, classified):
+            if frame is not None:
+                frame.unpersist()
+
+
+def _tombstones(tomb_path: str, tomb_dt, files: list[_File], tombs, winners, reached: int,
+                rows_per_file: int) -> None:
+    """The tombstones after these winners, as the in-process apply merges them: a newer delete
+    updates (or adds) its key's ordering key, a newer upsert removes the tombstone."""
+    from pyspark.sql import functions as F
+
+    w = winners.select(KEY, F.col(ORDER).alias("_w_order"), "_cdc_op")
+    pairs = tombs.join(w, KEY)
+    newer = pairs.where(F.col("_w_order") > F.col("_t_order"))
+    changed_ids = sorted(r[0] for r in newer.select("_t_file").distinct().collect())
+    added = w.where(F.col("_cdc_op") == DELETE).join(tombs.select(KEY), KEY, "left_anti")
+    n_added = added.count()
+    if not changed_ids and not n_added:
+        return
+    kept = tombs.where(F.col("_t_file").isin(changed_ids)).join(newer.select(KEY), KEY, "left_anti") \
+        .select(KEY, F.col("_t_order").alias(ORDER))
+    updated = newer.where(F.col("_cdc_op") == DELETE).select(KEY, F.col("_w_order").alias(ORDER))
+    rows = kept.unionByName(updated).unionByName(added.select(KEY, F.col("_w_order").alias(ORDER)))
+    adds = _write(rows, tomb_path, [], sum(files[i].rows for i in changed_ids) + n_added, rows_per_file)
+    try:
+        spark_files.commit(tomb_path, tomb_dt, delta.arrow_schema(TOMBSTONE_FIELDS), adds, _removes(files, changed_ids),
+                           (), delta.commit_props(TOMBSTONES, reached))
+    except BaseException:
+        spark_files.discard(tomb_path, adds)
+        raise
