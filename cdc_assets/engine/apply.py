@@ -23,14 +23,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
-from ..core import names, target as shape
+from ..core import names
+from ..core import target as shape
 from ..core.changes import DELETE, RECORD_FIELDS, UPSERT
 from ..core.config import Config, TableConfig
 from ..core.values import DATE, DOUBLE, INT, LONG, STRING, convert, decimal_parts, decode_row
 from . import delta, faults, rewrite, spark_apply, spark_files, storage
-from .spark import map_in_arrow, session_of
 from .ingest import column_types
 from .records import read_records, stored_columns
+from .spark import map_in_arrow, session_of
 from .stage import latest_of_batch, latest_per_key
 from .tables import BASE, STAGING, STAGING_TRIM, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
 

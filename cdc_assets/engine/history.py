@@ -19,13 +19,23 @@ import pyarrow.compute as pc
 from ..core import history as versions
 from ..core import target as shape
 from ..core.changes import DELETE
-from ..core.names import spark as spark_name
 from ..core.config import Config, TableConfig
+from ..core.names import spark as spark_name
 from ..core.ordering import BASE_TIER
 from ..core.values import decode_row
 from . import delta, spark_files
-from .apply import (ROWS_PER_FILE, _as_target_types, _cast_typed, _existing_columns, _spark_columns, _target_rows,
-                    _target_schema, _typed_frame, every_column, key_range)
+from .apply import (
+    ROWS_PER_FILE,
+    _as_target_types,
+    _cast_typed,
+    _existing_columns,
+    _spark_columns,
+    _target_rows,
+    _target_schema,
+    _typed_frame,
+    every_column,
+    key_range,
+)
 from .ingest import column_types
 from .records import read_records
 from .spark import session_of

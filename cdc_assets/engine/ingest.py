@@ -10,8 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..core import ordering
-from ..core.changes import (RECORD_FIELDS, REJECT_FIELDS, UPSERT, Change, Rejection, stored_form, to_record,
-                            to_reject)
+from ..core.changes import RECORD_FIELDS, REJECT_FIELDS, UPSERT, Change, Rejection, stored_form, to_record, to_reject
 from ..core.config import Config, TableConfig
 from ..core.formats import parquet_row_group, parse_file, parse_snapshot, raw_line
 from ..core.schema import admit, admit_columns, is_text_source, joined, plain
@@ -19,8 +18,8 @@ from ..core.typed_changes import TypedFile, read_by_column, read_typed_change_fi
 from ..core.values import STRING, decode_row, encode_row
 from . import delta, faults, gcs
 from .landing import Batch, file_size, inside, is_done_or_next, read_file
-from .spark import session_of
 from .records import stored_columns
+from .spark import session_of
 from .stage import first_of_each
 from .tables import BASE, CHANGES, QUARANTINE, QUARANTINE_FIELDS, SEEN, path
 
@@ -143,7 +142,7 @@ def quarantine(table: TableConfig, table_dir: str, rejected: pa.Table, batch_seq
     """Commit a step's rejected records to `quarantine` unless an earlier attempt did."""
     n = rejected.num_rows
     if n and delta.step_version(path(table_dir, QUARANTINE), QUARANTINE) < batch_seq:
-        now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         q = rejected.select([c for c, _ in REJECT_FIELDS])
         q = q.add_column(0, "table", pa.array([table.name] * n, pa.string()))
         q = q.append_column("quarantined_at", pa.array([now] * n, pa.string()))

@@ -172,7 +172,7 @@ def partition_text(value) -> str | None:
         return "true" if value else "false"
     if isinstance(value, dt.datetime):
         if value.tzinfo is not None:
-            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
         # as Spark names a timestamp's partition folder: seconds, then a fraction only if there is one
         text = value.isoformat(sep=" ", timespec="microseconds")
         return text.rstrip("0").rstrip(".") if value.microsecond else text[:19]
