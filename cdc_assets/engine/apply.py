@@ -60,7 +60,7 @@ def _as_target_types(spark, table_path: str, columns: dict[str, str]):
     from pyspark.sql import functions as F
 
     stored = stored_columns(table_path)
-    frame = delta.spark_frame(spark, table_path, list(RECORD_FIELDS) + [(c, spark_type(t)) for c, t in stored.items()])
+    frame = spark_files.spark_frame(spark, table_path, list(RECORD_FIELDS) + [(c, spark_type(t)) for c, t in stored.items()])
     record = [F.col(n) for n, _ in RECORD_FIELDS]
     if all(_cast_keeps(stored[c], t) for c, t in columns.items() if c in stored):
         cast = [(F.col(names.spark(c)) if c in stored else F.lit(None)).cast(spark_type(t)).alias(c)

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 
 from ..core.config import Config
 from ..core.errors import TransientError
+from .spark_conf import in_process_settings
 
 HOST = "127.0.0.1"
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -141,7 +142,6 @@ def _log_tail(log: str, lines: int = 15) -> str:
 
 def launch(cfg: Config, port: int = 0) -> tuple[subprocess.Popen, Server]:
     """Start the server process; it answers once wait_ready returns."""
-    from .spark import in_process_settings
 
     settings = in_process_settings(cfg.spark)
     port = port or _free_port()

@@ -265,19 +265,6 @@ def sql_text(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def spark_frame(spark, path: str, fields):
-    """A snapshot of an unpartitioned Delta table as a Spark DataFrame (no delta-spark here)."""
-    dt = open_table(path)
-    files = dt.file_uris() if dt is not None else []
-    if not files:
-        return spark.createDataFrame([], spark_schema(fields))
-    if storage.is_remote(path):
-        from .spark_files import read_files
-
-        return read_files(spark, files, spark_schema(fields))
-    return spark.read.schema(spark_schema(fields)).parquet(*files)
-
-
 def last_commit(path: str) -> dict:
     dt = open_table(path)
     if dt is None:

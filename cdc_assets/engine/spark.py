@@ -13,35 +13,13 @@ import sys
 import threading
 from dataclasses import dataclass
 
-DEFAULTS = {
-    "spark.master": "local[2]",
-    "spark.app.name": "cdc_assets",
-    "spark.ui.enabled": "false",
-    # Many small shuffle tasks, which adaptive execution merges when data is small: whole-table
-    # builds then fit in a small driver or executor heap.
-    "spark.sql.shuffle.partitions": "64",
-    "spark.sql.adaptive.enabled": "true",
-    "spark.sql.session.timeZone": "UTC",
-    "spark.sql.ansi.enabled": "false",
-    "spark.driver.memory": "2g",
-    "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.ui.showConsoleProgress": "false",
-}
+from .spark_conf import DEFAULTS, in_process_settings  # noqa: F401 - the session's settings, shared with connect
 
 
 def session_of(spark):
     """Engine steps take a session, or a function that returns one: then Spark starts only
     when a step needs it (a small batch is parsed and applied without it)."""
     return spark if spark is None or hasattr(spark, "read") else spark()
-
-
-def in_process_settings(config_spark: dict | None = None) -> dict:
-    """Defaults < cdc.yaml `spark:` < CDC_ASSETS_SPARK_MASTER: what a driver of our own runs with."""
-    conf = dict(DEFAULTS)
-    conf.update(config_spark or {})
-    if os.environ.get("CDC_ASSETS_SPARK_MASTER"):
-        conf["spark.master"] = os.environ["CDC_ASSETS_SPARK_MASTER"]
-    return conf
 
 
 def remote_settings(conf: dict, remote: str) -> dict:

@@ -362,3 +362,14 @@ def discard(table_path: str, adds: list[AddAction]) -> None:
     """Files of a write that was not committed (a lost race): nothing references them."""
     for folder in {unquote(a.path).split("/")[0] for a in adds}:
         storage.remove_tree(storage.join(table_path, folder))
+
+
+def spark_frame(spark, path: str, fields):
+    """A snapshot of an unpartitioned Delta table as a Spark DataFrame (no delta-spark here)."""
+    dt = delta.open_table(path)
+    files = dt.file_uris() if dt is not None else []
+    if not files:
+        return spark.createDataFrame([], delta.spark_schema(fields))
+    if storage.is_remote(path):
+        return read_files(spark, files, delta.spark_schema(fields))
+    return spark.read.schema(delta.spark_schema(fields)).parquet(*files)
