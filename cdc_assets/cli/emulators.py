@@ -8,7 +8,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from ..core.errors import TerminalError
+from ..core.errors import TerminalError, TransientError
 
 PROJECT = "cdc-assets-demo"
 NEEDS = "the Google Cloud emulators (gcp-storage-emulator, bqemulator) come with the test extra: " \
@@ -17,6 +17,10 @@ NEEDS = "the Google Cloud emulators (gcp-storage-emulator, bqemulator) come with
 
 class EmulatorMissing(TerminalError, RuntimeError):
     pass
+
+
+class EmulatorFailed(TransientError, RuntimeError):
+    """An emulator that did not start: starting it again may work."""
 
 
 @contextlib.contextmanager
@@ -96,7 +100,7 @@ def s3(bucket: str) -> Iterator[str]:
                 break
             except OSError:
                 if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto's S3 server did not start on {address}") from None
+                    raise EmulatorFailed(f"moto's S3 server did not start on {address}") from None
                 time.sleep(0.2)
         with _environment(AWS_ENDPOINT_URL=address, AWS_ACCESS_KEY_ID="emulator", AWS_SECRET_ACCESS_KEY="emulator",
                           AWS_REGION="us-east-1", AWS_ALLOW_HTTP="true"):

@@ -23,3 +23,8 @@ class TransientError(CdcError):
 
 class TerminalError(CdcError):
     """The same call fails the same way until the configuration, the input or the stored state changes."""
+
+
+class OutOfOrder(TerminalError, RuntimeError):
+    """A step asked for before the step it needs has committed: a batch's staging before its changes,
+    an apply before the base import, a batch before an earlier one."""

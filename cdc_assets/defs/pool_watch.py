@@ -23,6 +23,8 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from ..core.errors import TransientError
+
 if TYPE_CHECKING:  # the `ui` command imports this module and needs no Dagster in its own process
     import dagster as dg
 
@@ -75,7 +77,7 @@ def run_tags() -> dict:
 POOL_WAIT_SECONDS = 600.0  # `run --pool-wait`: how long a step waits for its table's pool
 
 
-class PoolWaitExpired(Exception):
+class PoolWaitExpired(TransientError):
     """Raised in the thread executing a run whose step waited for its pool past the bound."""
 
 

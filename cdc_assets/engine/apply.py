@@ -27,6 +27,7 @@ from ..core import names
 from ..core import target as shape
 from ..core.changes import DELETE, RECORD_FIELDS, UPSERT
 from ..core.config import Config, TableConfig
+from ..core.errors import OutOfOrder
 from ..core.values import DATE, DOUBLE, INT, LONG, STRING, convert, decimal_parts, decode_row
 from . import delta, faults, rewrite, spark_apply, spark_files, storage
 from .ingest import column_types
@@ -320,7 +321,7 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
     staged = delta.step_version(path(table_dir, STAGING), STAGING)
     has_base = table.base_snapshot is not None
     if has_base and delta.step_version(path(table_dir, BASE), BASE) < 0:
-        raise RuntimeError(f"table {table.name}: base snapshot not imported yet: materialize {table.name}/base first")
+        raise OutOfOrder(f"table {table.name}: base snapshot not imported yet: materialize {table.name}/base first")
     reached = max(staged, 0 if has_base else -1)
     if reached <= applied:
         return {"nothing_new": True, "applied_batch": applied}

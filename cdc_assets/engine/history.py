@@ -20,6 +20,7 @@ from ..core import history as versions
 from ..core import target as shape
 from ..core.changes import DELETE
 from ..core.config import Config, TableConfig
+from ..core.errors import TerminalError
 from ..core.names import spark as spark_name
 from ..core.ordering import BASE_TIER
 from ..core.values import decode_row
@@ -44,7 +45,7 @@ from .tables import BASE, CHANGES, HISTORY, TARGET, path
 _OP = ("_cdc_op",)  # kept beside the meta columns while rows are typed
 
 
-class HistoryError(RuntimeError):
+class HistoryError(TerminalError, RuntimeError):
     """The history cannot be computed yet (its base snapshot is not imported)."""
 
 

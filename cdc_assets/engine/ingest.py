@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 from ..core import ordering
 from ..core.changes import RECORD_FIELDS, REJECT_FIELDS, UPSERT, Change, Rejection, stored_form, to_record, to_reject
 from ..core.config import Config, TableConfig
+from ..core.errors import TerminalError
 from ..core.formats import parquet_row_group, parse_file, parse_snapshot, raw_line
 from ..core.schema import admit, admit_columns, is_text_source, joined, plain
 from ..core.typed_changes import TypedFile, read_by_column, read_typed_change_file
@@ -29,7 +30,7 @@ TYPED_FIELDS = RECORD_FIELDS + (("_cdc_types", "string"),)
 PARSED_FIELDS = TYPED_FIELDS + (("_cdc_reason", "string"), ("_cdc_raw", "string"))
 
 
-class UnreadableFile(Exception):
+class UnreadableFile(TerminalError):
     """A landed file that cannot be read at all; it is quarantined as line 0."""
 
 

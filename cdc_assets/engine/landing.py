@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from ..core.errors import OutOfOrder
 from . import delta, gcs
 from .tables import BASE, STAGING, TARGET, path
 
@@ -47,7 +48,7 @@ def is_done_or_next(table: str, step_path: str, step: str, batch: Batch) -> bool
     if done >= batch.seq:
         return True
     if max(done, 0) < batch.seq - 1:
-        raise RuntimeError(f"table {table}: {step}: batch {batch.id} cannot go before batch "
+        raise OutOfOrder(f"table {table}: {step}: batch {batch.id} cannot go before batch "
                            f"{Batch.id_for(max(done, 0) + 1)}: materialize the batches in order")
     return False
 

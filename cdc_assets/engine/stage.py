@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..core.config import Config, TableConfig
+from ..core.errors import OutOfOrder
 from . import delta
 from .landing import Batch, is_done_or_next
 from .records import read_records
@@ -47,7 +48,7 @@ def stage_batch(cfg: Config, table: TableConfig, batch: Batch) -> dict:
     if is_done_or_next(table.name, staging_path, STAGING, batch):
         return {"already_committed": True}
     if delta.step_version(path(table_dir, CHANGES), CHANGES) < batch.seq:
-        raise RuntimeError(f"table {table.name}: batch {batch.id} has no committed changes yet: materialize changes first")
+        raise OutOfOrder(f"table {table.name}: batch {batch.id} has no committed changes yet: materialize changes first")
     # The batch's changes only: delta-rs skips the files of other batches by their statistics.
     batch_changes = read_records(path(table_dir, CHANGES), f"_cdc_batch_seq = {batch.seq}")
     staged = latest_of_batch(batch_changes)
