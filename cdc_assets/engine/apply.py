@@ -31,7 +31,7 @@ from ..core.errors import OutOfOrder
 from ..core.values import DATE, DOUBLE, INT, LONG, STRING, convert, decimal_parts, decode_row
 from . import delta, faults, rewrite, spark_apply, spark_files, storage
 from .ingest import column_types
-from .records import read_records, stored_columns
+from .records import read_committed_records, read_records, stored_columns
 from .spark import map_in_arrow, session_of
 from .stage import latest_of_batch, latest_per_key
 from .tables import BASE, STAGING, STAGING_TRIM, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
@@ -278,7 +278,8 @@ class MergeSource:
 def merge_source(table_dir: str, table: TableConfig, dt_: DeltaTable, applied: int, reached: int) -> MergeSource:
     """The rows a MERGE of batches applied+1..reached compares with the target (and a fresh read
     lays over it): batch-sized, read from staging and tombstones only."""
-    pending = read_records(path(table_dir, STAGING), f"_cdc_batch_seq > {applied} AND _cdc_batch_seq <= {reached}")
+    pending = read_committed_records(path(table_dir, STAGING),
+                                     f"_cdc_batch_seq > {applied} AND _cdc_batch_seq <= {reached}")
     winners = latest_of_batch(pending)
     keys, ops, orders = (winners[c].to_pylist() for c in ("_cdc_key", "_cdc_op", "_cdc_order"))
     tombs = _tombstone_orders(table_dir, [k for k, op in zip(keys, ops) if op == UPSERT])
@@ -601,6 +602,7 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
     if partition_keys is not None and _existing_columns(dt_) != columns | {m: STRING for m in shape.META_COLUMNS}:
         partition_keys = None  # a column is new or wider since: every file is rewritten with the new schema
     has_base = table.base_snapshot is not None
+    history: _LocalHistory | _SparkHistory
     if _history_rows(table_dir, has_base) <= spark_files.LOCAL_ROWS:
         history = _LocalHistory(table_dir, has_base, columns, reached)
     else:
@@ -608,7 +610,7 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
     try:
         adds = history.write_target(target_path, table, partition_keys)
         arrow_schema = _target_schema(columns)
-        if partition_keys is None:
+        if partition_keys is None or dt_ is None:
             removes = None  # every file, and the schema, replaced
         else:
             wanted_keys = set(partition_keys)
@@ -676,7 +678,7 @@ def rebuild(spark, cfg: Config, table: TableConfig, partition_keys: list[str] | 
     table_dir = cfg.table_dir(table.name)
     dt_ = delta.open_table(path(table_dir, TARGET))  # read and committed through, as in apply_pending
     reached = delta.txn_version(dt_, TARGET)
-    if reached < 0:
+    if dt_ is None or reached < 0:
         return {"nothing_applied_yet": True}
     before = dt_.version()
     figures = _build(spark, cfg, table, dt_, reached, partition_keys, first=False)

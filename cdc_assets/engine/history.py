@@ -20,7 +20,7 @@ from ..core import history as versions
 from ..core import target as shape
 from ..core.changes import DELETE
 from ..core.config import Config, TableConfig
-from ..core.errors import TerminalError
+from ..core.errors import OutOfOrder, TerminalError
 from ..core.names import spark as spark_name
 from ..core.ordering import BASE_TIER
 from ..core.values import decode_row
@@ -38,7 +38,7 @@ from .apply import (
     key_range,
 )
 from .ingest import column_types
-from .records import read_records
+from .records import read_committed_records
 from .spark import session_of
 from .tables import BASE, CHANGES, HISTORY, TARGET, path
 
@@ -101,7 +101,7 @@ def update(spark, cfg: Config, table: TableConfig) -> dict:
         return {"nothing_new": True, "history_batch": taken}
     if dt_ is None:
         return _timed(_build(spark, cfg, table, None, through), t0)
-    new = read_records(path(table_dir, CHANGES), f"_cdc_batch_seq > {taken} AND _cdc_batch_seq <= {through}")
+    new = read_committed_records(path(table_dir, CHANGES), f"_cdc_batch_seq > {taken} AND _cdc_batch_seq <= {through}")
     imaged = pc.is_valid(new["_cdc_row"])
     image_rows = new.filter(imaged).to_pylist()
     images = [decode_row(r["_cdc_row"]) for r in image_rows]
@@ -168,6 +168,8 @@ def _versions_of(history_path: str, keys: list[str], in_range: str | None, schem
     if in_range:
         where += f" AND {in_range}"
     found = delta.query(history_path, f"SELECT * FROM t WHERE {where}")
+    if found is None:  # no history table yet: no versions
+        return schema.empty_table()
     if len(keys) > delta.IN_LIST_LIMIT:
         found = found.filter(pc.is_in(found["_cdc_key"].cast(pa.string()), value_set=pa.array(keys, pa.string())))
     return pa.table([found[f.name].cast(f.type) if f.name in found.schema.names else pa.nulls(found.num_rows, f.type)
@@ -193,6 +195,8 @@ def _build(spark, cfg: Config, table: TableConfig, dt_, through: int, columns: d
             continue
         frame = _as_target_types(spark, path(table_dir, name), columns)
         records = frame if records is None else records.unionByName(frame)
+    if records is None:
+        raise OutOfOrder(f"table {table.name}: no changes or base snapshot to build the history from yet")
     records = records.where(F.col("_cdc_batch_seq") <= through)
     meta = shape.META_COLUMNS + _OP
     typed = _typed_frame(records, columns, _spark_columns(columns) + ", " + ", ".join(f"`{m}` string" for m in meta),

@@ -169,7 +169,8 @@ def admit_rows(types: dict, rows: pa.Table, text_source_of, images_of=None) -> t
     """Admit each row (in the given order) to the column types: the reason for each misfit,
     and each row's image. `images_of`: the image of a row without `_cdc_row` (a typed file's,
     whose rows are admitted a file at a time where `schema.admit_columns` can)."""
-    reasons, images = [], []
+    reasons: list[str | None] = []
+    images: list[dict] = []
     types_of: dict = {}  # a file's rows share one types text
     listed = rows.select(["_cdc_op", "_cdc_row", "_cdc_file", "_cdc_line", "_cdc_types"]).to_pylist()
     i = 0

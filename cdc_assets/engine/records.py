@@ -8,6 +8,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from ..core.changes import RECORD_FIELDS
+from ..core.errors import OutOfOrder
 from ..core.target import arrow_type, column_type
 from . import delta
 
@@ -32,6 +33,14 @@ def read_records(table_path: str, where: str) -> pa.Table | None:
         return None
     schema = pa.schema(list(delta.arrow_schema(fields)) + [pa.field(c, arrow_type(t)) for c, t in stored.items()])
     return data.cast(schema)
+
+
+def read_committed_records(table_path: str, where: str) -> pa.Table:
+    """`read_records` of a table its caller knows has a commit (a step before it committed one)."""
+    data = read_records(table_path, where)
+    if data is None:
+        raise OutOfOrder(f"{table_path}: no commit to read records from yet")
+    return data
 
 
 def _quoted(name: str) -> str:

@@ -14,7 +14,7 @@ from ..core.config import Config, TableConfig
 from ..core.errors import OutOfOrder
 from . import delta
 from .landing import Batch, is_done_or_next
-from .records import read_records
+from .records import read_committed_records
 from .tables import CHANGES, STAGING, path
 
 
@@ -50,7 +50,7 @@ def stage_batch(cfg: Config, table: TableConfig, batch: Batch) -> dict:
     if delta.step_version(path(table_dir, CHANGES), CHANGES) < batch.seq:
         raise OutOfOrder(f"table {table.name}: batch {batch.id} has no committed changes yet: materialize changes first")
     # The batch's changes only: delta-rs skips the files of other batches by their statistics.
-    batch_changes = read_records(path(table_dir, CHANGES), f"_cdc_batch_seq = {batch.seq}")
+    batch_changes = read_committed_records(path(table_dir, CHANGES), f"_cdc_batch_seq = {batch.seq}")
     staged = latest_of_batch(batch_changes)
     n_changes = batch_changes.num_rows
     metrics = {"changes": n_changes, "staged": staged.num_rows, "superseded_in_batch": n_changes - staged.num_rows}
