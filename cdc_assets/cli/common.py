@@ -23,3 +23,13 @@ def table_or_none(cfg: Config, name: str) -> TableConfig | None:
     print(f"cdc-assets: {cfg.path}: no table {name!r} (tables: {', '.join(t.name for t in cfg.tables)})",
           file=sys.stderr)
     return None
+
+
+def tables_or_none(cfg: Config, names: list[str] | None) -> list[TableConfig] | None:
+    """The tables named (every table when none is), or None after printing each name that is not
+    one (the command then exits 2)."""
+    if not names:
+        return list(cfg.tables)
+    found = [table_or_none(cfg, n) for n in names]
+    tables = [t for t in found if t is not None]
+    return tables if len(tables) == len(found) else None

@@ -12,7 +12,7 @@ import time
 
 from . import emulators
 
-DEMO_TABLES = (
+DEMO_TABLES: tuple[tuple[str, str, int, tuple[int, int, int], list[str]], ...] = (
     # name, source, changes, mix (insert/update/delete %), partition_by
     ("ORDERS", "oracle", 3000, (40, 40, 20), ["region"]),
     ("CUSTOMERS", "mysql", 2000, (50, 35, 15), []),
@@ -123,9 +123,10 @@ def main(args) -> int:
 
 def _demo(root: str, seed: int, bigquery_client=None) -> int:
     from ..core.config import load_config
+    from ..defs.definitions import build_definitions
+    from ..defs.run_loop import run_config
     from ..engine.checks import reconciliation
     from ..engine.landing import registered
-    from .run import run_config
 
     t0 = time.time()
     gcp = bigquery_client is not None
@@ -142,7 +143,7 @@ def _demo(root: str, seed: int, bigquery_client=None) -> int:
         else:
             land_batch(root, b)
         print(f"-- batch {b} landed")
-        ok &= all(o.ok for o in run_config(cfg))
+        ok &= all(o.ok for o in run_config(cfg, build_definitions))
     print("-- reconciliation: landed files, targets against the generated source exports"
           + (", BigQuery tables against the targets" if gcp else ""))
     for table in cfg.tables:

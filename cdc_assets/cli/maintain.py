@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import config_or_none, table_or_none
+from .common import config_or_none, tables_or_none
 
 
 def register(sub) -> None:
@@ -30,8 +30,8 @@ def main(args) -> int:
     cfg = config_or_none(args.config)
     if cfg is None:
         return 2
-    tables = [table_or_none(cfg, n) for n in args.tables] if args.tables else list(cfg.tables)
-    if None in tables:
+    tables = tables_or_none(cfg, args.tables)
+    if tables is None:
         return 2
     failed = False
     for table in tables:

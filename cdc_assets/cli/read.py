@@ -27,7 +27,7 @@ def main(args) -> int:
 
     cfg = config_or_none(args.config)
     table = table_or_none(cfg, args.table) if cfg else None
-    if table is None:
+    if cfg is None or table is None:
         return 2
     if args.out and not args.out.endswith((".parquet", ".csv")):
         print(f"cdc-assets: --out {args.out}: name a .parquet or .csv file", file=sys.stderr)

@@ -23,12 +23,12 @@ def main(args) -> int:
         return 2
     if args.action == "start":
         try:
-            server, started = connect.start(cfg, args.port)
+            running, started = connect.start(cfg, args.port)
         except connect.SparkServerError as e:
             print(f"cdc-assets: {e}")
             return 1
-        print(f"Spark Connect server {'started' if started else 'already running'} at {server.url} "
-              f"(pid {server.pid}, log {server.log})")
+        print(f"Spark Connect server {'started' if started else 'already running'} at {running.url} "
+              f"(pid {running.pid}, log {running.log})")
         return 0
     if args.action == "stop":
         server = connect.stop(cfg)

@@ -29,7 +29,8 @@ def _policy(r: dict) -> str:
 
 
 def _within(r: dict) -> str:
-    return {True: "yes", False: "NO"}.get(r.get("within_max_staleness"), "")
+    within = r.get("within_max_staleness")
+    return "" if within is None else "yes" if within else "NO"
 
 
 def _files(r: dict) -> str:
@@ -102,7 +103,8 @@ def _duration(seconds: float) -> str:
 def _bytes(n: float) -> str:
     if n < 1024:
         return f"{int(n)} B"
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
+    for unit in ("KiB", "MiB", "GiB"):
         n /= 1024
-        if n < 1024 or unit == "TiB":
+        if n < 1024:
             return f"{n:.1f} {unit}"
+    return f"{n / 1024:.1f} TiB"

@@ -58,7 +58,7 @@ def history(args) -> int:
 
     cfg = config_or_none(args.config)
     table = table_or_none(cfg, args.table) if cfg else None
-    if table is None:
+    if cfg is None or table is None:
         return 2
     rows = [v.to_json() for v in versions(cfg.table_dir(table.name))]
     if args.json:
@@ -82,7 +82,7 @@ def restore(args) -> int:
 
     cfg = config_or_none(args.config)
     table = table_or_none(cfg, args.table) if cfg else None
-    if table is None:
+    if cfg is None or table is None:
         return 2
     table_dir = cfg.table_dir(table.name)
     try:

@@ -63,11 +63,13 @@ def target_checks(cfg: Config, table: TableConfig, spark) -> Iterator[dg.AssetCh
 
 def table_checks(cfg: Config, table: TableConfig, target: dg.AssetKey) -> list[dg.AssetChecksDefinition]:
     """The checks of their own (the others are evaluated by their asset's step)."""
-    return [within_max_staleness_check(cfg, table, target)] if table.apply.max_staleness is not None else []
+    max_staleness = table.apply.max_staleness
+    return [within_max_staleness_check(cfg, table, target, max_staleness)] if max_staleness is not None else []
 
 
-def within_max_staleness_check(cfg: Config, table: TableConfig, target: dg.AssetKey) -> dg.AssetChecksDefinition:
-    limit = format_duration(table.apply.max_staleness)
+def within_max_staleness_check(cfg: Config, table: TableConfig, target: dg.AssetKey,
+                               max_staleness: float) -> dg.AssetChecksDefinition:
+    limit = format_duration(max_staleness)
 
     @dg.asset_check(asset=target, name=WITHIN_MAX_STALENESS,
                     description=f"No pending batch (staged, not merged) has waited {limit} (apply.max_staleness) "
@@ -77,6 +79,6 @@ def within_max_staleness_check(cfg: Config, table: TableConfig, target: dg.Asset
         # A warning, not an error: a late merge is stale, not wrong, and the fresh read shows
         # the pending changes meanwhile.
         return dg.AssetCheckResult(passed=bool(figures["within_max_staleness"]), severity=dg.AssetCheckSeverity.WARN,
-                                   metadata=as_metadata({**figures, "max_staleness_seconds": table.apply.max_staleness}))
+                                   metadata=as_metadata({**figures, "max_staleness_seconds": max_staleness}))
 
     return within_max_staleness

@@ -77,10 +77,12 @@ def restore_definition(cfg: Config, table: TableConfig) -> dg.JobDefinition:
         if (config.version is None) == (config.as_of is None):
             raise target_versions.RestoreError(f"table {table.name}: give the version or as_of, one of them")
         with table_lock(table_dir):
-            version = config.version
             if config.as_of is not None:
                 version = target_versions.version_as_of(table.name, target_versions.versions(table_dir),
                                                         dt.datetime.fromisoformat(config.as_of))
+            else:
+                assert config.version is not None  # one of the two is given: checked above
+                version = config.version
             done = target_versions.restore(table.name, table_dir, version)
         context.log_event(dg.AssetObservation(asset_key=names.key("target"), metadata={
             "restored_from_version": done.restored_from, "version": done.version,

@@ -1,11 +1,13 @@
 """Engine figures as Dagster metadata a user can read in the UI."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import dagster as dg
 
 
-def as_metadata(figures: dict) -> dict:
-    out = {}
+def as_metadata(figures: Mapping[str, object]) -> dict[str, dg.MetadataValue]:
+    out: dict[str, dg.MetadataValue] = {}
     for k, v in figures.items():
         if isinstance(v, bool):
             out[k] = dg.MetadataValue.bool(v)

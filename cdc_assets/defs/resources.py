@@ -33,7 +33,7 @@ class CdcSparkResource(dg.ConfigurableResource):
         if context.instance is not None and context.dagster_run is not None:
             # The process executing the run (the UI's or the sensor's run worker, or `cdc-assets
             # run`), so that a later run can tell it died holding the table's pool (pools.py).
-            mark_process(context.instance, context.run_id)
+            mark_process(context.instance, context.dagster_run.run_id)
 
     @property
     def spark_session(self) -> Any:

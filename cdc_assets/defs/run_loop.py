@@ -105,7 +105,7 @@ class _Jobs:
     outcome: TableOutcome
     pool: str
     pool_wait: float
-    progress: object = None
+    progress: Callable[[str], None] | None = None
 
     def run(self, label: str, job_name: str, tags: dict, partition_key: str | None = None) -> None:
         t = time.time()
@@ -131,7 +131,7 @@ class _Jobs:
 
 
 def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table: TableConfig,
-              progress=None, pool_wait: float = POOL_WAIT_SECONDS) -> TableOutcome:
+              progress: Callable[[str], None] | None = None, pool_wait: float = POOL_WAIT_SECONDS) -> TableOutcome:
     """`progress(line)`: called after each job with its step and time (the CLI prints it on stderr).
     `pool_wait`: how long a step waits for the table's pool before the table fails saying who holds it."""
     t0 = time.time()
@@ -144,7 +144,8 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
         release_abandoned(inst, names.pool)
         with table_lock(table_dir):
             if table.source:
-                with defs.resources["bigquery"].get_client() as client:
+                # build_definitions binds the bigquery resource for a table with a source
+                with (defs.resources or {})["bigquery"].get_client() as client:
                     bigquery_source.extract_new_rows(client, table, table_dir)
             batch = on_conflict(lambda: register_new_batch(cfg.landing_dir(table.name), table_dir),
                                 f"{table.name}/batches")

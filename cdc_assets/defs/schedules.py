@@ -148,7 +148,8 @@ def _cycle_schedule(cfg: Config, cycle: Cycle, job: dg.JobDefinition) -> dg.Sche
             return dg.SkipReason(f"cycle {cycle.name}: run {running[0].run_id} has not finished; it takes what "
                                  "landed meanwhile, or the next tick does")
         deadline = time.monotonic() + GROUP_LOCK_SECONDS
-        work, reasons = [], []
+        work: list[str] = []
+        reasons: list[str] = []
         for table in cycle.tables:
             # without a cursor: a gs:// landing is listed whole each tick; the ledger says what is new
             new, busy, _ = register_landed(
@@ -160,7 +161,7 @@ def _cycle_schedule(cfg: Config, cycle: Cycle, job: dg.JobDefinition) -> dg.Sche
                 context.instance.add_dynamic_partitions(TableNames(table.name).batches, missing)
             if requests or busy:  # a busy table's files are registered by the run, which waits for the lock
                 work.append(table.name)
-            else:
+            elif reason is not None:  # plan_requests says why whenever it requests nothing
                 reasons.append(reason)
         if not work:
             return dg.SkipReason("; ".join(reasons))

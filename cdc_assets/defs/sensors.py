@@ -55,7 +55,8 @@ def run_key_scope(table_dir: str, name: str = "batches") -> str:
     this warehouse's Delta table `name` (its table id), or of the table folder before it exists."""
     dt = delta.open_table(batches_path(table_dir) if name == "batches" else path(table_dir, name))
     if dt is not None:
-        return dt.metadata().id.replace("-", "")[:12]
+        # delta-rs annotates the id as an int; it is the table's UUID, as text
+        return str(dt.metadata().id).replace("-", "")[:12]
     where = table_dir if "://" in table_dir else os.path.realpath(table_dir)
     return hashlib.sha1(where.encode("utf-8")).hexdigest()[:12]
 
@@ -135,7 +136,7 @@ def landing_sensor(cfg: Config, table: TableConfig, jobs: list) -> dg.SensorDefi
     @dg.sensor(name=f"{table.name}__landing_sensor", minimum_interval_seconds=TICK_SECONDS, jobs=jobs,
                default_status=dg.DefaultSensorStatus.STOPPED, required_resource_keys=resource_keys or None,
                description=f"Watches {cfg.landing_dir(table.name)} for complete change files of {table.name}.")
-    def sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+    def sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
         # Nothing landed and nothing pending since a full look: no Delta table opened, no instance query.
         from ..engine.landing import settled
         if not table.source and settled(cfg.table_dir(table.name), cfg.landing_dir(table.name), bool(table.base_snapshot)):

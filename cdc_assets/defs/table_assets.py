@@ -55,7 +55,7 @@ def _batch(cfg: Config, table: TableConfig, partition_key: str) -> Batch:
 def sync_target_partitions(instance: dg.DagsterInstance, cfg: Config, table: TableConfig) -> None:
     """Make the instance know every target partition the warehouse holds (a new instance knows none)."""
     parts = target_partitions(table)
-    if parts is None:
+    if parts is None or parts.name is None:
         return
     known = set(instance.get_dynamic_partitions(parts.name))
     new = [k for k in staged_partition_keys(cfg, table) if k not in known]
@@ -99,7 +99,7 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
         metadata = {**as_metadata(figures), **table_metadata("changes", figures.get("changes_new"))}
         return dg.MaterializeResult(metadata=metadata)
 
-    changes_spec = dict(
+    changes_asset = dg.asset(
         key=names.key("changes"), partitions_def=batches, group_name=table.name, kinds={"spark", "delta"},
         metadata=named("changes"),
         tags=tags, pool=names.pool,
@@ -108,12 +108,12 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
     if gcs.is_gcs(cfg.landing):
         from dagster_gcp import GCSResource  # imported only where used: it costs about a second
 
-        @dg.asset(**changes_spec)
+        @changes_asset
         def changes(context: dg.AssetExecutionContext, pyspark: CdcSparkResource,
                     gcs: GCSResource) -> dg.MaterializeResult:
             return take_batch(context, pyspark, gcs.get_client())
     else:
-        @dg.asset(**changes_spec)
+        @changes_asset
         def changes(context: dg.AssetExecutionContext, pyspark: CdcSparkResource) -> dg.MaterializeResult:
             return take_batch(context, pyspark)
 
@@ -182,8 +182,9 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
                     else held_reason(steps) or "nothing pending"))
                 return
         spark = lambda: spark_session(pyspark)  # noqa: E731 - an incremental apply never starts Spark
+        selected = {k.name for k in context.selected_asset_check_keys if k.asset_key == names.key("target")}
         checks = (c for c in target_checks(cfg, table, spark)  # those the run selected (all, unless a user chose)
-                  if dg.AssetCheckKey(names.key("target"), c.check_name) in context.selected_asset_check_keys)
+                  if c.check_name in selected)
         if names.key("target") not in context.selected_asset_keys:  # its checks alone, on the target as it is
             yield from checks
             return

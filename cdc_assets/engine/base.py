@@ -48,6 +48,13 @@ from .tables import BASE, path
 BASE_BATCH = 0  # base rows count as batch 0; landed batches start at 1
 
 
+def _export_path(table: TableConfig) -> str:
+    """The table's base export (`base_snapshot:`): only a table with one has a base to import."""
+    if table.base_snapshot is None:
+        raise ValueError(f"table {table.name}: no base_snapshot to import")
+    return table.base_snapshot
+
+
 def import_base(spark, cfg: Config, table: TableConfig, log=None) -> dict:
     """`spark`: a session, or a function that starts one; a typed export of at most
     spark_files.LOCAL_ROWS rows, or another of at most ingest.LOCAL_PARSE_BYTES, is imported
@@ -57,7 +64,8 @@ def import_base(spark, cfg: Config, table: TableConfig, log=None) -> dict:
     base_path = path(table_dir, BASE)
     if delta.step_version(base_path, BASE) >= BASE_BATCH:
         return {"already_committed": True}
-    files = [{"path": table.base_snapshot, "file": os.path.basename(table.base_snapshot), "file_index": 0,
+    export = _export_path(table)
+    files = [{"path": export, "file": os.path.basename(export), "file_index": 0,
               "batch_seq": BASE_BATCH, "batch_id": "base"}]
     columns = typed_export_columns(table)
     if columns is not None:
@@ -122,10 +130,11 @@ SLICE_ROWS = 64 * 1024  # rows per Arrow batch a task hands to Spark
 def typed_export_columns(table: TableConfig) -> dict[str, str] | None:
     """The export's column types when it is a readable Parquet file every column of which has
     one; None sends it down the row-by-row path (which also names an unreadable file)."""
-    if table.rename or not table.base_snapshot.lower().endswith(".parquet"):
+    export = table.base_snapshot
+    if table.rename or export is None or not export.lower().endswith(".parquet"):
         return None  # columns are renamed record by record
     try:
-        schema = pq.read_schema(table.base_snapshot)
+        schema = pq.read_schema(export)
     except Exception:  # noqa: BLE001 - the row-by-row path quarantines it with its reason
         return None
     return export_columns(schema, table.keys, table.partition_by)
@@ -159,7 +168,7 @@ def _export_tasks(table: TableConfig, columns: dict[str, str], folder: str):
     """What each Spark task runs on its slices of the export: typed base records, written by
     the task itself as a Parquet file in `folder`. The task hands Spark only what is small: the
     file's name, its rejections and its partition values (rows never cross into the JVM)."""
-    keys, partition_by, file_name = list(table.keys), list(table.partition_by), os.path.basename(table.base_snapshot)
+    keys, partition_by, file_name = list(table.keys), list(table.partition_by), os.path.basename(_export_path(table))
     file_schema = base_schema(columns, shape.arrow_type)
     out_schema = delta.arrow_schema(TASK_RESULT_FIELDS)
     settings = storage.settings()  # a warehouse in an object store: each task writes its file there
@@ -214,7 +223,7 @@ def _run_tasks(spark, table: TableConfig, columns: dict[str, str], folder: str, 
 
 def _import_typed(spark, table: TableConfig, table_dir: str, columns: dict[str, str], log, t0: float) -> dict:
     base_path = path(table_dir, BASE)
-    slices = _export_slices(table.base_snapshot)
+    slices = _export_slices(_export_path(table))
     folder = spark_files.new_folder(base_path)
     if not storage.is_remote(folder):
         os.makedirs(folder)

@@ -123,7 +123,10 @@ def bigquery_schema(columns: dict[str, str], keys=(), nullable_keys: bool = Fals
     for c, t in columns.items():
         type_, precision, scale = bigquery_type(t)
         mode = "REQUIRED" if c in keys and not nullable_keys else "NULLABLE"
-        out.append(bigquery.SchemaField(c, type_, mode=mode, precision=precision, scale=scale))
+        if precision is None or scale is None:  # the library's default leaves them unset
+            out.append(bigquery.SchemaField(c, type_, mode=mode))
+        else:
+            out.append(bigquery.SchemaField(c, type_, mode=mode, precision=precision, scale=scale))
     return out
 
 
@@ -501,7 +504,7 @@ def reconcile(client, cfg: Config, table: TableConfig, sample: int = SAMPLE_ROWS
     when they agree."""
     dest = destination(table)
     last = last_publish(cfg, table)
-    if last is None or last.get("destination") != dest:
+    if dest is None or last is None or last.get("destination") != dest:
         exists = delta.open_table(path(cfg.table_dir(table.name), TARGET)) is not None
         return {"published": False, "discrepancies": 1 if exists else 0}
     calls = _Calls(client, table, dest, timeout)

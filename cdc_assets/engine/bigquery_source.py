@@ -20,12 +20,17 @@ import datetime as dt
 import decimal
 import json
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 
 from ..core.config import BIGQUERY_SOURCE, TableConfig
 from ..core.errors import TerminalError
+
+if TYPE_CHECKING:
+    from google.cloud.bigquery import SchemaField
 
 SCHEME = "bigquery://"
 EXTRACTS = "extracts"
@@ -36,6 +41,10 @@ POSITION_TYPES = {"INTEGER": "INT64", "INT64": "INT64", "NUMERIC": "NUMERIC", "B
                   "TIMESTAMP": "TIMESTAMP", "DATETIME": "DATETIME", "DATE": "DATE"}
 
 
+# A position a source row has: a number, an instant or a day (POSITION_TYPES).
+Position = int | decimal.Decimal | dt.datetime | dt.date
+
+
 class SourceError(TerminalError, RuntimeError):
     """The BigQuery source cannot be read; the message names the table, the source and the cause."""
 
@@ -44,8 +53,8 @@ class SourceError(TerminalError, RuntimeError):
 class Extract:
     file: str  # relative to the table's extracts folder
     rows: int
-    after: object  # the position the extract started after (None: the first extract)
-    through: object  # the greatest position it holds
+    after: Position | None  # the position the extract started after (None: the first extract)
+    through: Position  # the greatest position it holds
 
 
 def source_table(url: str) -> str:
@@ -63,7 +72,7 @@ def extracts_dir(table_dir: str) -> str:
     return os.path.join(table_dir, EXTRACTS)
 
 
-def last_extract(folder: str) -> tuple[int, object]:
+def last_extract(folder: str) -> tuple[int, Position | None]:
     """(how many extracts there are, the greatest position they took, or None)."""
     if not os.path.isdir(folder):
         return 0, None
@@ -79,9 +88,11 @@ def extract_new_rows(client, table: TableConfig, table_dir: str, page_rows: int 
     from google.api_core import exceptions
     from google.cloud import bigquery
 
+    where = f"table {table.name}: source {table.source}"
+    if table.source is None:
+        raise SourceError(f"{where}: the table has no source: to extract from")
     source = source_table(table.source)
     column = position_column(table)
-    where = f"table {table.name}: source {table.source}"
     try:
         kind = _position_type(client.get_table(source).schema, column, where)
         count, after = last_extract(extracts_dir(table_dir))
@@ -104,7 +115,7 @@ def extract_new_rows(client, table: TableConfig, table_dir: str, page_rows: int 
         raise SourceError(f"{where}: {e.message or e}") from None
 
 
-def _write(rows, folder: str, number: int, after, upto) -> Extract:
+def _write(rows, folder: str, number: int, after: Position | None, upto: Position) -> Extract:
     os.makedirs(folder, exist_ok=True)
     name = f"extract-{number:08d}.parquet"  # names sort in extraction order: arrival order
     final, partial = os.path.join(folder, name), os.path.join(folder, f".{name}.partial")
@@ -127,14 +138,19 @@ def _write(rows, folder: str, number: int, after, upto) -> Extract:
     return Extract(name, written, after, upto)
 
 
-def _position_type(schema, column: str, where: str) -> str:
-    fields, found = schema, None
-    for part in column.split("."):
+def _position_type(schema: Sequence[SchemaField], column: str, where: str) -> str:
+    def named(fields: Sequence[SchemaField], part: str) -> SchemaField:
         found = next((f for f in fields if f.name == part), None)
         if found is None:
             raise SourceError(f"{where}: no column {column!r} to take the position from "
                               f"(columns: {', '.join(f.name for f in schema)}); set source_position")
-        fields = found.fields or ()
+        return found
+
+    *parents, leaf = column.split(".")
+    fields = schema
+    for part in parents:
+        fields = named(fields, part).fields or ()
+    found = named(fields, leaf)
     kind = POSITION_TYPES.get(found.field_type)
     if kind is None or found.mode == "REPEATED":
         raise SourceError(f"{where}: position column {column!r} is {found.field_type}; it must be a number, "
@@ -146,7 +162,7 @@ def _ref(column: str) -> str:
     return ".".join(f"`{p}`" for p in column.split("."))
 
 
-def _encode(value) -> dict:
+def _encode(value: Position) -> dict[str, str | int]:
     if isinstance(value, dt.datetime):
         return {"datetime": value.isoformat()}
     if isinstance(value, dt.date):
@@ -156,7 +172,8 @@ def _encode(value) -> dict:
     return {"int": int(value)}
 
 
-def _decode(raw: dict):
+def _decode(raw: dict[str, str | int]) -> Position:
     (kind, text), = raw.items()
-    return {"datetime": dt.datetime.fromisoformat, "date": dt.date.fromisoformat,
-            "decimal": decimal.Decimal, "int": int}[kind](text)
+    decoders: dict[str, Callable[[str], Position]] = {
+        "datetime": dt.datetime.fromisoformat, "date": dt.date.fromisoformat, "decimal": decimal.Decimal, "int": int}
+    return decoders[kind](str(text))

@@ -29,7 +29,7 @@ def key_uniqueness(cfg: Config, table: TableConfig, spark=None) -> dict:
     if commit.get("step") != TARGET or commit.get("build") == "full" or "from_batch" not in commit:
         rows = delta.file_stats(dt)[2]
         if spark is None or rows <= spark_files.LOCAL_ROWS:  # small enough to count in this process
-            return {"rows": rows, "keys_checked": rows, **_keys_unique_where(target_path, "true")}
+            return {"rows": rows, "keys_checked": rows, **_keys_unique_where(dt, "true")}
         return _all_keys_unique(spark(), dt)
     touched = delta.select(path(table_dir, STAGING), (("_cdc_key", "string"),),
                            f"_cdc_batch_seq >= {int(commit['from_batch'])} AND _cdc_batch_seq <= {int(commit['batch_seq'])}")
@@ -54,10 +54,10 @@ def _origins(rows: pa.Table, keys) -> list[str]:
     return sorted(origin(o) for o in picked["_cdc_order"].to_pylist())
 
 
-def _keys_unique_where(target_path: str, where: str) -> dict:
-    dupes = delta.query(target_path, f"SELECT _cdc_key FROM t WHERE {where} GROUP BY _cdc_key HAVING count(*) > 1")
+def _keys_unique_where(dt: delta.DeltaTable, where: str) -> dict:
+    dupes = delta.query(dt, f"SELECT _cdc_key FROM t WHERE {where} GROUP BY _cdc_key HAVING count(*) > 1")
     sample = dupes["_cdc_key"].to_pylist()[:SAMPLE]
-    rows = delta.rows_with_keys(target_path, KEY_AND_ORDER, [str(k) for k in sample]) if sample else None
+    rows = delta.rows_with_keys(dt, KEY_AND_ORDER, [str(k) for k in sample]) if sample else None
     return {"duplicate_keys": dupes.num_rows, "sample_duplicates": _origins(rows, sample) if rows is not None else []}
 
 
@@ -96,14 +96,15 @@ def batch_accounting(cfg: Config, table: TableConfig, batch_seq: int) -> dict:
     commits recorded, and `counted_from_commits` says which."""
     table_dir = cfg.table_dir(table.name)
     # each table's log read once: the snapshot serves the commit, the trim and the count
-    opened = {name: delta.open_table(path(table_dir, name)) for name in (CHANGES, STAGING)}
-    ingest = delta.step_commit(opened[CHANGES], CHANGES, batch_seq) if opened[CHANGES] is not None else None
-    staged = delta.step_commit(opened[STAGING], STAGING, batch_seq) if opened[STAGING] is not None else None
-    if ingest is None or staged is None:
+    changes, staging = (delta.open_table(path(table_dir, name)) for name in (CHANGES, STAGING))
+    ingest = delta.step_commit(changes, CHANGES, batch_seq) if changes is not None else None
+    staged = delta.step_commit(staging, STAGING, batch_seq) if staging is not None else None
+    if changes is None or staging is None or ingest is None or staged is None:
         return {"complete": False}
+    opened = {CHANGES: changes, STAGING: staging}
     n = {k: int(v) for k, v in ingest.items() if v.isdigit()}
     s = {k: int(v) for k, v in staged.items() if v.isdigit()}
-    recorded = []
+    recorded: list[str] = []
 
     def rows(name: str, trim: str, figure: str, at_staging: int) -> int:
         """The batch's rows in `name`, or, once a trim took them, what staging recorded of them."""
@@ -112,7 +113,7 @@ def batch_accounting(cfg: Config, table: TableConfig, batch_seq: int) -> dict:
             return at_staging
         return _rows_of_batch(opened[name], batch_seq)
 
-    figures = {
+    counts = {
         "records_read": n["records_read"],
         "changes_new": rows(CHANGES, CHANGES_TRIM, "changes_new", s["changes"]),
         "duplicates_skipped": n["duplicates_skipped"],
@@ -120,12 +121,13 @@ def batch_accounting(cfg: Config, table: TableConfig, batch_seq: int) -> dict:
         "staged": rows(STAGING, STAGING_TRIM, "staged", s["staged"]),
         "superseded_in_batch": s["superseded_in_batch"],
     }
+    figures: dict[str, int | bool | list[str]] = dict(counts)
     if recorded:
         figures["counted_from_commits"] = recorded
     figures["complete"] = True
     figures["adds_up"] = (
-        figures["records_read"] == figures["changes_new"] + figures["duplicates_skipped"] + figures["quarantined"]
-        and figures["changes_new"] == figures["staged"] + figures["superseded_in_batch"]
+        counts["records_read"] == counts["changes_new"] + counts["duplicates_skipped"] + counts["quarantined"]
+        and counts["changes_new"] == counts["staged"] + counts["superseded_in_batch"]
     )
     return figures
 
@@ -152,7 +154,9 @@ def read_export(export_path: str, keys, columns: dict | None = None, rename: dic
     return [c for c in items if hasattr(c, "row")], [c for c in items if not hasattr(c, "row")]
 
 
-def reconciliation(cfg: Config, table: TableConfig) -> dict:
+def reconciliation(cfg: Config, table: TableConfig) -> reconcile.Report:
+    if table.reconcile_with is None:
+        raise ValueError(f"table {table.name}: no export to reconcile with (reconcile_with: is not set)")
     target = delta.read_arrow(path(cfg.table_dir(table.name), TARGET))
     rows = target.to_pylist() if target is not None else []
     source, unreadable = read_export(table.reconcile_with, table.keys, table.columns, table.rename)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from typing import overload
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -213,6 +214,10 @@ def read_arrow(path: str, columns=None, filters=None) -> pa.Table | None:
     return dt.to_pyarrow_table(columns=columns, filters=filters)
 
 
+@overload
+def query(path: DeltaTable, sql: str) -> pa.Table: ...
+@overload
+def query(path: str | DeltaTable, sql: str) -> pa.Table | None: ...
 def query(path: str | DeltaTable, sql: str) -> pa.Table | None:
     """An SQL query over the table, named `t`, through delta-rs' query engine, which skips files
     whose statistics (or partition values) rule its conditions out; None without the table."""
@@ -224,6 +229,10 @@ def query(path: str | DeltaTable, sql: str) -> pa.Table | None:
     return pa.table(QueryBuilder().register("t", dt).execute(sql))
 
 
+@overload
+def select(path: DeltaTable, fields, where: str) -> pa.Table: ...
+@overload
+def select(path: str | DeltaTable, fields, where: str) -> pa.Table | None: ...
 def select(path: str | DeltaTable, fields, where: str) -> pa.Table | None:
     """The rows of a table matching an SQL condition (see `query`)."""
     names = ", ".join(f'"{n}"' for n, _ in fields)
@@ -234,6 +243,11 @@ def select(path: str | DeltaTable, fields, where: str) -> pa.Table | None:
 IN_LIST_LIMIT = 2000  # keys per SQL IN list: far longer lists overflow the SQL parser's stack
 
 
+@overload
+def rows_with_keys(path: DeltaTable, fields, keys: list[str], also: str | None = None) -> pa.Table: ...
+@overload
+def rows_with_keys(path: str | DeltaTable, fields, keys: list[str],
+                   also: str | None = None) -> pa.Table | None: ...
 def rows_with_keys(path: str | DeltaTable, fields, keys: list[str], also: str | None = None) -> pa.Table | None:
     """The rows whose `_cdc_key` is one of `keys`. A batch's worth goes to delta-rs' query
     engine, which skips files by their statistics (`also`: a further SQL condition, such as
@@ -265,7 +279,7 @@ def sql_text(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def last_commit(path: str) -> dict:
+def last_commit(path: str | DeltaTable) -> dict:
     dt = open_table(path)
     if dt is None:
         return {}
@@ -273,7 +287,7 @@ def last_commit(path: str) -> dict:
     return hist[0] if hist else {}
 
 
-def step_commit(path: str, step: str, batch_seq: int | None = None) -> dict | None:
+def step_commit(path: str | DeltaTable, step: str, batch_seq: int | None = None) -> dict | None:
     """The custom metadata of the commit in which `step` took that batch, or of its newest
     commit when `batch_seq` is None (None when there is none).
 

@@ -8,6 +8,7 @@ exception (`Caused by: ...`), e.g. `java.lang.OutOfMemoryError: Java heap space`
 from __future__ import annotations
 
 import re
+from typing import Protocol
 
 # A Java exception line: `[Caused by: ]java.lang.OutOfMemoryError[: message]`; Py4J puts `: ` before the first.
 _JAVA = re.compile(r"^\s*(?::\s*|Caused by:\s*)?((?:[a-zA-Z_$][\w$]*\.)+[A-Z][\w$]*(?:Exception|Error|Throwable)[\w$]*)"
@@ -62,9 +63,22 @@ def _describe(cls_name: str, message: str) -> str:
     return f"{cls_name}: {line}" if line else cls_name
 
 
-def root_cause_of_info(info) -> str:
+class ErrorInfo(Protocol):
+    """What is read of a Dagster SerializableErrorInfo (engine/ does not import Dagster)."""
+
+    @property
+    def cls_name(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def cause(self) -> ErrorInfo | None: ...
+    @property
+    def context(self) -> ErrorInfo | None: ...
+
+
+def root_cause_of_info(info: ErrorInfo | None) -> str:
     """One line for a Dagster SerializableErrorInfo: its innermost cause, reduced as above."""
-    chain = []
+    chain: list[ErrorInfo] = []
     while info is not None and len(chain) < 50:
         chain.append(info)
         info = info.cause or info.context

@@ -62,7 +62,7 @@ def complete_files(landing_dir: str) -> dict[str, int]:
     folder, or a gs:// one: engine/gcs.py)."""
     if gcs.is_gcs(landing_dir):
         return gcs.complete_objects(landing_dir)
-    out = {}
+    out: dict[str, int] = {}
     if not os.path.isdir(landing_dir):
         return out
     for root, dirs, files in os.walk(landing_dir):

@@ -184,13 +184,13 @@ def _trim_staging_window(staging_path: str, after: int, through: int) -> int:
     batches were trimmed already: they hold one row per key)."""
     older = f"_cdc_batch_seq <= {through}"
     scope = f" AND _cdc_key IN (SELECT _cdc_key FROM t WHERE _cdc_batch_seq > {after} AND {older})" if after >= 0 else ""
+    staging = delta.load(staging_path)
     # staging holds one row per key and batch: (key, batch) names a row
-    losers = delta.query(staging_path, (
+    losers = delta.query(staging, (
         "SELECT _cdc_key, _cdc_batch_seq FROM (SELECT _cdc_key, _cdc_batch_seq, row_number() OVER "
         f"(PARTITION BY _cdc_key ORDER BY _cdc_order DESC) AS n FROM t WHERE {older}{scope}) WHERE n > 1"))
     losers = losers.cast(delta.arrow_schema((("_cdc_key", "string"), ("_cdc_batch_seq", "long"))))
     props = delta.commit_props(STAGING_TRIM, through, {"through_batch": through, "rows_trimmed": losers.num_rows})
-    staging = delta.load(staging_path)
     if losers.num_rows == 0:
         # nothing to delete: a commit of the mark alone spares the next trim these batches
         staging.create_write_transaction([], mode="append", schema=staging.schema(), commit_properties=props)
@@ -239,8 +239,8 @@ def maintain(cfg: Config, table: TableConfig, now: dt.datetime | None = None,
     ledger = delta.open_table(batches_path(table_dir))
     if ledger is not None:
         vacuumed["batches"] = len(_vacuum(ledger, hours))
-    after = Files.of(delta.open_table(target_path))
-    return MaintenanceReport(table.name, before, after, {k: v for k, v in compacted.items() if k in (
+    target_after = Files.of(delta.open_table(target_path))
+    return MaintenanceReport(table.name, before, target_after, {k: v for k, v in compacted.items() if k in (
         "numFilesAdded", "numFilesRemoved", "partitionsOptimized", "totalConsideredFiles", "totalFilesSkipped")},
         list(policy.zorder_by), *trims[CHANGES], *trims[STAGING], vacuumed, round(hours, 3),
         round((dt.datetime.now(dt.UTC) - t0).total_seconds(), 2))

@@ -146,7 +146,7 @@ def rekey(spark, cfg: Config, table: TableConfig) -> RekeyReport:
     # left to recompute there, and tombstones (keys only) cannot be checked against their values.
     target = delta.open_table(path(table_dir, TARGET))
     rebuilt = target is not None and delta.txn_version(target, TARGET) >= 0
-    if rebuilt:
+    if target is not None and rebuilt:
         storage.remove_tree(path(table_dir, TOMBSTONES))  # rebuilt with the target from staging's deletes
         apply.rebuild_whole(spark, cfg, table, target, delta.txn_version(target, TARGET))
     if table.history and delta.open_table(path(table_dir, HISTORY)) is not None:

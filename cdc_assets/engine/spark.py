@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .spark_conf import DEFAULTS, in_process_settings  # noqa: F401 - the session's settings, shared with connect
@@ -60,7 +61,7 @@ _lock = threading.Lock()
 # What this process's runs used, in order (the `run` command prints it).
 used: list[str] = []
 # Told before a session is built (the `run` command prints it: starting Spark takes seconds).
-announce = None
+announce: Callable[[str], None] | None = None
 
 
 def _builder(settings: dict):

@@ -76,7 +76,9 @@ def _kind(entry: dict) -> str:
     step = entry.get("cdc.step")
     if step == TARGET and entry.get("cdc.build") == "full":
         return "first build" if _int(entry.get("cdc.from_batch")) in (0, None) else "build"
-    return _KINDS.get(step, str(entry.get("operation", "")).lower() or "unknown")
+    if step in _KINDS:
+        return _KINDS[step]
+    return str(entry.get("operation", "")).lower() or "unknown"
 
 
 def _metric(metrics: dict, *names: str) -> int | None:

@@ -23,6 +23,17 @@ def test_run_with_a_table_the_config_does_not_have_exits_2_naming_it(workdir, ca
     assert not os.path.exists(cfg.table_dir("ORDERS"))  # nothing ran, not even the table it does have
 
 
+@pytest.mark.parametrize("command", ["maintain", "rekey"])
+def test_maintain_and_rekey_with_tables_the_config_does_not_have_exit_2_naming_each(workdir, capsys, command):
+    cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "datastream-json"},
+                                 {"name": "ITEMS", "keys": ["id"], "format": "datastream-json"}])
+    code = main([command, "--config", cfg.path, "NOPE", "ORDERS", "GONE"])
+    out = capsys.readouterr()
+    assert code == 2
+    assert "no table 'NOPE'" in out.err and "no table 'GONE'" in out.err and "tables: ORDERS, ITEMS" in out.err
+    assert out.out == ""  # nothing done, not even for the table it does have
+
+
 def test_status_of_a_table_that_applied_nothing_says_none_not_batch_minus_one(workdir, capsys):
     cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "datastream-json"}])
     assert main(["status", "--config", cfg.path, "--json"]) == 0
