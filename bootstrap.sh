@@ -2,6 +2,7 @@
 # Set up everything cdc_assets needs, then run the demo or the tests.
 #   ./bootstrap.sh demo   set up, then generate a feed for three tables, apply it and reconcile
 #   ./bootstrap.sh test   set up, then run the test suite (extra arguments go to pytest)
+#   ./bootstrap.sh lint   set up, then run ruff and mypy as configured in pyproject.toml (CI runs it first)
 # Idempotent: a second call finds the venv current and only runs.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -50,8 +51,8 @@ ensure_venv() {
 cmd=${1:-}
 [ -n "$cmd" ] && shift || true
 case "$cmd" in
-    demo|test) ;;
-    *) echo "usage: ./bootstrap.sh demo | test [pytest args]" >&2; exit 2 ;;
+    demo|test|lint) ;;
+    *) echo "usage: ./bootstrap.sh demo | test [pytest args] | lint" >&2; exit 2 ;;
 esac
 ensure_java
 ensure_venv
@@ -59,4 +60,5 @@ export PYSPARK_PYTHON="$PWD/.venv/bin/python" SPARK_LOCAL_IP=127.0.0.1
 case "$cmd" in
     demo) exec .venv/bin/cdc-assets demo "$@" ;;
     test) exec .venv/bin/python -m pytest -p no:cacheprovider "$@" ;;
+    lint) .venv/bin/ruff check cdc_assets cdc_assets_tests && exec .venv/bin/mypy cdc_assets ;;
 esac
