@@ -1,4 +1,4 @@
-"""Cycles on a schedule (issue 9, item 2): `schedule: "*/15 * * * *"` on a table, or a group of tables
+"""Cycles on a schedule: `schedule: "*/15 * * * *"` on a table, or a group of tables
 (`groups:` in cdc.yaml) on one schedule, besides the landing sensor.
 
 A schedule targets one job, and Dagster's scheduler launches that job whatever job a RunRequest

@@ -49,10 +49,9 @@ def apply_request_tags(instance, table: TableConfig) -> dict | None:
 
 
 def run_key_scope(table_dir: str, name: str = "batches") -> str:
-    """FIX (SPEC 2, "a second warehouse with the same table names never confuses it"): run keys
-    were only table + batch, so a new or second warehouse watched from the same Dagster instance
-    had its requests dropped by the daemon as already launched. They now carry the identity of
-    this warehouse's Delta table `name` (its table id), or of the table folder before it exists."""
+    """What makes a run key this warehouse's: the identity of its Delta table `name` (the table id),
+    or of the table folder before it exists. A run key of table and batch alone would let the daemon
+    drop a second warehouse's requests (same table names, same Dagster instance) as already launched."""
     dt = delta.open_table(batches_path(table_dir) if name == "batches" else path(table_dir, name))
     if dt is not None:
         # delta-rs annotates the id as an int; it is the table's UUID, as text

@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 
 from ..core import target as shape
 from ..core.changes import RECORD_FIELDS, REJECT_FIELDS
-from ..core.config import Config, TableConfig
+from ..core.config import Config, ConfigError, TableConfig
 from ..core.schema import STRICT, joined
 from ..core.typed_export import base_schema, export_batch, export_columns
 from . import delta, spark_files, storage
@@ -51,7 +51,7 @@ BASE_BATCH = 0  # base rows count as batch 0; landed batches start at 1
 def _export_path(table: TableConfig) -> str:
     """The table's base export (`base_snapshot:`): only a table with one has a base to import."""
     if table.base_snapshot is None:
-        raise ValueError(f"table {table.name}: no base_snapshot to import")
+        raise ConfigError(f"table {table.name}: no base_snapshot to import")
     return table.base_snapshot
 
 

@@ -58,9 +58,9 @@ class Extract:
 
 
 def source_table(url: str) -> str:
-    """'project.dataset.table' from 'bigquery://project.dataset.table' (ValueError otherwise)."""
+    """'project.dataset.table' from 'bigquery://project.dataset.table' (SourceError otherwise)."""
     if not BIGQUERY_SOURCE.fullmatch(url):
-        raise ValueError(f"{url!r} is not bigquery://project.dataset.table")
+        raise SourceError(f"{url!r} is not bigquery://project.dataset.table")
     return url[len(SCHEME):]
 
 

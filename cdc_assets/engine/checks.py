@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..core import reconcile
-from ..core.config import Config, TableConfig
+from ..core.config import Config, ConfigError, TableConfig
 from ..core.formats import parse_snapshot
 from ..core.ordering import origin
 from . import delta, spark_files, storage
@@ -156,7 +156,7 @@ def read_export(export_path: str, keys, columns: dict | None = None, rename: dic
 
 def reconciliation(cfg: Config, table: TableConfig) -> reconcile.Report:
     if table.reconcile_with is None:
-        raise ValueError(f"table {table.name}: no export to reconcile with (reconcile_with: is not set)")
+        raise ConfigError(f"table {table.name}: no export to reconcile with (reconcile_with: is not set)")
     target = delta.read_arrow(path(cfg.table_dir(table.name), TARGET))
     rows = target.to_pylist() if target is not None else []
     source, unreadable = read_export(table.reconcile_with, table.keys, table.columns, table.rename)

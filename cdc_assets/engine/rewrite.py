@@ -73,7 +73,7 @@ def _candidates(dt_: DeltaTable, keys: list[str], partition_by: list[str]) -> li
 
 
 def _location(table_path: str, action: dict) -> str:
-    # get_add_actions gives paths URI-encoded once more than the files' names (FIELD_NOTES)
+    # get_add_actions gives paths URI-encoded once more than the files' names
     return storage.join(table_path, unquote(action["path"]))
 
 

@@ -76,7 +76,7 @@ def _files(table_path: str, dt_) -> list[_File]:
     counts = actions["num_records"].to_pylist()
     out = []
     for n, row in enumerate(actions.select(["path", "size_bytes"]).to_pylist()):
-        # get_add_actions gives paths URI-encoded once more than the files' names (FIELD_NOTES)
+        # get_add_actions gives paths URI-encoded once more than the files' names
         out.append(_File(row, storage.join(table_path, unquote(row["path"])), {c: v[n] for c, v in parts.items()},
                          lows[n], highs[n], counts[n] or 0))
     return out

@@ -1,4 +1,4 @@
-"""Spark writes a table's data files; delta-rs commits them (FIELD_NOTES: no delta-spark here).
+"""Spark writes a table's data files; delta-rs commits them: delta-spark does not load here.
 
 Executors write Parquet into a fresh folder inside the table; the driver reads only the
 files' footers (row counts and column statistics, so readers and the MERGE can prune
@@ -39,7 +39,7 @@ _STAT_TYPES = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string, pa
 
 
 def write_session_settings(spark) -> None:
-    """Parquet as delta-rs and every Delta reader expect it (FIELD_NOTES): microsecond timestamps."""
+    """Parquet as delta-rs and every Delta reader expect it: microsecond timestamps."""
     for key, value in {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
                        "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
                        "spark.sql.parquet.int96RebaseModeInWrite": "CORRECTED"}.items():
@@ -157,7 +157,7 @@ def new_folder(table_path: str) -> str:
 
 
 # ---- tables in an object store: Spark's Python workers read and write the files ----------
-# Spark here has no Cloud Storage or S3 connector (FIELD_NOTES), so for a warehouse in an object
+# Spark here has no Cloud Storage or S3 connector, so for a warehouse in an object
 # store each task reads or writes its own files through Arrow's filesystems, with the store's
 # settings carried in the task. The driver still sees only file names and footers' figures.
 
@@ -324,7 +324,7 @@ def removes_for(dt_: DeltaTable, keep=lambda partition_values: False) -> list[Re
 
 def remove_action(added: dict, partition: dict, now: int) -> RemoveAction:
     """The remove action of a file `get_add_actions` listed (`added`), `partition` its typed values."""
-    # get_add_actions gives paths URI-encoded once more than the log holds them (FIELD_NOTES)
+    # get_add_actions gives paths URI-encoded once more than the log holds them
     # get_add_actions types the partition values; a remove action carries them as the log's text
     return RemoveAction(path=unquote(added["path"]), data_change=True, deletion_timestamp=now,
                         size=added["size_bytes"],
