@@ -23,10 +23,10 @@ class HistoryConfig(dg.Config):
         description="Compute the whole history again from changes (and base) instead of taking the new batches.")
 
 
-def history_definitions(cfg: Config, table: TableConfig) -> tuple[list, list]:
-    """(assets, jobs) of a table that keeps its history; nothing for one that does not."""
+def history_definitions(cfg: Config, table: TableConfig) -> dg.Definitions:
+    """The history of a table that keeps one (its asset and job); nothing for one that does not."""
     if not table.history:
-        return [], []
+        return dg.Definitions()
     names = TableNames(table.name)
     table_dir = cfg.table_dir(table.name)
     deps = [dg.AssetDep(names.key("changes"), partition_mapping=dg.AllPartitionMapping())]
@@ -52,5 +52,5 @@ def history_definitions(cfg: Config, table: TableConfig) -> tuple[list, list]:
     job = dg.define_asset_job(history_job_name(table), selection=[names.key(HISTORY)],
                               description=f"Take {table.name}'s new batches into its history "
                                           "(run config rebuild: true computes it again).")
-    return [history_asset], [job]
+    return dg.Definitions(assets=[history_asset], jobs=[job])
 

@@ -14,11 +14,11 @@ def publish_job_name(table: TableConfig) -> str:
     return f"{table.name}_publish_job"
 
 
-def publish_definitions(cfg: Config, table: TableConfig) -> tuple[list, list, list]:
-    """(assets, checks, jobs) of a table that publishes; nothing for one that does not."""
+def publish_definitions(cfg: Config, table: TableConfig) -> dg.Definitions:
+    """The BigQuery copy of a table that publishes (its asset, check and job); nothing for one that does not."""
     dest = publishing.destination(table)
     if dest is None:
-        return [], [], []
+        return dg.Definitions()
     # Imported here: dagster_gcp costs about a second, paid only by configurations that use it.
     from .gcp_resources import CdcBigQueryResource
 
@@ -48,4 +48,4 @@ def publish_definitions(cfg: Config, table: TableConfig) -> tuple[list, list, li
 
     job = dg.define_asset_job(publish_job_name(table), selection=[key],
                               description=f"Publish {table.name}'s target to BigQuery {dest}.")
-    return [published], [reconciles_with_target], [job]
+    return dg.Definitions(assets=[published], asset_checks=[reconciles_with_target], jobs=[job])
