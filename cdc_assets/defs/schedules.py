@@ -152,11 +152,12 @@ def _cycle_schedule(cfg: Config, cycle: Cycle, job: dg.JobDefinition) -> dg.Sche
         reasons: list[str] = []
         for table in cycle.tables:
             # without a cursor: a gs:// landing is listed whole each tick; the ledger says what is new
-            new, busy, _ = register_landed(
+            registered = register_landed(
                 cfg, table, None, context.log, storage_client=context.resources.gcs if on_gcs[table.name] else None,
                 bigquery=context.resources.bigquery if table.source else None,
                 lock_seconds=min(TICK_LOCK_SECONDS, max(0.0, deadline - time.monotonic())))
-            requests, missing, reason = plan_requests(context.instance, cfg, table, new, busy)
+            busy = registered.busy
+            requests, missing, reason = plan_requests(context.instance, cfg, table, registered.batch, busy)
             if missing:  # the batch partitions, as the sensor's tick adds them
                 context.instance.add_dynamic_partitions(TableNames(table.name).batches, missing)
             if requests or busy:  # a busy table's files are registered by the run, which waits for the lock

@@ -11,6 +11,7 @@ changes (history, the BigQuery copy) is Declarative Automation's (defs/automatio
 import hashlib
 import os
 import time
+from typing import NamedTuple
 
 import dagster as dg
 
@@ -60,11 +61,18 @@ def run_key_scope(table_dir: str, name: str = "batches") -> str:
     return hashlib.sha1(where.encode("utf-8")).hexdigest()[:12]
 
 
+class Registration(NamedTuple):
+    """What a tick's registration did: the batch it registered, whether another run held the table
+    (nothing registered then), and the listing cursor to keep (a gs:// landing's; None otherwise)."""
+    batch: Batch | None
+    busy: bool
+    cursor: str | None
+
+
 def register_landed(cfg: Config, table: TableConfig, cursor: str | None, log, storage_client=None, bigquery=None,
-                    lock_seconds: float = TICK_LOCK_SECONDS) -> tuple:
+                    lock_seconds: float = TICK_LOCK_SECONDS) -> Registration:
     """What a tick (the sensor's, or a cycle schedule's) does before deciding: the complete files no
-    batch took become the next batch in the warehouse ledger. Returns (the new batch or None, whether
-    the table was busy, the listing cursor to keep).
+    batch took become the next batch in the warehouse ledger.
 
     Dagster ends a tick after 60 s: a run holding the table (an apply can take minutes) is not waited
     for; what landed is registered by a later tick, the cursor left where it was."""
@@ -85,7 +93,7 @@ def register_landed(cfg: Config, table: TableConfig, cursor: str | None, log, st
         busy = True
     if new is not None:
         faults.point("sensor.batch_registered")  # in the ledger; no partition, no run request yet
-    return new, busy, cursor
+    return Registration(new, busy, cursor)
 
 
 def plan_requests(instance, cfg: Config, table: TableConfig, new, busy: bool) -> tuple[list, list, str | None]:
@@ -148,16 +156,17 @@ def landing_sensor(cfg: Config, table: TableConfig, jobs: list) -> dg.SensorDefi
                                 f"{', '.join(freed)}")
         # On a gs:// landing a tick lists from its cursor on (engine/landing.py), by the client of
         # the `gcs` resource (dagster_gcp's GCSResource).
-        new, busy, cursor = register_landed(
+        registered = register_landed(
             cfg, table, context.cursor, context.log, storage_client=context.resources.gcs if on_gcs else None,
             bigquery=context.resources.bigquery if table.source else None)
-        requests, missing, skip_reason = plan_requests(context.instance, cfg, table, new, busy)
+        requests, missing, skip_reason = plan_requests(context.instance, cfg, table, registered.batch,
+                                                       registered.busy)
         faults.point("sensor.before_result")  # requests decided, not yet handed to the daemon
         return dg.SensorResult(
             run_requests=requests,
             dynamic_partitions_requests=[batch_partitions(table).build_add_request(missing)] if missing else [],
             skip_reason=skip_reason,
-            cursor=cursor,
+            cursor=registered.cursor,
         )
 
     return sensor
