@@ -5,7 +5,9 @@ variables each sets: STORAGE_EMULATOR_HOST and BIGQUERY_EMULATOR_HOST."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
+import pkgutil
 from collections.abc import Iterator
 
 from ..core.errors import TerminalError, TransientError
@@ -40,6 +42,18 @@ def storage(bucket: str) -> Iterator[str]:
         server.stop()
 
 
+def _import_in_this_thread(package: str) -> None:
+    """Import every module of `package` now, in the caller's thread. The emulator imports some of its
+    modules lazily in its own server thread; under pytest they are compiled from source (bqemulator is a
+    pytest plugin, whose modules pytest rewrites), and CPython 3.11's compile in a thread can fail with
+    "AST constructor recursion depth mismatch" once the recursion limit has changed since that thread
+    started, which stopped the emulator's start in a CI run."""
+    root = importlib.import_module(package)
+    for module in pkgutil.walk_packages(root.__path__, package + "."):
+        with contextlib.suppress(ImportError):  # an optional part whose own dependency is absent
+            importlib.import_module(module.name)
+
+
 @contextlib.contextmanager
 def bigquery() -> Iterator[str]:
     """A BigQuery emulator in memory (DuckDB inside); yields its address."""
@@ -57,6 +71,7 @@ def bigquery() -> Iterator[str]:
     duckdb_extensions.import_extension("spatial")
     # its own debug lines would otherwise go to this command's output
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    _import_in_this_thread("bqemulator")
     server = ThreadedEmulator(Settings(persistence_mode=PersistenceMode.EPHEMERAL, rest_port=0, grpc_port=0,
                                        log_level=LogLevel.WARNING))
     server.start()
