@@ -14,7 +14,6 @@ point, so a stop is a kill that also hands back the pool and ends its Dagster ru
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -78,77 +77,72 @@ POOL_WAIT_SECONDS = 600.0  # `run --pool-wait`: how long a step waits for its ta
 
 
 class PoolWaitExpired(TransientError):
-    """Raised in the thread executing a run whose step waited for its pool past the bound."""
+    """Raised where the run's step asks for its pool once it has waited past the bound."""
 
 
 class PoolWatch:
-    """While a run of `table` executes in this thread: every `interval` seconds, frees what dead
-    runs hold in the pool; when the run's step waits for another run's slot, says so (`say`) and,
-    after `limit` seconds of waiting, raises PoolWaitExpired in the executing thread. The step has
-    not started then, so nothing of it is done; `expired` holds the message for the table's line."""
+    """While a run of `table` executes in this process: each time its step is refused a slot in
+    `pool`, frees what dead runs hold there, says once who the run waits for (`say`) and, once it
+    has waited `limit` seconds, raises PoolWaitExpired from that ask. The raise comes out of
+    Dagster's own call into the instance, in the executing thread, before the step has begun, so
+    nothing of the run is done and no lock or connection is left half-way; `expired` holds the
+    message for the table's line. Dagster asks again after a back-off of 1 s growing to 15 s, so
+    the run gives up at most that much after the bound."""
 
-    def __init__(self, instance: dg.DagsterInstance, table: str, pool: str, run_id: str, limit: float, say,
-                 interval: float = 1.0):
+    def __init__(self, instance: dg.DagsterInstance, table: str, pool: str, run_id: str, limit: float, say):
         self.instance, self.table, self.pool, self.run_id = instance, table, pool, run_id
-        self.limit, self.say, self.interval = limit, say, interval
+        self.limit, self.say = limit, say
         self.expired: str | None = None
         self._since: float | None = None
         self._said = False
-        self._done = threading.Event()
-        self._lock = threading.Lock()
-        self._executing = threading.get_ident()
-        self._thread = threading.Thread(target=self._loop, name=f"cdc-pool-{table}", daemon=True)
+        self._storage = instance.event_log_storage
 
     def __enter__(self) -> PoolWatch:
-        self._executing = threading.get_ident()
-        self._thread.start()
+        claim = self._storage.claim_concurrency_slot
+
+        def watched_claim(concurrency_key, run_id, step_key, *args, **kwargs):
+            status = claim(concurrency_key, run_id, step_key, *args, **kwargs)
+            if run_id == self.run_id and concurrency_key == self.pool and not status.is_claimed:
+                self._refused()
+            return status
+
+        # The storage's own attribute, for this run only: the instance is this process's, and each
+        # run of the process is watched in turn.
+        self._storage.claim_concurrency_slot = watched_claim  # type: ignore[method-assign]
         return self
 
     def __exit__(self, *exc) -> None:
-        with self._lock:
-            self._done.set()
-        self._thread.join()
+        del self._storage.claim_concurrency_slot  # the class's method again
         if self.expired is not None:
             run = self.instance.get_run_by_id(self.run_id)
             if run is not None and not run.is_finished:
                 self.instance.report_run_failed(run, self.expired)
             self.instance.event_log_storage.free_concurrency_slots_for_run(self.run_id)
 
-    def _loop(self) -> None:
-        while not self._done.wait(self.interval):
-            try:
-                self._look()
-            except Exception as e:  # noqa: BLE001 - a failed look at the pool must not end the run
-                self.say(f"{self.table}: could not read pool {self.pool}: {type(e).__name__}: {e}")
-
-    def _look(self) -> None:
+    def _refused(self) -> None:
         from .pools import holders, release_abandoned
 
-        release_abandoned(self.instance, self.pool)
-        held = holders(self.instance, self.pool)
-        mine = [h for h in held if h.run_id == self.run_id]
-        others = sorted((h for h in held if h.run_id != self.run_id), key=lambda h: not h.claimed)
-        if not mine or any(h.claimed for h in mine) or not others:
-            self._since = None  # running, or not in the pool (yet), or about to get the free slot
-            return
         now = time.monotonic()
         self._since = now if self._since is None else self._since
-        h = others[0]
+        try:
+            release_abandoned(self.instance, self.pool)  # the next ask gets what a dead run held
+            others = sorted((h for h in holders(self.instance, self.pool) if h.run_id != self.run_id),
+                            key=lambda h: not h.claimed)
+        except Exception as e:  # noqa: BLE001 - a failed look at the pool must not end the run
+            self.say(f"{self.table}: could not read pool {self.pool}: {type(e).__name__}: {e}")
+            return
+        h = others[0] if others else None
         who = (f"run {h.run_id} ({'running' if h.claimed else 'waiting for'} step {h.step_key}, "
-               f"process {h.process or 'not recorded'})")
-        if not self._said:
+               f"process {h.process or 'not recorded'})") if h else "a run that has just ended"
+        if not self._said and h is not None:
             self._said = True
             self.say(f"{self.table}: waiting for pool {self.pool}, held by {who}; "
                      f"giving up after {self.limit:g} s (run --pool-wait)")
         if now - self._since >= self.limit:
-            with self._lock:
-                if self._done.is_set() or self.expired is not None:
-                    return
-                self.expired = (f"gave up after waiting {self.limit:g} s for pool {self.pool}, held by {who}; "
-                                "nothing of this run was done. A run whose process died is freed by the "
-                                "next run; a live one frees the pool when it ends")
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._executing),
-                                                           ctypes.py_object(PoolWaitExpired))
+            self.expired = (f"gave up after waiting {self.limit:g} s for pool {self.pool}, held by {who}; "
+                            "nothing of this run was done. A run whose process died is freed by the "
+                            "next run; a live one frees the pool when it ends")
+            raise PoolWaitExpired(self.expired)
 
 
 _executing: list = []  # (instance, run_id) of the Dagster run this process executes now

@@ -119,7 +119,7 @@ class _Jobs:
                     instance=self.instance, run_id=run_id, partition_key=partition_key, tags=tags,
                     raise_on_error=False, run_config=QUIET)
         except PoolWaitExpired:
-            pass  # raised into the executing thread by the watch; its message is the error
+            pass  # raised from the step's ask for its pool by the watch; its message is the error
         if watch.expired is not None:
             self.outcome.ok = False
             self.outcome.error = f"{label}: {watch.expired}"

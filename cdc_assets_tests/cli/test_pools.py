@@ -138,3 +138,42 @@ def test_a_reused_process_id_does_not_pass_for_the_dead_run(tmp_path):
     assert not process_gone(None)
     assert run_tags() == {PID_TAG: process_tag()}
     assert os.getpid() == int(pid)
+
+
+def test_a_run_waiting_for_its_pool_sleeps_between_looks(tmp_path):
+    """A step waiting for its table's pool asks again after a back-off; in between its run sleeps.
+    Dagster 1.13's executor computes that back-off as never above zero, so a waiting run turned a
+    core in a loop: on a 2-core machine, half the machine for a run doing nothing."""
+    import threading
+    import time
+
+    import cdc_assets.defs.table_assets  # noqa: F401 - what every process running the product's steps loads
+
+    home = str(tmp_path)
+    ensure_settings(home)
+    instance = dg.DagsterInstance.from_config(home)
+
+    @dg.asset(pool=POOL)
+    def waits() -> None:
+        pass
+
+    job = dg.Definitions(assets=[waits], jobs=[dg.define_asset_job("j", selection=[waits])]).resolve_job_def("j")
+    holder = Holder(home, "T__target")
+
+    def end_holder() -> None:
+        time.sleep(5)
+        holder.kill()
+        release_abandoned(instance, POOL)
+
+    ender = threading.Thread(target=end_holder)
+    try:
+        wall, cpu = time.monotonic(), time.thread_time()
+        ender.start()
+        result = job.execute_in_process(instance=instance)
+        wall, cpu = time.monotonic() - wall, time.thread_time() - cpu
+    finally:
+        ender.join()
+        holder.end()
+    assert result.success
+    assert wall >= 5  # it did wait for the holder
+    assert cpu < wall / 4, f"{cpu:.1f} CPU-s in {wall:.1f} s of waiting"
