@@ -1,16 +1,9 @@
 """The code location `dagster dev` loads (workspace.yaml): the tables of $CDC_ASSETS_CONFIG."""
 from __future__ import annotations
 
-import os
-
 from .core.config import load_config
-from .defs.definitions import build_definitions
+from .defs.definitions import CONFIG_ENV, build_definitions, config_path
 
-CONFIG_ENV = "CDC_ASSETS_CONFIG"
-
-
-def config_path() -> str:
-    return os.environ.get(CONFIG_ENV, "./cdc.yaml")
-
+__all__ = ["CONFIG_ENV", "config_path", "defs"]
 
 defs = build_definitions(load_config(config_path()))

@@ -3,6 +3,7 @@ maintenance schedule per table, a cycle job and schedule per scheduled table or 
 sensor of the assets Declarative Automation keeps current."""
 from __future__ import annotations
 
+import os
 import warnings
 
 import dagster as dg
@@ -37,7 +38,28 @@ def table_definitions(cfg: Config, table: TableConfig) -> dg.Definitions:
     return dg.Definitions.merge(own, publish_definitions(cfg, table), history_definitions(cfg, table))
 
 
+CONFIG_ENV = "CDC_ASSETS_CONFIG"  # the `cdc.yaml` the code location loads (cdc_assets/definitions.py)
+
+
+def config_path() -> str:
+    return os.environ.get(CONFIG_ENV, "./cdc.yaml")
+
+
+_built: dict[str, dg.Definitions] = {}
+
+
 def build_definitions(cfg: Config) -> dg.Definitions:
+    """The definitions of `cfg`, built once per process and configuration: a run forked from the
+    launcher's warm fork server (defs/warm.py) finds them built, with their repository and asset
+    graph, when the configuration has not changed since; any change builds them anew."""
+    key = repr(cfg)
+    if key not in _built:
+        _built.clear()
+        _built[key] = _build(cfg)
+    return _built[key]
+
+
+def _build(cfg: Config) -> dg.Definitions:
     tables = dg.Definitions.merge(*(table_definitions(cfg, table) for table in cfg.tables))
     assets = list(tables.assets or [])
     # `schedule:` on a table and `groups:`: a cycle job and its schedule each (defs/schedules.py); a

@@ -205,18 +205,40 @@ class Watcher:
             self.waiting[table] = still
 
 
-def tree_cpu_seconds(root: int) -> float:
-    """User and system CPU seconds of `root` and its descendants alive now (a finished child's
-    seconds count in its parent's once it was waited for)."""
-    total = 0.0
+# What a process of the `ui` tree is, by its command line: where the daemon's CPU goes.
+KINDS = (("runs", ("forkserver", "multiprocessing")), ("spark", ("java",)), ("daemon", ("dagster-daemon", "daemon run")),
+         ("code server", ("grpc", "code-server")), ("webserver", ("webserver",)))
+
+
+def process_kind(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "other"
+    return next((kind for kind, marks in KINDS if any(m in cmdline for m in marks)), "other")
+
+
+def tree_cpu_by_kind(root: int) -> dict[str, float]:
+    """User and system CPU seconds of `root` and its descendants alive now, by process kind (a
+    finished child's seconds count in its parent's once it was waited for: a run's in the fork
+    server's, which is of kind `runs`)."""
+    total: dict[str, float] = {}
     for pid in tree_pids([root]):
         try:
             with open(f"/proc/{pid}/stat") as fh:
                 fields = fh.read().rpartition(")")[2].split()
-            total += sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
+            seconds = sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
         except (OSError, IndexError, ValueError):
-            pass
+            continue
+        kind = process_kind(pid)
+        total[kind] = total.get(kind, 0.0) + seconds
     return total
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """User and system CPU seconds of `root` and its descendants alive now."""
+    return sum(tree_cpu_by_kind(root).values())
 
 
 # --- one run ----------------------------------------------------------------------------------
@@ -232,6 +254,8 @@ class Outcome:
     files: list[Landed] = field(default_factory=list)
     ui_up_s: float | None = None
     daemon_cpu_s_per_minute: list[float] = field(default_factory=list)
+    cpu_s_by_process: dict[str, float] = field(default_factory=dict)  # over the whole run, by process kind
+    runs_by_status: dict[str, int] = field(default_factory=dict)  # the Dagster runs at the end
     error: str = ""
 
     def lags(self) -> list[float]:
@@ -275,7 +299,8 @@ class Outcome:
                 "lag_p50_s": _pct(lags, 0.5) if lags else None, "lag_p95_s": _pct(lags, 0.95) if lags else None,
                 "lag_max_s": max(lags) if lags else None, "lag_growth_s": self.growth_s(),
                 "keeps_up": self.keeps_up(), "ui_up_s": self.ui_up_s,
-                "daemon_cpu_s_per_minute": self.daemon_cpu_s_per_minute, "error": self.error,
+                "daemon_cpu_s_per_minute": self.daemon_cpu_s_per_minute,
+                "cpu_s_by_process": self.cpu_s_by_process, "runs_by_status": self.runs_by_status, "error": self.error,
                 "per_minute": self.per_minute()}
 
 
@@ -305,6 +330,7 @@ def run_one(args, mode: str, n_tables: int, cli: list[str], echo=print) -> Outco
         schedule = sorted((m * every + i * every / n_tables, m, i) for m in range(args.minutes) for i in range(n_tables))
         start = time.time() + 2.0
         cpu_at, cpu = start, tree_cpu_seconds(ui.proc.pid)
+        kinds_at = tree_cpu_by_kind(ui.proc.pid)
         for offset, m, i in schedule:
             while time.time() < start + offset:
                 watcher.poll()
@@ -325,6 +351,9 @@ def run_one(args, mode: str, n_tables: int, cli: list[str], echo=print) -> Outco
         watcher.poll()
         if watcher.pending():
             outcome.error = f"{watcher.pending()} file(s) not in their target {args.drain:g} s after the last landing"
+        kinds = tree_cpu_by_kind(ui.proc.pid)
+        outcome.cpu_s_by_process = {k: round(v - kinds_at.get(k, 0.0), 1) for k, v in sorted(kinds.items())}
+        outcome.runs_by_status = runs_by_status(os.path.join(work, "dagster_home"))
     except (subprocess.CalledProcessError, SystemExit, OSError) as e:
         outcome.error = f"{type(e).__name__}: {e}"
     finally:
@@ -333,9 +362,21 @@ def run_one(args, mode: str, n_tables: int, cli: list[str], echo=print) -> Outco
     echo(f"  {mode} x{n_tables}: lag p50 {s['lag_p50_s']} s, p95 {s['lag_p95_s']} s, max {s['lag_max_s']} s, "
          f"growth over the run {s['lag_growth_s']} s: {'keeps up' if s['keeps_up'] else 'does NOT keep up'}"
          + (f" ({outcome.error})" if outcome.error else ""), flush=True)
+    echo(f"  CPU seconds by process: {outcome.cpu_s_by_process}; runs by status: {outcome.runs_by_status}", flush=True)
     if not args.keep:
         shutil.rmtree(os.path.join(work, "warehouse"), ignore_errors=True)
     return outcome
+
+
+def runs_by_status(home: str) -> dict[str, int]:
+    """The Dagster runs of the benchmark's home by status, read from its run storage (no Dagster here)."""
+    import sqlite3
+
+    db = os.path.join(home, "history", "runs.db")
+    if not os.path.exists(db):
+        return {}
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        return dict(conn.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall())
 
 
 # --- output -----------------------------------------------------------------------------------

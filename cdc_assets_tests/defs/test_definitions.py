@@ -223,3 +223,41 @@ def test_checks_are_evaluated_in_the_step_of_the_asset_they_check(defs):
         assert {c.name for c in target.check_specs} == {"keys_unique"} | (
             {"reconciles_with_source"} if "reconcile_with" in t else set())
         assert next(c for c in target.check_specs if c.name == "keys_unique").blocking
+
+
+# A run forked from the launcher's fork server: the server imported defs/warm.py when it started;
+# the run then loads the code location (cdc_assets/definitions.py) as Dagster's run worker does.
+FORKED_RUN = """
+import importlib, json, sys
+import cdc_assets.defs.warm  # the fork server, when it starts
+made = __import__("cdc_assets.defs.definitions", fromlist=["_built"])._built.copy()
+if len(sys.argv) > 1:
+    open(sys.argv[1], "w").write(sys.argv[2])  # the configuration edited after the server started
+location = importlib.import_module("cdc_assets.definitions")  # the run
+print(json.dumps({"made": bool(made), "found_made": any(d is location.defs for d in made.values()),
+                  "jobs": sorted(location.defs.get_repository_def().job_names)}))
+"""
+
+
+def _forked_run(tmp_path, *edit) -> dict:
+    env = dict(os.environ, CDC_ASSETS_CONFIG=str(tmp_path / "cdc.yaml"))
+    env.pop("DAGSTER_HOME", None)
+    proc = subprocess.run([sys.executable, "-c", FORKED_RUN, *edit], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_forked_run_finds_the_definitions_made_and_sees_a_configuration_edited_since(tmp_path):
+    """The fork server builds the definitions once (a run of one of many tables spent half a CPU-second
+    building all of them); a run uses them only while the configuration is the one they were built
+    from: an edit made after the server started is what the run sees."""
+    path = write_cfg(tmp_path, TABLES[:1])
+    same = _forked_run(tmp_path)
+    assert same["made"] and same["found_made"]
+    assert "ORDERS_ingest_job" in same["jobs"]
+
+    edited = open(path).read().replace('"ORDERS"', '"SHIPMENTS"')
+    changed = _forked_run(tmp_path, path, edited)
+    assert changed["made"] and not changed["found_made"]
+    assert "SHIPMENTS_ingest_job" in changed["jobs"] and not any(j.startswith("ORDERS_") for j in changed["jobs"])
