@@ -16,7 +16,7 @@ from .maintenance import maintenance_definitions, restore_definition
 from .publish import publish_definitions
 from .resources import table_resources
 from .schedules import cycle_definitions
-from .sensors import landing_sensor
+from .sensors import all_tables_landing_sensor, landing_sensor
 from .table_assets import TableNames, table_assets, table_jobs
 
 # Single-run backfills and partitioned checks are marked beta/preview; we rely on both knowingly.
@@ -69,7 +69,10 @@ def _build(cfg: Config) -> dg.Definitions:
     automated = [key for a in assets if isinstance(a, dg.AssetsDefinition)
                  for key, condition in a.automation_conditions_by_key.items() if condition]
     # the history and BigQuery copies follow their upstream (defs/automation.py)
-    sensors = [automation_sensor(automated)] if automated else []
+    sensors: list[dg.SensorDefinition] = [automation_sensor(automated)] if automated else []
+    # one landing sensor for all tables, asking for the same jobs the tables' own sensors do
+    landing_jobs = {j.name for t in cfg.tables for j in table_jobs(t)}
+    sensors.append(all_tables_landing_sensor(cfg, [j for j in tables.jobs or [] if j.name in landing_jobs]))
     defs = dg.Definitions.merge(tables, dg.Definitions(
         jobs=cycle_jobs,
         sensors=sensors,

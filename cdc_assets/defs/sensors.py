@@ -9,6 +9,7 @@ changes (history, the BigQuery copy) is Declarative Automation's (defs/automatio
 """
 
 import hashlib
+import json
 import os
 import time
 from typing import NamedTuple
@@ -136,37 +137,107 @@ def plan_requests(instance, cfg: Config, table: TableConfig, new, busy: bool) ->
     return requests, missing, skip_reason
 
 
-def landing_sensor(cfg: Config, table: TableConfig, jobs: list) -> dg.SensorDefinition:
-    on_gcs = gcs_landing.is_gcs(cfg.landing_dir(table.name))
-    resource_keys = ({"gcs"} if on_gcs else set()) | ({"bigquery"} if table.source else set())
+class TableTick(NamedTuple):
+    """What one tick decided for one table: its run requests, the batch partitions the instance
+    does not know yet, why nothing runs (None when something does), the listing cursor to keep, and
+    whether the table was settled (nothing landed or pending since a full look: nothing opened)."""
+    requests: list
+    missing: list
+    skip_reason: str | None
+    cursor: str | None
+    settled: bool = False
 
+
+def tick_table(context: dg.SensorEvaluationContext, cfg: Config, table: TableConfig, cursor: str | None,
+               lock_seconds: float = TICK_LOCK_SECONDS) -> TableTick:
+    """One table's part of a tick: register what landed, then ask for what is due."""
+    # Nothing landed and nothing pending since a full look: no Delta table opened, no instance query.
+    from ..engine.landing import settled
+    if not table.source and settled(cfg.table_dir(table.name), cfg.landing_dir(table.name), bool(table.base_snapshot)):
+        return TableTick([], [], f"nothing new for {table.name}", cursor, settled=True)
+    # A run killed while it held the table's pool would keep every later run of the table
+    # waiting: each tick frees what dead runs hold there (pools.py says how they are judged).
+    freed = release_abandoned(context.instance, TableNames(table.name).pool)
+    if freed:
+        context.log.warning(f"{table.name}: freed pool {TableNames(table.name).pool} of dead runs "
+                            f"{', '.join(freed)}")
+    # On a gs:// landing a tick lists from its cursor on (engine/landing.py), by the client of
+    # the `gcs` resource (dagster_gcp's GCSResource).
+    on_gcs = gcs_landing.is_gcs(cfg.landing_dir(table.name))
+    registered = register_landed(
+        cfg, table, cursor, context.log, storage_client=context.resources.gcs if on_gcs else None,
+        bigquery=context.resources.bigquery if table.source else None, lock_seconds=lock_seconds)
+    requests, missing, skip_reason = plan_requests(context.instance, cfg, table, registered.batch, registered.busy)
+    return TableTick(requests, missing, skip_reason, registered.cursor)
+
+
+def _resource_keys(cfg: Config, tables) -> set:
+    return ({"gcs"} if any(gcs_landing.is_gcs(cfg.landing_dir(t.name)) for t in tables) else set()) \
+        | ({"bigquery"} if any(t.source for t in tables) else set())
+
+
+def landing_sensor(cfg: Config, table: TableConfig, jobs: list) -> dg.SensorDefinition:
     @dg.sensor(name=f"{table.name}__landing_sensor", minimum_interval_seconds=TICK_SECONDS, jobs=jobs,
-               default_status=dg.DefaultSensorStatus.STOPPED, required_resource_keys=resource_keys or None,
+               default_status=dg.DefaultSensorStatus.STOPPED,
+               required_resource_keys=_resource_keys(cfg, [table]) or None,
                description=f"Watches {cfg.landing_dir(table.name)} for complete change files of {table.name}.")
     def sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
-        # Nothing landed and nothing pending since a full look: no Delta table opened, no instance query.
-        from ..engine.landing import settled
-        if not table.source and settled(cfg.table_dir(table.name), cfg.landing_dir(table.name), bool(table.base_snapshot)):
-            return dg.SkipReason(f"nothing new for {table.name}")
-        # A run killed while it held the table's pool would keep every later run of the table
-        # waiting: each tick frees what dead runs hold there (pools.py says how they are judged).
-        freed = release_abandoned(context.instance, TableNames(table.name).pool)
-        if freed:
-            context.log.warning(f"{table.name}: freed pool {TableNames(table.name).pool} of dead runs "
-                                f"{', '.join(freed)}")
-        # On a gs:// landing a tick lists from its cursor on (engine/landing.py), by the client of
-        # the `gcs` resource (dagster_gcp's GCSResource).
-        registered = register_landed(
-            cfg, table, context.cursor, context.log, storage_client=context.resources.gcs if on_gcs else None,
-            bigquery=context.resources.bigquery if table.source else None)
-        requests, missing, skip_reason = plan_requests(context.instance, cfg, table, registered.batch,
-                                                       registered.busy)
+        tick = tick_table(context, cfg, table, context.cursor)
+        if tick.settled:
+            return dg.SkipReason(tick.skip_reason)
         faults.point("sensor.before_result")  # requests decided, not yet handed to the daemon
         return dg.SensorResult(
-            run_requests=requests,
-            dynamic_partitions_requests=[batch_partitions(table).build_add_request(missing)] if missing else [],
-            skip_reason=skip_reason,
-            cursor=registered.cursor,
+            run_requests=tick.requests,
+            dynamic_partitions_requests=[batch_partitions(table).build_add_request(tick.missing)]
+            if tick.missing else [],
+            skip_reason=tick.skip_reason,
+            cursor=tick.cursor,
         )
 
     return sensor
+
+
+ALL_TABLES_SENSOR = "all_tables__landing_sensor"
+
+
+def all_tables_landing_sensor(cfg: Config, jobs: list) -> dg.SensorDefinition:
+    """One sensor for every table of the configuration: a tick looks at each table as that table's
+    own sensor would, and asks for the runs of all of them. For many tables it costs the daemon and
+    the code server one tick where the tables' own sensors cost one per table (65 tables: 65 ticks
+    every few seconds, each with Dagster's own cost around it). A table that another run holds is
+    passed over at once and looked at again at the next tick, so that one busy table never holds
+    up the others. Its requests have the run keys of the tables' own sensors: with both on, a batch
+    still gets one run."""
+    tables = list(cfg.tables)
+
+    @dg.sensor(name=ALL_TABLES_SENSOR, minimum_interval_seconds=TICK_SECONDS, jobs=jobs,
+               default_status=dg.DefaultSensorStatus.STOPPED,
+               required_resource_keys=_resource_keys(cfg, tables) or None,
+               description=f"Watches the landing folders of all {len(tables)} tables for complete change files: "
+                           "one tick for all, where each table's own sensor ticks on its own.")
+    def sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
+        cursors = json.loads(context.cursor) if context.cursor else {}
+        requests, partitions, skips = [], [], []
+        for table in tables:
+            tick = tick_table(context, cfg, table, cursors.get(table.name), lock_seconds=0.0)
+            requests += tick.requests
+            if tick.missing:
+                partitions.append(batch_partitions(table).build_add_request(tick.missing))
+            if tick.skip_reason and not tick.requests:
+                skips.append(tick.skip_reason)
+            if tick.cursor is not None:
+                cursors[table.name] = tick.cursor
+        cursor = json.dumps(cursors, sort_keys=True) if cursors else None
+        if not requests and not partitions and cursor == context.cursor:
+            return dg.SkipReason(_skips(skips))
+        faults.point("sensor.before_result")
+        return dg.SensorResult(run_requests=requests, dynamic_partitions_requests=partitions,
+                               skip_reason=None if requests else _skips(skips), cursor=cursor)
+
+    return sensor
+
+
+def _skips(reasons: list[str]) -> str:
+    quiet = sum(1 for r in reasons if r.startswith("nothing new for "))
+    said = [r for r in reasons if not r.startswith("nothing new for ")]
+    return "; ".join(said + ([f"nothing new for {quiet} table(s)"] if quiet else [])) or "no tables"

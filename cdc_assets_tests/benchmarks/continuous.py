@@ -9,9 +9,11 @@ rewrite in place). Each table then receives one Datastream JSON file (Postgres p
 bench.py's W2 mix) every minute for M minutes, in Datastream's folder layout, written under a '.' name and
 renamed. The tables' landings are spread evenly over each minute, as independent streams would be.
 
-How the tables run (--modes, both by default):
-  sensors  every table's landing sensor on (`<TABLE>__landing_sensor`, a tick every 5 s): the README's way
-           to a table's landed-to-visible in seconds.
+How the tables run (--modes, all by default):
+  sensors  every table's landing sensor on (`<TABLE>__landing_sensor`, a tick every 5 s): a table's
+           landed-to-visible in seconds.
+  one-sensor  the one sensor of all tables on (`all_tables__landing_sensor`, a tick every 5 s that looks at
+           every table): the same runs, one tick for all.
   group    one `groups:` entry holding every table, `schedule: "* * * * *"`, `parallel: 2` (this machine's
            cores), its `<NAME>_cycle_schedule` on: the README's way for many tables at one cadence.
 
@@ -43,10 +45,12 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from cdc_assets.defs.sensors import ALL_TABLES_SENSOR
+
 from .bench import changes, child_env, parse_size, size_label, tree_pids, write_base
 from .latency import Ui, _pct
 
-MODES = ("sensors", "group")
+MODES = ("sensors", "one-sensor", "group")
 GROUP = "all_tables"
 KEEP_UP_GROWTH_S = 10.0
 POLL_SECONDS = 0.5
@@ -319,6 +323,9 @@ def run_one(args, mode: str, n_tables: int, cli: list[str], echo=print) -> Outco
         outcome.ui_up_s = ui.wait_ready()
         if mode == "sensors":
             ui.dagster("sensor", "start", "--start-all")
+            ui.dagster("sensor", "stop", ALL_TABLES_SENSOR)
+        elif mode == "one-sensor":
+            ui.dagster("sensor", "start", ALL_TABLES_SENSOR)
         else:
             ui.dagster("schedule", "start", f"{GROUP}_cycle_schedule")
         echo(f"  ui up in {outcome.ui_up_s} s; {mode} on; landing {args.minutes} minute(s) ...", flush=True)
@@ -437,7 +444,7 @@ def parse_args(argv=None):
     ap.add_argument("--rows", type=parse_size, default=1_000_000, help="rows per table (default 1M)")
     ap.add_argument("--changes", type=int, default=200, help="changes per file (default 200)")
     ap.add_argument("--minutes", type=int, default=20, help="minutes of landing, a file per table each (default 20)")
-    ap.add_argument("--modes", default=",".join(MODES), help="sensors, group or both (default both)")
+    ap.add_argument("--modes", default=",".join(MODES), help="sensors, one-sensor, group, or a list (default all)")
     ap.add_argument("--interval", type=float, default=60.0,
                     help="seconds between two files of a table (default 60: a 'minute' below is one such round)")
     ap.add_argument("--parallel", type=int, default=2, help="the group's `parallel:` (default 2)")

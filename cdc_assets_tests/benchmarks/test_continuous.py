@@ -84,7 +84,7 @@ def test_a_clone_shares_the_data_files_and_owns_its_log(tmp_path):
 
 def _tiny(tmp_path, mode: str) -> list:
     args = continuous.parse_args(["--tables", "2", "--rows", "2000", "--changes", "20", "--minutes", "2",
-                                  "--interval", "10" if mode == "sensors" else "60", "--modes", mode, "--no-spark",
+                                  "--interval", "60" if mode == "group" else "10", "--modes", mode, "--no-spark",
                                   "--drain", "180", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out")])
     outcomes = continuous.run(args, echo=lambda *a, **k: print(*a, flush=True))
     paths = continuous.write_outputs(outcomes, args.out, "test")
@@ -98,6 +98,11 @@ def _tiny(tmp_path, mode: str) -> list:
 @pytest.mark.spark
 def test_the_benchmark_runs_end_to_end_through_the_ui_with_sensors(tmp_path):
     _tiny(tmp_path, "sensors")
+
+
+@pytest.mark.spark
+def test_the_benchmark_runs_end_to_end_through_the_ui_with_one_sensor_for_all_tables(tmp_path):
+    _tiny(tmp_path, "one-sensor")
 
 
 @pytest.mark.long

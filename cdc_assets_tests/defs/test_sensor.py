@@ -42,9 +42,10 @@ class Daemon:
     Then, as the automation sensor's tick, it evaluates the assets' automation conditions
     and launches the job of each asset they request."""
 
-    def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance, table: str = TABLE):
+    def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance, table: str = TABLE,
+                 sensor: str | None = None):
         self.defs, self.instance = defs, instance
-        self.sensor = defs.resolve_sensor_def(f"{table}__landing_sensor")
+        self.sensor = defs.resolve_sensor_def(sensor or f"{table}__landing_sensor")
         self.cursor: str | None = None
         self.automation_cursor = None
         # the job that materializes just that asset, for each asset with an automation condition
@@ -247,6 +248,34 @@ def test_a_second_warehouse_with_the_same_tables_is_not_confused(spark, tmp_path
                          landing=cfg_a.landing)
     assert Daemon(build_definitions(cfg_b), instance).settle() == 1
     assert differences(target_table(cfg_b), read_export(feed["export"])) == []
+
+
+def test_one_sensor_for_all_tables_brings_in_each_tables_batches_and_passes_over_a_busy_one(
+        spark, tmp_path, instance):
+    """Many tables, one sensor: a tick looks at every table as its own sensor would, asks for each
+    table's run with the same run key, and a table another run holds is left to a later tick
+    while the others go on."""
+    from cdc_assets.defs.sensors import ALL_TABLES_SENSOR
+    from cdc_assets.engine.lock import table_lock
+
+    other = "SHIPMENTS"
+    feed = generate(tmp_path, changes=100, batches=1, files_per_batch=1, seed=43)
+    cfg = write_config(tmp_path, [{"name": t, "keys": [KEY], "format": "datastream-json"} for t in (TABLE, other)])
+    publish(feed, cfg, TABLE, 1)
+    publish(feed, cfg, other, 1)
+    daemon = Daemon(build_definitions(cfg), instance, sensor=ALL_TABLES_SENSOR)
+    with table_lock(cfg.table_dir(other)):  # a run of the other table holds it
+        data = daemon.tick()
+        assert [r.job_name for r in data.run_requests] == [BATCH]
+        assert registered(cfg.table_dir(other)) == []  # left to a later tick
+    own = Daemon(build_definitions(cfg), instance)  # the table's own sensor asks for the same run
+    assert [r.run_key for r in own.tick().run_requests] == [r.run_key for r in data.run_requests]
+
+    assert daemon.settle() == 2  # each table's one batch run
+    assert sorted(daemon.launched_jobs) == sorted([BATCH, f"{other}_batch_job"])
+    for t in (TABLE, other):
+        assert differences(target_table(cfg, t), read_export(feed["export"])) == []
+    assert daemon.new_requests(daemon.tick()) == []
 
 
 def test_base_snapshot_first_then_apply_and_a_base_alone_is_applied(spark, tmp_path, instance):
