@@ -8,6 +8,7 @@ import io
 import json
 import os
 
+import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -15,12 +16,13 @@ from deltalake import DeltaTable
 
 from cdc_assets.core.generator import generate_history, snapshot_exports
 from cdc_assets.core.values import decode_row
+from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.engine import delta, snapshot, target_versions
 from cdc_assets.engine.apply import rebuild
 from cdc_assets.engine.landing import register_new_batch
 from cdc_assets.engine.stage import stage_batch
 from cdc_assets.engine.tables import HISTORY, path
-from cdc_assets_tests.helpers import jsonl, land, target_rows, target_version, write_config
+from cdc_assets_tests.helpers import jsonl, land, run_table, target_rows, target_version, write_config
 from cdc_assets_tests.reference_model import DELETE, UPSERT, ReferenceTable, SourceChange
 
 from .records import MARKS, delta_rows, delta_version, run_ok, values
@@ -199,22 +201,34 @@ def _comparable(rows: list[dict]) -> list[str]:
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
-def test_random_snapshot_feeds_match_the_reference(spark, workdir, fmt):
+def test_random_snapshot_feeds_match_the_reference_and_a_backfill_rebuilds_them(spark, workdir, fmt):
     history = generate_history(changes=240, seed={"csv": 1, "jsonl": 2, "parquet": 3}[fmt], inserts=45, updates=35,
                                deletes=20)
     exports = snapshot_exports(history, batches=4, files_per_batch=3, seed=7)
     cfg = write_config(workdir, [{"name": "RANDOM", "keys": ["id"], "format": "snapshot",
                                   "partition_by": ["region"]}])
     reference = ReferenceTable()
+    instance = dg.DagsterInstance.ephemeral()
     n_ops = len(history.operations)
     for b, files in enumerate(exports, start=1):
         land(cfg, "RANDOM", f"b{b}", {f"part-{i}.{fmt}": _export_file(rows, fmt) for i, rows in enumerate(files)})
-        run_ok(cfg, "RANDOM")
+        outcome = run_table(cfg, "RANDOM", instance)
+        assert outcome.ok, outcome
         for o in history.operations[(b - 1) * n_ops // len(exports): b * n_ops // len(exports)]:
             reference.deliver(SourceChange((o.key,), o.seq, DELETE if o.op == "DELETE" else UPSERT, o.row))
         expected = {k[0]: _plain(r) for k, r in reference.state().items()}
         got = {r["id"]: _plain(r) for r in target_rows(cfg, "RANDOM")}
         assert got == expected, b
+
+    # a backfill of every target partition through the apply job rebuilds, from staging, what the batches built
+    built = sorted(target_rows(cfg, "RANDOM", source_only=False), key=lambda r: r["id"])
+    version = target_version(cfg, "RANDOM")
+    keys = instance.get_dynamic_partitions("RANDOM__target_partitions")
+    tags = {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}
+    result = build_definitions(cfg).resolve_job_def("RANDOM_apply_job").execute_in_process(
+        instance=instance, tags=tags, raise_on_error=True)
+    assert result.success and target_version(cfg, "RANDOM") == version + 1  # rewritten
+    assert sorted(target_rows(cfg, "RANDOM", source_only=False), key=lambda r: r["id"]) == built
 
 
 def _export_file(rows: list[dict], fmt: str) -> str | bytes:
