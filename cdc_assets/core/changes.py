@@ -111,6 +111,8 @@ class Rejection:
     line: int
     reason: str
     raw: str
+    # the record's key when it could be read (an export row whose other values cannot be taken)
+    key: tuple[Value, ...] | None = field(default=None, repr=False, kw_only=True)
 
 
 def content_id(key: Sequence[Value], op: str, order: str, row: Mapping[str, Value]) -> str:

@@ -48,7 +48,11 @@ from .values import (
 if TYPE_CHECKING:  # pyarrow is imported where a Parquet file is read: most files are not
     import pyarrow as pa
 
-FORMATS = ("datastream-json", "datastream-avro", "bigquery-append", "bigquery-cdc", "changeset", "debezium-json")
+FORMATS = ("datastream-json", "datastream-avro", "bigquery-append", "bigquery-cdc", "changeset", "debezium-json",
+           "snapshot")
+# A table whose every batch is a complete export of its source (rule 11): read as exports are,
+# its changes derived by comparing each export with the state before it (engine/snapshot.py).
+SNAPSHOT = "snapshot"
 
 DATASTREAM_TYPES = {"INSERT": UPSERT, "UPDATE": UPSERT, "UPDATE-INSERT": UPSERT, "DELETE": DELETE, "UPDATE-DELETE": DELETE}
 CDC_TYPES = {"UPSERT": UPSERT, "DELETE": DELETE}
@@ -150,6 +154,9 @@ def parse_file(fmt: str, options: ChangesetOptions, keys: Sequence[str], name: s
     """`insert_only`: a change that is not an insert is a rejection (the table appends, never merges).
     `text_columns`: the columns earlier batches made text, whose CSV values keep their spelling.
     `rename`: the table's `rename:` map (keys, columns and text_columns name target columns)."""
+    if fmt == SNAPSHOT:  # an export: every row an upsert (its batch's changes are derived from them)
+        yield from parse_snapshot(keys, name, data, columns, rename, text_columns)
+        return
     parse_record = _RECORD_PARSERS[fmt]
     allowed = inserts(fmt, options) if insert_only else None
     typing = Typing(columns, text_columns, rename)
@@ -852,22 +859,26 @@ _RECORD_PARSERS: dict[str, Callable[[Record, Sequence[str], ChangesetOptions, in
 
 
 def parse_snapshot(keys: Sequence[str], name: str, data: bytes, columns: Mapping[str, str] | None = None,
-                   rename: Mapping[str, str] | None = None) -> Iterator[Change | Rejection]:
-    """A source export (base snapshot) as upserts ordered by line; the tier puts them below every change."""
-    typing = Typing(columns, rename=rename)
-    return snapshot_changes(keys, _records(name, data, "snapshot", typing.file_types,
-                                           _header_needs("snapshot", {}, keys, typing),
-                                           [typing.source_name(c) for c in typing.declared]), typing)
+                   rename: Mapping[str, str] | None = None, text_columns: Iterable[str] = ()
+                   ) -> Iterator[Change | Rejection]:
+    """A source export (base snapshot) as upserts ordered by line; the tier puts them below every change.
+    `text_columns`: the columns earlier batches made text, whose CSV values keep their spelling."""
+    typing = Typing(columns, text_columns, rename)
+    return snapshot_changes(keys, _records(name, data, SNAPSHOT, typing.file_types,
+                                           _header_needs(SNAPSHOT, {}, keys, typing),
+                                           [typing.source_name(c) for c in [*typing.declared, *typing.text_columns]]),
+                            typing)
 
 
 def parquet_row_group(keys: Sequence[str], source: str | io.IOBase, row_group: int,
                       columns: Mapping[str, str] | None = None,
-                      rename: Mapping[str, str] | None = None) -> Iterator[Change | Rejection]:
+                      rename: Mapping[str, str] | None = None, text_columns: Iterable[str] = ()
+                      ) -> Iterator[Change | Rejection]:
     """One row group of a Parquet export, so that a large export is read by many tasks; lines
     count from the file's first row, as when the whole file is read."""
     import pyarrow.parquet as pq
 
-    typing = Typing(columns, rename=rename)
+    typing = Typing(columns, text_columns, rename)
     pf = pq.ParquetFile(source)
     for f in pf.schema_arrow:
         type_ = arrow_column_type(f.type)
@@ -888,4 +899,14 @@ def snapshot_changes(keys: Sequence[str], records: Iterable[RecordItem], typing:
             row = _row(record, typing)
             yield Change(line, _key(row, keys), UPSERT, row, ordering.u64(line), None, "SNAPSHOT", types=typing.types)
         except (RecordError, OrderingError) as e:
-            yield Rejection(line, str(e), _text_of(raw))
+            yield Rejection(line, str(e), _text_of(raw), key=_key_of_rejected(record, keys, typing))
+
+
+def _key_of_rejected(record: Record, keys: Sequence[str], typing: Typing) -> tuple[Value, ...] | None:
+    """The key of an export row that cannot be taken, when its key columns can: the key of a row
+    in quarantine is still in the export (a snapshot does not delete it)."""
+    try:
+        names = [typing.source_name(k) for k in keys]
+        return _key(_row({n: record[n] for n in names if n in record}, typing), keys)
+    except (RecordError, OrderingError):
+        return None

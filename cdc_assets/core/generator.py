@@ -347,3 +347,24 @@ def deliver(events: Sequence[_Delivered], batches: int = 3, files_per_batch: int
         if files:
             out.append(files)
     return out
+
+
+# ---- snapshot exports --------------------------------------------------------
+
+def snapshot_exports(history: History, batches: int = 3, files_per_batch: int = 2,
+                     seed: int = 0) -> list[list[list[Row]]]:
+    """A `format: snapshot` source's deliveries: the source's whole state after each of `batches`
+    cuts of its history (the last one after every change), each export's rows shuffled and split
+    into at most `files_per_batch` files (an export of an empty table is one empty file)."""
+    if batches < 1 or files_per_batch < 1:
+        raise ValueError("batches and files per batch must be at least 1")
+    rng = random.Random(f"snapshots:{seed}")
+    n = len(history.operations)
+    out: list[list[list[Row]]] = []
+    for b in range(1, batches + 1):
+        rows = [dict(r) for r in replay(history.operations[: b * n // batches]).values()]
+        rng.shuffle(rows)
+        files = [rows[f * len(rows) // files_per_batch:(f + 1) * len(rows) // files_per_batch]
+                 for f in range(files_per_batch)]
+        out.append([f for f in files if f] or [[]])
+    return out

@@ -17,8 +17,9 @@ import contextlib
 import dagster as dg
 
 from ..core.config import Config, TableConfig
+from ..core.formats import SNAPSHOT
 from ..core.plan import Ingest
-from ..engine import apply, gcs, ingest, rekey, stage, status
+from ..engine import apply, gcs, ingest, rekey, snapshot, stage, status
 from ..engine.landing import Batch, registered
 from ..engine.lock import table_lock
 from ..engine.partitions import staged_partition_keys
@@ -94,7 +95,8 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
         with gcs.provided(storage_client) if storage_client is not None else contextlib.nullcontext():
             def ingest_exact():
                 rekey.ensure_exact(cfg, table)  # a warehouse keyed by an earlier release says so first
-                return ingest.ingest_batch(spark, cfg, table, batch, log=context.log.warning)
+                take = snapshot.ingest_batch if table.format == SNAPSHOT else ingest.ingest_batch
+                return take(spark, cfg, table, batch, log=context.log.warning)
 
             figures = _write(context, table_dir, f"{table.name}/changes {batch.id}", ingest_exact)
         metadata = {**as_metadata(figures), **table_metadata("changes", figures.get("changes_new"))}

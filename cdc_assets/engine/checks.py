@@ -118,6 +118,9 @@ def batch_accounting(cfg: Config, table: TableConfig, batch_seq: int) -> dict:
         "changes_new": rows(CHANGES, CHANGES_TRIM, "changes_new", s["changes"]),
         "duplicates_skipped": n["duplicates_skipped"],
         "quarantined": _rows_of_batch(path(table_dir, QUARANTINE), batch_seq),
+        # a snapshot batch's (engine/snapshot.py): rows equal to the table's, and deletes of keys no row was read for
+        "unchanged": n.get("unchanged", 0),
+        "derived_deletes": n.get("derived_deletes", 0),
         "staged": rows(STAGING, STAGING_TRIM, "staged", s["staged"]),
         "superseded_in_batch": s["superseded_in_batch"],
     }
@@ -126,7 +129,8 @@ def batch_accounting(cfg: Config, table: TableConfig, batch_seq: int) -> dict:
         figures["counted_from_commits"] = recorded
     figures["complete"] = True
     figures["adds_up"] = (
-        counts["records_read"] == counts["changes_new"] + counts["duplicates_skipped"] + counts["quarantined"]
+        counts["records_read"] + counts["derived_deletes"]
+        == counts["changes_new"] + counts["duplicates_skipped"] + counts["unchanged"] + counts["quarantined"]
         and counts["changes_new"] == counts["staged"] + counts["superseded_in_batch"]
     )
     return figures

@@ -13,10 +13,10 @@ from ..core import ordering
 from ..core.changes import RECORD_FIELDS, REJECT_FIELDS, UPSERT, Change, Rejection, stored_form, to_record, to_reject
 from ..core.config import Config, TableConfig
 from ..core.errors import TerminalError
-from ..core.formats import parquet_row_group, parse_file, parse_snapshot, raw_line
+from ..core.formats import SNAPSHOT, parquet_row_group, parse_file, parse_snapshot, raw_line
 from ..core.schema import admit, admit_columns, is_text_source, joined, plain
 from ..core.typed_changes import TypedFile, read_by_column, read_typed_change_file
-from ..core.values import STRING, decode_row, encode_row
+from ..core.values import STRING, decode_row, encode_row, key_text
 from . import delta, faults, gcs
 from .landing import Batch, file_size, inside, is_done_or_next, read_file
 from .records import stored_columns
@@ -45,19 +45,27 @@ def read_landed(file_path: str, root: str | None) -> bytes:
         raise UnreadableFile(f"cannot read the file: {e.strerror or e}") from None
 
 
-def _parse_partition(table: TableConfig, snapshot: bool, root: str | None, text_columns: tuple[str, ...] = ()):
-    """The function Spark runs on each slice of the file list: files -> records or rejections."""
+def _parse_partition(table: TableConfig, snapshot: bool, root: str | None, text_columns: tuple[str, ...] = (),
+                     ledger: dict[str, str] | None = None):
+    """The function Spark runs on each slice of the file list: files -> records or rejections.
+    `snapshot`: the files are the base export. A `format: snapshot` table's batch is read as an
+    export too, its rows ranked by batch (rule 11), its column types admitted from `ledger` (the
+    table's so far)."""
     schema = delta.arrow_schema(PARSED_FIELDS)
     keys, partition_by = list(table.keys), list(table.partition_by)
+    batch_export = not snapshot and table.format == SNAPSHOT
+    export = snapshot or batch_export
     tier = ordering.BASE_TIER if snapshot else ordering.CHANGE_TIER
     store = gcs.settings()  # a gs:// landing's client settings, for the workers that read it
 
     def items(f):
-        if snapshot and f["row_group"] is not None:
-            return parquet_row_group(keys, f["path"], f["row_group"], table.columns, table.rename)
+        if export and f["row_group"] is not None:
+            return parquet_row_group(keys, f["path"], f["row_group"], table.columns, table.rename, text_columns)
         data = read_landed(f["path"], root)
-        if snapshot:
-            return parse_snapshot(keys, f["file"], data, table.columns, table.rename)
+        if batch_export and not data.strip():
+            return []  # an export of an empty table
+        if export:
+            return parse_snapshot(keys, f["file"], data, table.columns, table.rename, text_columns)
         return parse_file(table.format, table.options, keys, f["file"], data, table.columns, table.insert_only,
                           text_columns, table.rename)
 
@@ -65,7 +73,7 @@ def _parse_partition(table: TableConfig, snapshot: bool, root: str | None, text_
         # An export's column types are widened here, in the task that reads the rows; each task
         # ends with one ledger record (op T) that the driver joins with the others.
         gcs.use(store)
-        ledger: dict = {}
+        types: dict = dict(ledger or {})
         for files in batches:
             for f in files.to_pylist():
                 try:
@@ -74,12 +82,14 @@ def _parse_partition(table: TableConfig, snapshot: bool, root: str | None, text_
                     found = [Rejection(0, str(e), "")]
                 out = []
                 for item in found:
-                    if isinstance(item, Change) and snapshot:
+                    if isinstance(item, Change) and export:
                         # an export row that cannot join the others' columns (a name differing
                         # only by case, a value its declared column cannot hold) is quarantined
-                        why = admit(ledger, item.row, True, item.types)
+                        why = admit(types, item.row, snapshot or is_text_source(f["file"]), item.types)
                         if why is not None:
-                            item = Rejection(item.line, why, encode_row(item.row))
+                            item = Rejection(item.line, why, encode_row(item.row), key=item.key)
+                        elif batch_export:
+                            item.order = ordering.u64(f["batch_seq"])  # snapshots rank by batch
                     if isinstance(item, Change):
                         rec = to_record(item, batch_seq=f["batch_seq"], batch_id=f["batch_id"], file_name=f["file"],
                                         file_index=f["file_index"], partition_by=partition_by, tier=tier)
@@ -87,14 +97,16 @@ def _parse_partition(table: TableConfig, snapshot: bool, root: str | None, text_
                     else:
                         rec = dict.fromkeys(n for n, _ in TYPED_FIELDS)
                         rec.update(to_reject(item, batch_seq=f["batch_seq"], batch_id=f["batch_id"], file_name=f["file"]))
+                        if item.key is not None:  # a quarantined export row's key stays in its export
+                            rec["_cdc_key"] = key_text(item.key)
                     out.append(rec)
                     if len(out) >= 5000:
                         yield pa.RecordBatch.from_pylist(out, schema=schema)
                         out = []
                 if out:
                     yield pa.RecordBatch.from_pylist(out, schema=schema)
-        if snapshot:
-            yield pa.RecordBatch.from_pylist([{"_cdc_op": LEDGER, "_cdc_row": json.dumps(ledger)}], schema=schema)
+        if export:
+            yield pa.RecordBatch.from_pylist([{"_cdc_op": LEDGER, "_cdc_row": json.dumps(types)}], schema=schema)
     return run
 
 
@@ -103,15 +115,17 @@ MAX_TASKS = 256
 
 
 def parse_files(spark, table: TableConfig, files: list[dict], snapshot: bool = False, root: str | None = None,
-                text_columns: tuple[str, ...] = ()):
+                text_columns: tuple[str, ...] = (), ledger: dict[str, str] | None = None):
     """A DataFrame of parsed records; rows with `_cdc_reason` set are rejections.
     `root`: the landing folder the files must stay inside (links out of it are not read).
-    A snapshot's Parquet files are read one row group per task."""
-    listing = snapshot_listing(files) if snapshot else [{**f, "row_group": None} for f in files]
+    An export's Parquet files (a base snapshot, a `format: snapshot` batch) are read one row
+    group per task; `ledger`: the column types a snapshot batch's rows are admitted to."""
+    export = snapshot or table.format == SNAPSHOT
+    listing = snapshot_listing(files) if export else [{**f, "row_group": None} for f in files]
     frame = spark.createDataFrame(listing, "path string, file string, file_index int, batch_seq long, "
                                            "batch_id string, row_group int")
     return frame.repartition(max(1, min(len(listing), MAX_TASKS))).mapInArrow(
-        _parse_partition(table, snapshot, root, text_columns), delta.spark_schema(PARSED_FIELDS))
+        _parse_partition(table, snapshot, root, text_columns, ledger), delta.spark_schema(PARSED_FIELDS))
 
 
 def snapshot_listing(files: list[dict]) -> list[dict]:

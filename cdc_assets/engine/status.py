@@ -148,7 +148,7 @@ def table_status(cfg: Config, table: TableConfig, now: dt.datetime | None = None
         out["last_error"] = f"{note.get('error') or 'failed'} (run at {note.get('at')})"
     if applied >= 1:
         try:
-            top = delta.query(path(table_dir, STAGING), "SELECT _cdc_order, _cdc_file, _cdc_line FROM t "
+            top = delta.query(path(table_dir, STAGING), "SELECT _cdc_order, _cdc_file, _cdc_line, _cdc_batch FROM t "
                               f"WHERE _cdc_batch_seq <= {applied} ORDER BY _cdc_order DESC LIMIT 1")
         except Exception as e:  # noqa: BLE001 - status reports a damaged table, it does not fail on it
             out["staging_unreadable"] = root_cause_of_exception(e)
@@ -156,5 +156,7 @@ def table_status(cfg: Config, table: TableConfig, now: dt.datetime | None = None
         if top is not None and top.num_rows:
             row = top.to_pylist()[0]
             out["last_ordering_key"] = row["_cdc_order"]
-            out["last_change_at"] = f"{row['_cdc_file']}:{row['_cdc_line']}"
+            # a snapshot's delete comes from no line: the key was absent from its batch's export
+            out["last_change_at"] = f"{row['_cdc_file']}:{row['_cdc_line']}" if row["_cdc_file"] is not None \
+                else f"{row['_cdc_batch']}: a key absent from its export"
     return out

@@ -129,6 +129,13 @@ def test_every_format_is_accepted():
     assert cfg.tables[0].options == CHANGESET
 
 
+def test_a_snapshot_table_takes_no_options_and_cannot_be_insert_only():
+    assert parse_config(raw_config(format="snapshot"), CONFIG_PATH).tables[0].format == "snapshot"
+    assert "format 'snapshot' takes no options" in error(raw_config(format="snapshot", options={"op_column": "x"}))
+    # an export says which rows exist, not which were inserted
+    assert "field 'insert_only': format 'snapshot'" in error(raw_config(format="snapshot", insert_only=True))
+
+
 def test_changeset_option_values_are_text_and_single_values_are_lists():
     opts = {"op_column": "op", "inserts": 1, "updates": [2], "deletes": "3"}
     t = parse_config(raw_config(format="changeset", options=opts), CONFIG_PATH).tables[0]

@@ -898,3 +898,14 @@ def test_rename_of_a_csv_header_and_of_a_parquet_file_typed_column():
                      rename={"user id": "user_id", "a(b)": "a_b"})
     assert c.row == {"user_id": 5, "a_b": "y"}
     assert (c.types["user_id"], c.types["a_b"]) == ("int", "string") and "user id" not in c.types
+
+
+def test_an_export_row_that_cannot_be_taken_keeps_its_key_when_its_key_can_be_read():
+    from cdc_assets.core.formats import parse_snapshot
+
+    data = b'{"id": "7", "amount": "1.50"}\n{"id": 8, "amount": "lots"}\n{"amount": "2.00"}\n'
+    items = list(parse_snapshot(["id"], "export.jsonl", data, {"id": "long", "amount": "decimal(12,2)"}))
+    assert [type(i).__name__ for i in items] == ["Change", "Rejection", "Rejection"]
+    assert items[0].key == (7,)
+    assert (items[1].line, items[1].key) == (2, (8,))  # its key, typed as a good row's is
+    assert (items[2].line, items[2].key) == (3, None)  # no key to keep

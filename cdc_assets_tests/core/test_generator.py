@@ -242,3 +242,16 @@ def test_small_feeds_leave_out_empty_files_and_batches():
     assert sum(len(p) for files in landed for p in files) == 2
     assert all(files and all(files) for files in landed)
     assert generator.deliver([], 3, 3, 3, 5) == []
+
+
+def test_snapshot_exports_are_the_source_state_at_each_cut_and_the_last_is_the_final_state():
+    history = generator.generate_history(changes=120, seed=4)
+    exports = generator.snapshot_exports(history, batches=3, files_per_batch=2, seed=1)
+    assert len(exports) == 3
+    n = len(history.operations)
+    for b, files in enumerate(exports, start=1):
+        rows = [r for f in files for r in f]
+        assert len(files) <= 2
+        assert {r["id"]: r for r in rows} == generator.replay(history.operations[: b * n // 3])
+        assert len(rows) == len({r["id"] for r in rows})
+    assert {r["id"]: r for f in exports[-1] for r in f} == history.final

@@ -1,0 +1,382 @@
+"""A `format: snapshot` batch -> `changes`: the changes that turn the table into the export (rule 11).
+
+Each batch, all its files together, is a complete export of the source table. Its rows are read
+as a base export's are (the same readers, engine/base.py), ranked by their batch, and compared
+key by key with the table's state before the batch: the target as of the batch it reached, with
+the changes of the later batches laid over it (each key's latest). A key the state lacks is an
+insert, a key whose row differs in any column (as the target would store it) an update, a key
+of the state that the export lacks a delete; an unchanged row makes no change, so no new
+version of it is written anywhere. The derived changes are committed to `changes` as a change
+feed's are: staging, apply, history, the change data feed, publish and checks take them as any.
+
+A row in quarantine keeps its key in the export: a key whose row cannot be taken is neither
+updated nor deleted. A rejection whose key cannot be read (an unreadable line or file, a row
+without its key) leaves the batch without deletes, since which key is missing cannot be told; a
+batch whose files hold no rows and no rejections is an empty table, and deletes every key.
+
+A batch above ingest.LOCAL_PARSE_BYTES, or a state above spark_apply.LOCAL_ROWS rows, is read and
+compared by Spark executors (the state from the target's Parquet files), in buckets of keys, by
+the same comparison a small batch runs in this process (`derive`); the executors write the
+derived changes and delta-rs commits them, so the driver holds counts and rejections only.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+
+from ..core import names, ordering
+from ..core import target as shape
+from ..core.changes import DELETE, RECORD_FIELDS, REJECT_FIELDS, UPSERT
+from ..core.config import Config, TableConfig
+from ..core.errors import OutOfOrder
+from ..core.schema import joined, plain
+from ..core.values import STRING, decode_row, encode_row, key_text
+from . import delta, spark_apply, spark_files
+from .apply import (
+    _as_target_rows,
+    _as_target_types,
+    _base_records,
+    _cast_typed,
+    _existing_columns,
+    _spark_columns,
+    _typed_frame,
+)
+from .ingest import (
+    LEDGER,
+    LOCAL_PARSE_BYTES,
+    PARSED_FIELDS,
+    _bytes_of,
+    _parse_partition,
+    column_types,
+    parse_files,
+    quarantine,
+    snapshot_listing,
+)
+from .landing import Batch, is_done_or_next
+from .records import read_records
+from .spark import session_of
+from .stage import first_of_each, latest_per_key
+from .tables import BASE, CHANGES, TARGET, path
+
+KEY, ORDER, OP = "_cdc_key", "_cdc_order", "_cdc_op"
+RECORD_NAMES = [n for n, _ in RECORD_FIELDS]
+HELD = "Q"  # on the export's side of the comparison: the key of a row in quarantine
+INSERT, UPDATE, DELETED = "INSERT", "UPDATE", "DELETE"  # the derived changes' change types
+SOFT_DELETED = "_cdc_deleted"  # a target row kept for a deleted key (`deletes: soft`) is no live row
+BUCKET = "_cdc_bucket"
+BUCKET_ROWS = 100_000  # rows of state per bucket of keys the executors compare at once
+
+
+def deletes_order(seq: int, n_files: int) -> str:
+    """The ordering key of the deletes batch `seq` derives: in its batch, after its files' rows."""
+    return ordering.CHANGE_TIER + ordering.u64(seq) + "|" + ordering.arrival(seq, n_files, 0)
+
+
+def _same(a: pa.Array, b: pa.Array) -> pa.Array:
+    """Per row, whether two values of one column type are the same value (null equals null, a
+    NaN equals a NaN: a row holding either is unchanged when the export holds it again)."""
+    same = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
+    if pa.types.is_floating(a.type):
+        same = pc.or_(same, pc.and_(pc.fill_null(pc.is_nan(a), False), pc.fill_null(pc.is_nan(b), False)))
+    return same
+
+
+def derive(state: pa.Table, export: pa.Table, columns: dict[str, str], table: TableConfig, seq: int,
+           batch_id: str, deletes_at: str | None) -> pa.Table:
+    """The changes (RECORD_FIELDS) that turn `state` into `export`.
+
+    `state`: the live rows before the batch, `_cdc_key` and `columns` (in their target types).
+    `export`: the batch's records (RECORD_FIELDS), op U; a record of op Q holds the key of a row
+    in quarantine, which stays as it is. `deletes_at`: the derived deletes' ordering key; None
+    when the batch derives none. Keys are compared whole, so the result of a bucket of keys is
+    the result of the whole for those keys."""
+    state = state.cast(pa.schema([pa.field(KEY, pa.string())]
+                                 + [pa.field(c, shape.arrow_type(t)) for c, t in columns.items()]))
+    ops = export[OP]
+    held = export.filter(pc.equal(ops, HELD))[KEY]
+    rows = _latest(export.filter(pc.equal(ops, UPSERT)).select(RECORD_NAMES))
+    images = [decode_row(r) for r in rows["_cdc_row"].to_pylist()]
+    typed = shape.typed_columns(images, columns)
+    at = pc.index_in(rows[KEY], value_set=state[KEY].combine_chunks())
+    known = pc.is_valid(at)
+    differs = pc.invert(known)
+    for c, t in columns.items():
+        new = pa.array(typed[c], shape.arrow_type(t))
+        differs = pc.or_(differs, pc.invert(_same(new, state[c].combine_chunks().take(at))))
+    kinds = pc.if_else(known, pa.scalar(UPDATE), pa.scalar(INSERT))
+    rows = rows.set_column(rows.schema.get_field_index("_cdc_change_type"), "_cdc_change_type", kinds)
+    upserts = rows.filter(differs)
+    if deletes_at is None or state.num_rows == 0:
+        return upserts.cast(delta.arrow_schema(RECORD_FIELDS))
+    present = pa.concat_arrays([rows[KEY].combine_chunks(), held.combine_chunks().cast(pa.string())])
+    gone = state.filter(pc.invert(pc.is_in(state[KEY], value_set=present)))
+    return pa.concat_tables([upserts.cast(delta.arrow_schema(RECORD_FIELDS)),
+                             _deletes(gone, table, seq, batch_id, deletes_at)])
+
+
+def _latest(rows: pa.Table) -> pa.Table:
+    """Each key's last row (by arrival: an export may repeat a key); no sort when keys are distinct."""
+    return rows if pc.count_distinct(rows[KEY]).as_py() == rows.num_rows else first_of_each(rows, KEY)
+
+
+def _deletes(gone: pa.Table, table: TableConfig, seq: int, batch_id: str, order: str) -> pa.Table:
+    """Delete records of the state's rows `gone`: their images hold the key columns only."""
+    n = gone.num_rows
+    keyed = gone.select(list(table.keys)).to_pylist()
+    parted = gone.select(list(table.partition_by)).to_pylist() if table.partition_by else None
+    return pa.table({
+        KEY: gone[KEY], OP: pa.array([DELETE] * n, pa.string()), ORDER: pa.array([order] * n, pa.string()),
+        "_cdc_event_id": pa.nulls(n, pa.string()), "_cdc_row": pa.array([encode_row(k) for k in keyed], pa.string()),
+        "_cdc_partition": pa.array([key_text(p.values()) for p in parted], pa.string()) if parted is not None
+        else pa.nulls(n, pa.string()),
+        "_cdc_change_type": pa.array([DELETED] * n, pa.string()), "_cdc_batch_seq": pa.array([seq] * n, pa.int64()),
+        "_cdc_batch": pa.array([batch_id] * n, pa.string()), "_cdc_file": pa.nulls(n, pa.string()),
+        "_cdc_line": pa.array([0] * n, pa.int64()),
+    }).cast(delta.arrow_schema(RECORD_FIELDS))
+
+
+# ---- the state before the batch ------------------------------------------------------
+
+def _state_columns(table_dir: str, table: TableConfig, dt_: DeltaTable | None, types: dict[str, str]) -> dict[str, str]:
+    """The target's source columns and types once this batch's rows are in (as an apply decides
+    them): the columns a row is compared by."""
+    columns = shape.target_columns(_existing_columns(dt_), [], table.keys, table.partition_by,
+                                   history_types=plain(types))
+    return {c: t for c, t in columns.items() if not c.startswith(names.BOOKKEEPING)}
+
+
+def _live(rows, has_soft_deletes: bool):
+    return rows if not has_soft_deletes else rows.filter(pc.invert(pc.fill_null(rows[SOFT_DELETED], False)))
+
+
+def _since(applied: int, seq: int) -> str:
+    return f"_cdc_batch_seq > {int(applied)} AND _cdc_batch_seq < {int(seq)}"
+
+
+def _base_needed(table_dir: str, table: TableConfig, dt_: DeltaTable | None) -> bool:
+    """Whether the state is built from `base` (no target yet): it must be imported first."""
+    if dt_ is not None or table.base_snapshot is None:
+        return False
+    if delta.step_version(path(table_dir, BASE), BASE) < 0:
+        raise OutOfOrder(f"table {table.name}: base snapshot not imported yet: materialize {table.name}/base first")
+    return True
+
+
+def state_here(table_dir: str, table: TableConfig, dt_: DeltaTable | None, applied: int, seq: int,
+               columns: dict[str, str]) -> pa.Table:
+    """The live rows before batch `seq`, in this process: `_cdc_key` and `columns`."""
+    meta = (KEY, ORDER)
+    parts = []
+    if dt_ is not None:
+        rows = dt_.to_pyarrow_dataset().to_table()
+        rows = _live(rows, SOFT_DELETED in rows.column_names)
+        cast = _cast_typed(rows, columns, meta)
+        parts.append(cast.append_column(OP, pa.array([UPSERT] * cast.num_rows, pa.string())))
+    records = [read_records(path(table_dir, CHANGES), _since(applied, seq))]
+    if _base_needed(table_dir, table, dt_):
+        records.append(_base_records(path(table_dir, BASE)))
+    for r in records:
+        if r is not None and r.num_rows:
+            parts.append(_as_target_rows(r, columns, extra=(OP,)).select([*meta, *columns, OP]))
+    schema = pa.schema([pa.field(KEY, pa.string()), pa.field(ORDER, pa.string())]
+                       + [pa.field(c, shape.arrow_type(t)) for c, t in columns.items()] + [pa.field(OP, pa.string())])
+    every = pa.concat_tables([p.select(schema.names).cast(schema) for p in parts]) if parts else schema.empty_table()
+    latest = _latest(every)  # the target alone has one row per key
+    return latest.filter(pc.equal(latest[OP], UPSERT)).select([KEY, *columns])
+
+
+def _state_on_spark(session, table_dir: str, table: TableConfig, dt_: DeltaTable | None, applied: int, seq: int,
+                    columns: dict[str, str]):
+    """The same on Spark executors: the target's Parquet files of its snapshot `dt_`, laid over by
+    the later batches' changes."""
+    from pyspark.sql import functions as F
+
+    ddl = f"{KEY} string, {ORDER} string, {OP} string, " + _spark_columns(columns)
+    wanted = [F.col(KEY), F.col(ORDER), F.col(OP)] + [F.col(names.spark(c)) for c in columns]
+    frames = []
+    if dt_ is not None:
+        schema = spark_apply._plain_schema(pa.schema(dt_.schema().to_arrow()))
+        files = spark_apply._files(path(table_dir, TARGET), dt_)
+        rows = spark_apply.read(session, files, list(range(len(files))), schema).drop(spark_apply.FILE)
+        soft = SOFT_DELETED in schema.names
+        from .spark import map_in_arrow
+
+        def as_state(batches):
+            for b in batches:
+                b = _live(pa.Table.from_batches([b]), soft)
+                cast = _cast_typed(b, columns, (KEY, ORDER))
+                cast = cast.append_column(OP, pa.array([UPSERT] * cast.num_rows, pa.string()))
+                yield from cast.select([KEY, ORDER, OP, *columns]).to_batches()
+        frames.append(map_in_arrow(rows, as_state, ddl).select(*wanted))
+    sources = [CHANGES] + ([BASE] if _base_needed(table_dir, table, dt_) else [])
+    for name in sources:
+        if delta.open_table(path(table_dir, name)) is None:
+            continue
+        records = _as_target_types(session, path(table_dir, name), columns)
+        if name == CHANGES:
+            records = records.where((F.col("_cdc_batch_seq") > applied) & (F.col("_cdc_batch_seq") < seq))
+        frames.append(_typed_frame(records, columns, _spark_columns(columns) + ", "
+                                   + ", ".join(f"`{m}` string" for m in shape.META_COLUMNS) + f", {OP} string",
+                                   extra=(OP,)).select(*wanted))
+    if not frames:
+        return session.createDataFrame([], f"{KEY} string, " + _spark_columns(columns))
+    every = frames[0]
+    for f in frames[1:]:
+        every = every.unionByName(f)
+    return latest_per_key(every).where(F.col(OP) == UPSERT).select(F.col(KEY), *[F.col(names.spark(c)) for c in columns])
+
+
+# ---- the step ------------------------------------------------------------------------
+
+def _state_rows(table_dir: str, dt_: DeltaTable | None, applied: int) -> int:
+    """At most how many rows the state has: the target's, and the staged rows after it."""
+    return (delta.file_stats(dt_)[2] if dt_ is not None else 0) + spark_apply.pending_rows(table_dir, applied)
+
+
+def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None) -> dict:
+    """Commit the changes a `format: snapshot` table's batch (a complete export) derives, and its
+    rejected rows; a second call does nothing. `spark`: a session, or a function that starts one
+    when the batch or the table is large enough to need it."""
+    t0 = time.time()
+    table_dir = cfg.table_dir(table.name)
+    if is_done_or_next(table.name, path(table_dir, CHANGES), CHANGES, batch):
+        return {"already_committed": True}
+    landing = cfg.landing_dir(table.name)
+    files = [{"path": os.path.join(landing, f), "file": f, "file_index": i, "batch_seq": batch.seq,
+              "batch_id": batch.id} for i, f in enumerate(batch.files)]
+    target = delta.open_table(path(table_dir, TARGET))  # the state is read through this one snapshot
+    applied = delta.txn_version(target, TARGET)
+    types = column_types(table_dir)
+    # A column earlier batches made text stays text: its CSV values keep their spelling, so a key
+    # reads the same in every export.
+    text_columns = tuple(c for c, t in plain(types).items() if t == STRING)
+    if _bytes_of(files) > LOCAL_PARSE_BYTES or _state_rows(table_dir, target, applied) > spark_apply.LOCAL_ROWS:
+        return _on_spark(session_of(spark), cfg, table, batch, files, types, text_columns, target, applied, log, t0)
+    schema = delta.arrow_schema(PARSED_FIELDS)
+    listing = pa.RecordBatch.from_pylist(snapshot_listing(files))
+    parsed = pa.Table.from_batches(list(_parse_partition(table, False, cfg.landing_dir(table.name), text_columns,
+                                                          types)([listing])), schema=schema)
+    ops, reasons = parsed[OP], parsed["_cdc_reason"]
+    ledgers = [json.loads(r) for r in parsed.filter(pc.equal(ops, LEDGER))["_cdc_row"].to_pylist()]
+    types = joined(types, *ledgers)
+    rejected = parsed.filter(pc.is_valid(reasons))
+    keyless = rejected.num_rows - pc.count(rejected[KEY]).as_py()
+    held = rejected.filter(pc.is_valid(rejected[KEY])).select([KEY]).append_column(
+        OP, pa.array([HELD] * (rejected.num_rows - keyless), pa.string()))
+    good = parsed.filter(pc.and_(pc.is_null(reasons), pc.not_equal(ops, LEDGER))).select(RECORD_NAMES)
+    columns = _state_columns(table_dir, table, target, types)
+    state = state_here(table_dir, table, target, applied, batch.seq, columns)
+    export = pa.concat_tables([good, held], promote_options="default")
+    deletes_at = deletes_order(batch.seq, len(files)) if files and not keyless else None
+    derived = derive(state, export, columns, table, batch.seq, batch.id, deletes_at)
+    n_rejected = quarantine(table, table_dir, rejected.select([c for c, _ in REJECT_FIELDS]), batch.seq, log)
+    kinds = derived["_cdc_change_type"].to_pylist()
+    metrics = _metrics(files, parsed.num_rows - len(ledgers), good.num_rows, pc.count_distinct(good[KEY]).as_py(),
+                       n_rejected, keyless, {k: kinds.count(k) for k in (INSERT, UPDATE, DELETED)},
+                       deletes_at is not None)
+    version = delta.append(path(table_dir, CHANGES), derived, CHANGES, batch.seq,
+                           {**metrics, "column_types": json.dumps(types)})
+    return _finish(path(table_dir, CHANGES), metrics, version, t0)
+
+
+def _metrics(files: list[dict], read: int, rows: int, keys: int, rejected: int, keyless: int,
+             kinds: dict[str, int], deletes: bool) -> dict:
+    """A snapshot batch's figures. Each row read is quarantined, a key's earlier row in the export
+    (`duplicates_skipped`), unchanged, or an insert or update; each key gone is a delete, a
+    change no row was read for (`derived_deletes`): the batch_accounted check adds them up so."""
+    metrics: dict[str, int | str] = {"files": len(files), "records_read": read, "changes_new": sum(kinds.values()),
+               "inserts": kinds[INSERT], "updates": kinds[UPDATE], "derived_deletes": kinds[DELETED],
+               "unchanged": keys - kinds[INSERT] - kinds[UPDATE], "duplicates_skipped": rows - keys,
+               "quarantined": rejected}
+    if not deletes:
+        # which key a rejected row without a readable key had cannot be told: none is deleted
+        metrics["deletes_withheld"] = f"{keyless} quarantined rows without a readable key" if keyless else "no files"
+    return metrics
+
+
+def _finish(changes_path: str, metrics: dict, version: int, t0: float) -> dict:
+    metrics["compacted"] = delta.compact_if_fragmented(changes_path)
+    metrics.update({"delta_version": version, "seconds": round(time.time() - t0, 2)})
+    return metrics
+
+
+def _on_spark(session, cfg: Config, table: TableConfig, batch: Batch, files: list[dict], types: dict[str, str],
+              text_columns: tuple[str, ...], target: DeltaTable | None, applied: int, log, t0: float) -> dict:
+    from pyspark.sql import functions as F
+
+    table_dir = cfg.table_dir(table.name)
+    changes_path = path(table_dir, CHANGES)
+    parsed = parse_files(session, table, files, root=cfg.landing_dir(table.name), text_columns=text_columns,
+                         ledger=types).cache()
+    derived = None
+    try:
+        ledgers = [json.loads(r[0]) for r in parsed.where(F.col(OP) == LEDGER).select("_cdc_row").collect()]
+        types = joined(types, *ledgers)
+        rejected = parsed.where(F.col("_cdc_reason").isNotNull())
+        n_rejected = quarantine(table, table_dir, rejected.select(*[c for c, _ in REJECT_FIELDS]).toArrow(),
+                                batch.seq, log)
+        keyless = rejected.where(F.col(KEY).isNull()).count()
+        good = parsed.where(F.col("_cdc_reason").isNull() & (F.col(OP) != LEDGER)).select(*RECORD_NAMES)
+        held = rejected.where(F.col(KEY).isNotNull()).select(
+            *[(F.lit(HELD) if n == OP else F.col(n) if n == KEY else F.lit(None).cast(t)).alias(n)
+              for n, t in ((n, "bigint" if t == "long" else t) for n, t in RECORD_FIELDS)])
+        columns = _state_columns(table_dir, table, target, types)
+        state = _state_on_spark(session, table_dir, table, target, applied, batch.seq, columns)
+        buckets = max(16, math.ceil(_state_rows(table_dir, target, applied) / BUCKET_ROWS)
+                      + math.ceil(_bytes_of(files) / (16 * 2**20)))
+        deletes_at = deletes_order(batch.seq, len(files)) if files and not keyless else None
+        derived = _derive_on_spark(state, good.unionByName(held), columns, table, batch, deletes_at, buckets).cache()
+        kinds = {r[0]: int(r[1]) for r in derived.groupBy("_cdc_change_type").count().collect()}
+        kinds = {k: kinds.get(k, 0) for k in (INSERT, UPDATE, DELETED)}
+        n_read, n_good, n_keys = parsed.count() - len(ledgers), good.count(), good.select(KEY).distinct().count()
+        metrics = {**_metrics(files, n_read, n_good, n_keys, n_rejected, keyless, kinds, deletes_at is not None),
+                   "applied_on": "spark"}
+        dt_ = delta.open_table(changes_path)
+        if delta.txn_version(dt_, CHANGES) >= batch.seq:
+            raise delta.CommitConflict(f"{changes_path}: another writer committed {CHANGES} batch {batch.seq} first")
+        schema = spark_apply._plain_schema(pa.schema(dt_.schema().to_arrow())) if dt_ is not None else \
+            delta.arrow_schema(RECORD_FIELDS)
+        adds = spark_files.write_files(derived, changes_path, sort_by=[KEY])
+        props = delta.commit_props(CHANGES, batch.seq, {**metrics, "column_types": json.dumps(types)})
+        try:
+            final = spark_files.commit(changes_path, dt_, schema, adds, [], (), props)
+        except BaseException:
+            spark_files.discard(changes_path, adds)
+            raise
+        return _finish(changes_path, metrics, final.version(), t0)
+    finally:
+        parsed.unpersist()
+        if derived is not None:
+            derived.unpersist()
+
+
+def _derive_on_spark(state, export, columns: dict[str, str], table: TableConfig, batch: Batch,
+                     deletes_at: str | None, buckets: int):
+    """`derive` on Spark executors, one bucket of keys at a time (every row of a key in one)."""
+    from pyspark.sql import functions as F
+
+    def bucketed(frame):
+        return frame.withColumn(BUCKET, F.pmod(F.hash(F.col(KEY)), F.lit(buckets)))
+
+    state_names = state.columns
+    # columns travel under their positions: PySpark parses a column's name, which fails on a backtick
+    left = bucketed(state).toDF(*[f"_{i}" for i in range(len(state_names))], BUCKET)
+    right = bucketed(export)
+    seq, batch_id = batch.seq, batch.id
+
+    def run(state_part: pa.Table, export_part: pa.Table) -> pa.Table:
+        state_part = state_part.drop_columns([BUCKET]).rename_columns(state_names) if state_part.num_columns else \
+            pa.schema([pa.field(KEY, pa.string())]
+                      + [pa.field(c, shape.arrow_type(t)) for c, t in columns.items()]).empty_table()
+        records = delta.arrow_schema(RECORD_FIELDS)
+        export_part = export_part.select(RECORD_NAMES).cast(records) if export_part.num_columns else \
+            records.empty_table()
+        return derive(state_part, export_part, columns, table, seq, batch_id, deletes_at)
+
+    return left.groupBy(BUCKET).cogroup(right.groupBy(BUCKET)).applyInArrow(run, delta.spark_schema(RECORD_FIELDS))
