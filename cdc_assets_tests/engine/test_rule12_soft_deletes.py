@@ -50,7 +50,7 @@ def test_a_soft_delete_table_keeps_deleted_rows_flagged(spark, workdir):
     final = BATCHES[-1][1]
     rows = {r["id"]: r for r in target_rows(cfg, "SD", source_only=False)}
     staged = {(r["_cdc_key"], r["_cdc_op"]): r["_cdc_order"] for r in delta_rows(cfg, "SD", "staging")}
-    assert rows[1]["_cdc_order"] == staged[("[1]", "D")]  # the delete's ordering key
+    assert rows[1]["_cdc_order"] == staged[(rows[1]["_cdc_key"], "D")]  # the delete's ordering key
     assert outcome.checks["reconciles_with_source"]  # the live rows are the export's
     assert checks.reconciliation(cfg, table)["missing_rows"] == 0
     assert checks.reconciliation(cfg, table)["extra_rows"] == 0
