@@ -73,7 +73,8 @@ def _exact_keys(records: pa.Table, table: TableConfig, text_columns: set[str]) -
                 return v
         return v
 
-    keys, partitions = [], []
+    keys: list[str] = []
+    partitions: list[str | None] = []
     ops = records["_cdc_op"].to_pylist()
     for i, image in enumerate(images):
         if ops[i] == TRUNCATE:  # the whole table's, whatever the key rule

@@ -255,8 +255,9 @@ def apply(spark, table: TableConfig, table_dir: str, dt_, applied: int, reached:
         # tombstone: the greatest truncate applied before or pending (rule 9).
         found = winners.where(F.col(KEY) == TRUNCATE_KEY).select(ORDER).collect()
         truncate = found[0][0] if found else None
-        stored = delta.rows_with_keys(tomb_dt, TOMBSTONE_FIELDS, [TRUNCATE_KEY])
-        floor = max([o for o in stored["_cdc_order"].to_pylist()] + ([truncate] if truncate else []), default="")
+        stored = delta.rows_with_keys(tomb_dt, TOMBSTONE_FIELDS, [TRUNCATE_KEY]) if tomb_dt is not None else None
+        before = stored["_cdc_order"].to_pylist() if stored is not None else []
+        floor = max(before + ([truncate] if truncate else []), default="")
         tomb_files = _files(tomb_path, tomb_dt)
         tombs = read(spark, tomb_files, candidates(winners, tomb_files), delta.arrow_schema(TOMBSTONE_FIELDS)) \
             .select(F.col(KEY), F.col(ORDER).alias("_t_order"), F.col(FILE).alias("_t_file")).cache()
