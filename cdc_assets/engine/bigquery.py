@@ -536,7 +536,7 @@ def reconcile(client, cfg: Config, table: TableConfig, sample: int = SAMPLE_ROWS
     columns = {bq[c]: t for c, t in delta_columns.items()}
     keys = list(as_published.keys)
     # the copy holds the live rows: a soft-deleted row is none of them
-    live_only = pc.invert(pc.fill_null(pc.field(DELETED), False)) if soft_deletes(dt_) else None
+    live_only = pc.invert(pc.coalesce(pc.field(DELETED), pa.scalar(False))) if soft_deletes(dt_) else None
     n_target = dt_.count() if live_only is None else \
         dt_.to_pyarrow_dataset().count_rows(filter=live_only)
     n_bq = calls.rows(f"count rows of {dest}", f"SELECT COUNT(*) AS n FROM {_quote(dest)}")[0]["n"]
