@@ -20,7 +20,6 @@ import os
 import re
 import time
 import uuid
-from collections import Counter
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -148,10 +147,13 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
         at_or_below = pc.less_equal(found[ORDER].cast(pa.string()), truncate)
         if soft:  # a row flagged already stays as it is
             at_or_below = pc.and_(at_or_below, pc.invert(pc.fill_null(found[DELETED], False)))
-        for key, file in zip(*(found.filter(at_or_below)[c].to_pylist() for c in (KEY, "__filename"))):
+        below = found.filter(at_or_below).select([KEY, "__filename"])
+        cut_rows = _counts(below["__filename"])
+        emptied = set() if soft else {f for f, n in _counts(found["__filename"]).items() if cut_rows.get(f) == n}
+        # the keys are needed only where a file keeps some rows: an emptied file is not read again
+        partial = below.filter(pc.invert(pc.is_in(below["__filename"], pa.array(sorted(emptied), pa.string()))))
+        for key, file in zip(*(partial[c].to_pylist() for c in (KEY, "__filename"))):
             cut.setdefault(file, set()).add(key)
-        per_file = Counter(found["__filename"].to_pylist())
-        emptied = set() if soft else {f for f, ks in cut.items() if len(ks) == per_file[f]}
     found = found.filter(pc.is_in(found[KEY], value_set=source[KEY]))
     winner_at = {k: i for i, k in enumerate(keys)}
     orders, applies_ = source[ORDER].to_pylist(), source[APPLY].to_pylist()
@@ -174,6 +176,9 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
         if truncated:
             (flag_in if soft else changed_in).setdefault(file, set()).update(truncated)
             changed_in.setdefault(file, set())
+    for file in emptied:  # every row of it ranks at or below the truncate; those a winner changes count as that
+        deletes += cut_rows[file] - len(changed_in.get(file, ()))
+        changed_in.setdefault(file, set())
     is_upsert = pc.equal(source[APPLY], UPSERT)
     inserted = source.filter(pc.and_(is_upsert, pc.invert(pc.is_in(source[KEY], pa.array(sorted(matched),
                                                                                           pa.string())))))
@@ -234,6 +239,12 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
                 pass  # never written
         raise
     return Rewritten(inserts, updates, deletes)
+
+
+def _counts(values: pa.ChunkedArray) -> dict[str, int]:
+    """How many times each value occurs."""
+    counted = pc.value_counts(values.combine_chunks())
+    return dict(zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist()))
 
 
 def _with_partition(rows: pa.Table, partition: dict, schema: pa.Schema) -> pa.Table:
