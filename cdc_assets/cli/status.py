@@ -41,6 +41,12 @@ def _versions(r: dict) -> str:
     return f"{r['versions_kept']} (from v{r['oldest_readable_version']})" if r.get("versions_kept") else ""
 
 
+def _rows(r: dict) -> str:
+    """The live rows, and the rows a soft-delete table keeps flagged deleted when it has any."""
+    rows = "" if r.get("rows") is None else str(r["rows"])
+    return rows + (f" (+{r['soft_deleted_rows']} soft-deleted)" if r.get("soft_deleted_rows") else "")
+
+
 def _retention(r: dict) -> str:
     """Files kept (maintenance.retention), then the trims' settings when set."""
     trims = [f"{name} {format_duration(r[key])}" for name, key in (
@@ -51,7 +57,7 @@ def _retention(r: dict) -> str:
 # (header, cell): the important fields in compact columns; --json has every field.
 COLUMNS = (("table", _plain("table")), ("batches", _plain("batches")), ("applied", _applied),
            ("pending files", _plain("pending_files")), ("pending changes", _pending), ("apply", _policy),
-           ("within max_staleness", _within), ("rows", _plain("rows")), ("files (size)", _files),
+           ("within max_staleness", _within), ("rows", _rows), ("files (size)", _files),
            ("versions", _versions), ("retention", _retention), ("quarantined", _plain("quarantined")),
            ("last run (UTC)", _plain("last_run")),
            ("last change applied (file:line)", _plain("last_change_at")),

@@ -36,6 +36,11 @@ from .values import (
 )
 
 UPSERT, DELETE = "U", "D"
+# A truncate (rule 9) names no key: it is stored as a change of the table's own pseudo-key, which
+# no row has (a row's key has 1 to 16 values), so that staging keeps its latest and `tombstones`
+# remembers it as the tombstone of the whole table.
+TRUNCATE = "T"
+TRUNCATE_KEY = key_text(())
 
 # The flat record shared by `changes`, `staging` and `base`. Beside it, those tables hold
 # source columns as typed columns (`stored_form`); a change whose values cannot be stored
@@ -130,7 +135,8 @@ def to_record(change: Change, *, batch_seq: int, batch_id: str, file_name: str, 
                       + ordering.arrival(batch_seq, file_index, change.line),
         "_cdc_event_id": change.event_id,
         "_cdc_row": encode_row(change.row),
-        "_cdc_partition": key_text([change.row.get(c) for c in partition_by]) if partition_by else None,
+        "_cdc_partition": key_text([change.row.get(c) for c in partition_by])
+                          if partition_by and change.op != TRUNCATE else None,
         "_cdc_change_type": change.change_type,
         "_cdc_batch_seq": batch_seq,
         "_cdc_batch": batch_id,

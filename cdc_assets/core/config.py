@@ -62,6 +62,8 @@ class TableConfig:
     maintenance: MaintenancePolicy = field(default_factory=MaintenancePolicy)  # compaction, trim, vacuum
     insert_only: bool = False  # batches are appended, never merged; an update or delete goes to quarantine
     history: bool = False  # a `history` table: every version of each key (SCD type 2), from `changes`
+    # `deletes: soft` (rule 12): a deleted key keeps a row in the target, `_cdc_deleted` true
+    soft_deletes: bool = False
     schedule: str | None = None  # cron of the table's own cycle schedule (defs/schedules.py); None: none
     # source column name -> target column name, for names a target cannot hold (core/names.py);
     # keys, partition_by, columns and zorder_by name target columns
@@ -297,6 +299,11 @@ def _table(t: object, i: int, where: str, base_dir: str) -> TableConfig:
     history = t.get("history", False)
     if not isinstance(history, bool):
         raise ConfigError(f"{here}: field 'history' must be true or false, not {history!r}")
+    deletes = t.get("deletes", "hard")
+    if deletes not in ("hard", "soft"):
+        raise ConfigError(f"{here}: field 'deletes' must be 'hard' or 'soft', not {deletes!r}")
+    if deletes == "soft" and insert_only:
+        raise ConfigError(f"{here}: field 'deletes': an insert_only table has no deletes to keep")
     maintenance = _maintenance(t.get("maintenance"), here, rename)
     if history and maintenance.trim_changes_after is not None:
         # history is computed from every change ever taken: a rebuild after a trim would lose versions
@@ -306,7 +313,7 @@ def _table(t: object, i: int, where: str, base_dir: str) -> TableConfig:
         columns=_columns(t.get("columns"), here, rename), source=source, source_position=position,
         publish=_publish(t.get("publish"), source, here), change_feed=change_feed,
         apply=_apply_policy(t.get("apply"), here), maintenance=maintenance,
-        insert_only=insert_only, history=history, schedule=_cron(t.get("schedule"), f"{here}: field 'schedule'"),
+        insert_only=insert_only, history=history, soft_deletes=deletes == "soft", schedule=_cron(t.get("schedule"), f"{here}: field 'schedule'"),
         rename=rename,
         base_snapshot=_path(base, base_dir, f"{here}: field 'base_snapshot'") if base is not None else None,
         reconcile_with=_path(reconcile, base_dir, f"{here}: field 'reconcile_with'") if reconcile is not None else None,
@@ -453,7 +460,7 @@ def _options(fmt: str, options: Mapping[object, object], here: str) -> Changeset
         raise ConfigError(f"{here}: field 'options.op_column' is required for format 'changeset'")
     sequence_by = list(_names(options.get("sequence_by"), f"{here}: field 'options.sequence_by'", required=False))
     values: dict[str, list[str]] = {}
-    for k in ("inserts", "updates", "deletes"):
+    for k in ("inserts", "updates", "deletes", "truncates"):
         v = options.get(k, [])
         if isinstance(v, (str, int)):
             v = [v]
@@ -464,6 +471,12 @@ def _options(fmt: str, options: Mapping[object, object], here: str) -> Changeset
         op_column=op_column,
         sequence_by=sequence_by,
         inserts=values["inserts"], updates=values["updates"], deletes=values["deletes"])
+    if values["truncates"]:
+        out["truncates"] = values["truncates"]
     if not out["deletes"] or not (out["inserts"] or out["updates"]):
         raise ConfigError(f"{here}: field 'options': changeset needs values for 'deletes' and for 'inserts' or 'updates'")
+    for k in ("inserts", "updates", "deletes"):
+        both = sorted(set(values["truncates"]) & set(values[k]))
+        if both:
+            raise ConfigError(f"{here}: field 'options.truncates': op value {both[0]!r} is also listed in 'options.{k}'")
     return out

@@ -20,7 +20,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 
 from . import names, ordering
-from .changes import DELETE, UPSERT, Change, Rejection, content_id
+from .changes import DELETE, TRUNCATE, UPSERT, Change, Rejection, content_id
 from .errors import TerminalError
 from .ordering import OrderingError
 from .values import (
@@ -69,6 +69,7 @@ class ChangesetOptions(TypedDict, total=False):
     inserts: list[str]
     updates: list[str]
     deletes: list[str]
+    truncates: list[str]
 
 
 class RecordError(TerminalError, ValueError):
@@ -613,6 +614,7 @@ def _binlog_number(meta: Mapping[str, object], name: str) -> int:
 
 DEBEZIUM_OPS = {"c": UPSERT, "u": UPSERT, "r": UPSERT, "d": DELETE}
 SNAPSHOT_READ = "r"
+DEBEZIUM_TRUNCATE = "t"
 # The position fields that say which connector wrote an event without `source.connector`.
 _CONNECTOR_FIELDS = (("commit_lsn", "sqlserver"), ("change_lsn", "sqlserver"), ("scn", "oracle"),
                      ("file", "mysql"), ("lsn", "postgresql"))
@@ -630,16 +632,10 @@ def _debezium(record: Record, keys: Sequence[str], options: ChangesetOptions, li
         if not isinstance(record, dict):
             raise RecordError("event's 'payload' is not an object")
     op = record.get("op")
-    if op not in DEBEZIUM_OPS:
+    if op not in DEBEZIUM_OPS and op != DEBEZIUM_TRUNCATE:
         if "op" not in record:
             raise RecordError("event has no 'op': not a Debezium change event envelope")
-        if op == "t":
-            raise RecordError("Debezium op 't' (truncate) is not applied: it empties the table without naming a key")
-        raise RecordError(f"unknown Debezium op {op!r} (expected c, u, r or d)")
-    image_name = "before" if op == "d" else "after"  # a delete's `after` is null
-    image = record.get(image_name)
-    if not isinstance(image, dict):
-        raise RecordError(f"op {op!r} event has no {image_name!r} row image")
+        raise RecordError(f"unknown Debezium op {op!r} (expected c, u, r, d or t)")
     source = record.get("source")
     if not isinstance(source, dict):
         raise RecordError("event has no 'source' object")
@@ -650,6 +646,12 @@ def _debezium(record: Record, keys: Sequence[str], options: ChangesetOptions, li
     except OrderingError as e:
         raise RecordError(f"source.ts_ms: {e}") from None
     order += _debezium_position(source, snapshot_read=op == SNAPSHOT_READ)
+    if op == DEBEZIUM_TRUNCATE:  # rule 9: the whole table, no row image
+        return _change(line, (), TRUNCATE, {}, order, None, op)
+    image_name = "before" if op == "d" else "after"  # a delete's `after` is null
+    image = record.get(image_name)
+    if not isinstance(image, dict):
+        raise RecordError(f"op {op!r} event has no {image_name!r} row image")
     row, types = _debezium_row(image, _connect_columns(schema, image_name), typing)
     # Rule 3: a snapshot read is the connector's base snapshot, below every streamed change of its key.
     # In the base tier it ranks above a `base_snapshot` export's row, whose order is its line number
@@ -826,6 +828,8 @@ def _changeset(record: Record, keys: Sequence[str], options: ChangesetOptions, l
         op = DELETE
     elif flag_text in map(str, options.get("inserts", [])) or flag_text in map(str, options.get("updates", [])):
         op = UPSERT
+    elif flag_text in map(str, options.get("truncates", [])):
+        op = TRUNCATE
     else:
         raise RecordError(f"unknown change type {flag!r} in {op_column!r}")
     parts = []
@@ -833,6 +837,9 @@ def _changeset(record: Record, keys: Sequence[str], options: ChangesetOptions, l
         if col not in record:
             raise RecordError(f"sequence column {col!r} is missing")
         parts.append(ordering.typed_value(record[col]))
+    if op == TRUNCATE:  # rule 9: the whole table; the row's other columns say nothing
+        return _change(line, (), TRUNCATE, {}, "".join(parts), None, flag_text,
+                       content_ids=bool(options.get("sequence_by")))
     row = _row({k: v for k, v in record.items() if k != op_column}, typing)
     return _change(line, _key(row, keys), op, row, "".join(parts), None, flag_text,
                    content_ids=bool(options.get("sequence_by")))

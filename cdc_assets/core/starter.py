@@ -18,6 +18,7 @@ tables:
     # apply: {min_changes: 1000, max_staleness: 15m}   # merges wait; default: every batch
     # maintenance: {retention: 7d, schedule: "0 3 * * *"}
     # history: true               # every version of each key (SCD type 2)
+    # deletes: soft               # keep deleted keys' rows, flagged _cdc_deleted; default: hard
 """
 
 STARTER_WORKSPACE = """\

@@ -25,7 +25,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from ..core import names
 from ..core import target as shape
-from ..core.changes import DELETE, RECORD_FIELDS, UPSERT
+from ..core.changes import DELETE, RECORD_FIELDS, TRUNCATE, TRUNCATE_KEY, UPSERT
 from ..core.config import Config, TableConfig
 from ..core.errors import OutOfOrder
 from ..core.values import DATE, DOUBLE, INT, LONG, STRING, convert, decimal_parts, decode_row
@@ -149,6 +149,21 @@ def _typed_frame(live, columns: dict[str, str], schema: str, extra=()):
     return plain.unionByName(imaged)
 
 
+def _target_frame(live, columns: dict[str, str], table: TableConfig, floor: str | None):
+    """Winners (upserts, and a soft-delete table's deletes) as typed target rows on Spark; in a
+    soft-delete table, `_cdc_deleted` says whether each is a delete or ranks at or below the
+    truncate `floor` (rule 12)."""
+    from pyspark.sql import functions as F
+
+    if not table.soft_deletes:
+        return _typed_frame(live, columns, _target_ddl(columns))
+    typed = _typed_frame(live, columns, _target_ddl(columns) + ", `_cdc_op` string", extra=("_cdc_op",))
+    deleted = F.col("_cdc_op") == DELETE
+    if floor:
+        deleted = deleted | (F.col("_cdc_order") <= F.lit(floor))
+    return typed.withColumn(shape.DELETED, deleted).drop("_cdc_op")
+
+
 def _cast_typed(batch, columns: dict[str, str], meta=shape.META_COLUMNS):
     """Typed records (a RecordBatch or Table) as target rows: each column cast to its target
     type, exactly (a cast that could change a value goes value by value through `convert`, as
@@ -179,6 +194,62 @@ def _tombstone_orders(table_dir: str, keys: list[str]) -> dict[str, str]:
         return {}
     data = delta.rows_with_keys(path(table_dir, TOMBSTONES), TOMBSTONE_FIELDS, keys)
     return dict(zip(data["_cdc_key"].to_pylist(), data["_cdc_order"].to_pylist())) if data is not None else {}
+
+
+def truncate_order(records: pa.Table) -> str | None:
+    """The greatest ordering key of the truncates among `records` (rule 9), or None."""
+    orders = records.filter(pc.equal(records["_cdc_op"], TRUNCATE))["_cdc_order"]
+    return pc.max(orders).as_py() if len(orders) else None
+
+
+def _greatest(*orders: str | None) -> str | None:
+    return max((o for o in orders if o is not None), default=None)
+
+
+def flagged_columns(columns: dict[str, str], table: TableConfig) -> dict[str, str]:
+    """A soft-delete table's target columns end with its `_cdc_deleted` flag (rule 12)."""
+    return {**columns, shape.DELETED: "boolean"} if table.soft_deletes and shape.DELETED not in columns else columns
+
+
+FLAG = "F"  # a MERGE source row that only sets `_cdc_deleted` (a soft-delete table's truncated row)
+
+
+def with_flags(rows: pa.Table, floor: str | None) -> pa.Table:
+    """A soft-delete table's MERGE rows: each an upsert of its row image, `_cdc_deleted` set
+    when it is a delete or ranks at or below the truncate `floor` (rule 12)."""
+    deleted = pc.equal(rows["_cdc_apply"], DELETE)
+    if floor:
+        deleted = pc.or_(deleted, pc.less_equal(rows["_cdc_order"], floor))
+    rows = rows.set_column(rows.schema.get_field_index(shape.DELETED), shape.DELETED, deleted)
+    return rows.set_column(rows.schema.get_field_index("_cdc_apply"), "_cdc_apply",
+                           pa.array([UPSERT] * rows.num_rows, pa.string()))
+
+
+def truncated_deletes(dt_: DeltaTable, truncate: str, source: pa.Table, soft: bool = False) -> pa.Table:
+    """`source` (MERGE rows, `_cdc_apply` saying upsert or delete) with the truncate `truncate`
+    laid over it as deletes, for delta-rs' MERGE: a delete row, at the truncate's ordering key,
+    for each target row ranking at or below it whose key the source lacks; a source delete
+    ranking below the truncate takes the truncate's ordering key (the row it meets is gone
+    either way: by the delete, or by the truncate when the row ranks between the two). In a
+    soft-delete table the rows are kept: each gets a FLAG row instead, which sets its `_cdc_deleted`."""
+    import pyarrow.dataset as ds
+
+    fs, paths = storage.arrow_paths(dt_.file_uris())
+    schema = pa.schema([pa.field("_cdc_key", pa.string()), pa.field("_cdc_order", pa.string())])
+    cut = ds.dataset(paths, format="parquet", schema=schema, filesystem=fs).to_table(columns=["_cdc_key", "_cdc_order"]) \
+        if paths else schema.empty_table()
+    cut = cut.filter(pc.less_equal(cut["_cdc_order"], truncate))
+    cut = cut.filter(pc.invert(pc.is_in(cut["_cdc_key"], value_set=source["_cdc_key"])))
+    op = FLAG if soft else DELETE
+    raise_to = pc.and_(pc.equal(source["_cdc_apply"], DELETE), pc.less(source["_cdc_order"], truncate))
+    source = source.set_column(source.schema.get_field_index("_cdc_order"), "_cdc_order",
+                               pc.if_else(raise_to, pa.scalar(truncate, pa.string()), source["_cdc_order"]))
+    n = cut.num_rows
+    deletes = pa.table({f.name: cut["_cdc_key"] if f.name == "_cdc_key" else
+                        pa.array([truncate] * n, f.type) if f.name == "_cdc_order" else
+                        pa.array([op] * n, f.type) if f.name == "_cdc_apply" else pa.nulls(n, f.type)
+                        for f in source.schema}, schema=source.schema)
+    return pa.concat_tables([source, deletes])
 
 
 def _literal(value, type_: str) -> str | None:
@@ -245,7 +316,8 @@ def _partitions_of(actions: list[dict], partition_by) -> list[str]:
 
 
 def _merge_tombstones(table_dir: str, winners: pa.Table, reached: int) -> None:
-    """Remember each deleted key's greatest ordering key; forget it once a newer upsert wins."""
+    """Remember each deleted key's greatest ordering key, and the greatest truncate's as the
+    tombstone of TRUNCATE_KEY; forget a key's once a newer upsert wins."""
     tomb_path = path(table_dir, TOMBSTONES)
     tomb = delta.open_table(tomb_path)
     if delta.txn_version(tomb, TOMBSTONES) >= reached:
@@ -253,13 +325,13 @@ def _merge_tombstones(table_dir: str, winners: pa.Table, reached: int) -> None:
     source = winners.select(["_cdc_key", "_cdc_order", "_cdc_op"])
     props = delta.commit_props(TOMBSTONES, reached)
     if tomb is None:
-        deletes = source.filter(pc.equal(source["_cdc_op"], DELETE)).select(["_cdc_key", "_cdc_order"])
+        deletes = source.filter(pc.not_equal(source["_cdc_op"], UPSERT)).select(["_cdc_key", "_cdc_order"])
         delta.create(tomb_path, deletes.cast(delta.arrow_schema(TOMBSTONE_FIELDS)), commit_properties=props)
         return
     tomb.merge(source, "t._cdc_key = s._cdc_key", source_alias="s", target_alias="t", commit_properties=props) \
-        .when_matched_update({"_cdc_order": "s._cdc_order"}, f"s._cdc_op = '{DELETE}' AND s._cdc_order > t._cdc_order") \
+        .when_matched_update({"_cdc_order": "s._cdc_order"}, f"s._cdc_op <> '{UPSERT}' AND s._cdc_order > t._cdc_order") \
         .when_matched_delete(f"s._cdc_op = '{UPSERT}' AND s._cdc_order > t._cdc_order") \
-        .when_not_matched_insert({"_cdc_key": "s._cdc_key", "_cdc_order": "s._cdc_order"}, f"s._cdc_op = '{DELETE}'") \
+        .when_not_matched_insert({"_cdc_key": "s._cdc_key", "_cdc_order": "s._cdc_order"}, f"s._cdc_op <> '{UPSERT}'") \
         .execute()
 
 
@@ -273,6 +345,8 @@ class MergeSource:
     tombstones: dict[str, str]  # the ordering key of each winner's key that has a tombstone
     columns: dict[str, str]  # the target's columns and types once these rows are in
     source: pa.Table  # the live winners as target rows, `_cdc_apply` saying upsert or delete
+    # The greatest pending truncate's ordering key: the target rows ranking at or below it go.
+    truncate: str | None = None
 
 
 def merge_source(table_dir: str, table: TableConfig, dt_: DeltaTable, applied: int, reached: int) -> MergeSource:
@@ -282,15 +356,24 @@ def merge_source(table_dir: str, table: TableConfig, dt_: DeltaTable, applied: i
                                      f"_cdc_batch_seq > {applied} AND _cdc_batch_seq <= {reached}")
     winners = latest_of_batch(pending)
     keys, ops, orders = (winners[c].to_pylist() for c in ("_cdc_key", "_cdc_op", "_cdc_order"))
-    tombs = _tombstone_orders(table_dir, [k for k, op in zip(keys, ops) if op == UPSERT])
-    # An upsert older than its key's tombstone is stale (rule 2): it never reaches the MERGE.
-    alive = [not (op == UPSERT and k in tombs and tombs[k] > o) for k, op, o in zip(keys, ops, orders)]
+    tombs = _tombstone_orders(table_dir, [k for k, op in zip(keys, ops) if op == UPSERT] + [TRUNCATE_KEY])
+    truncate = truncate_order(winners)
+    # The whole table's tombstone: the greatest truncate, applied before or pending (rule 9).
+    floor = _greatest(tombs.pop(TRUNCATE_KEY, None), truncate) or ""
+    # An upsert older than its key's tombstone, or than a truncate, is stale (rule 2): it never
+    # reaches the MERGE; nor does a truncate, which is no row.
+    # A soft-delete table keeps them: they become rows flagged deleted (`with_flags`).
+    soft = table.soft_deletes
+    alive = [op == DELETE or (op == UPSERT and (soft or o > floor) and not (k in tombs and tombs[k] > o))
+             for k, op, o in zip(keys, ops, orders)]
     live = winners.filter(pa.array(alive, pa.bool_()))
     live = live.append_column("_cdc_apply", live["_cdc_op"])
     images = [decode_row(r) for r in live["_cdc_row"].to_pylist() if r is not None]
-    columns = _columns(dt_, images, table_dir, table)
+    columns = flagged_columns(_columns(dt_, images, table_dir, table), table)
     source = _as_target_rows(live, columns, extra=("_cdc_apply",), images=images)
-    return MergeSource(pending, winners, keys, ops, tombs, columns, source)
+    if soft:
+        source = with_flags(source, floor)
+    return MergeSource(pending, winners, keys, ops, tombs, columns, source, truncate)
 
 
 def _as_target_rows(live: pa.Table, columns: dict[str, str], extra=(), images: list[dict] | None = None) -> pa.Table:
@@ -354,19 +437,20 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
         dt_ = delta.load(target_path)
     if table.insert_only:
         return _append(table, target_path, dt_, m, applied, reached, t0)
-    if DELETE in ops or tombs:
-        # Only a delete, or an upsert of a key that has a tombstone, can change tombstones.
-        touching = [op == DELETE or k in tombs for k, op in zip(keys, ops)]
+    if DELETE in ops or TRUNCATE in ops or tombs:
+        # Only a delete or truncate, or an upsert of a key that has a tombstone, can change tombstones.
+        touching = [op != UPSERT or k in tombs for k, op in zip(keys, ops)]
         _merge_tombstones(table_dir, winners.filter(pa.array(touching, pa.bool_())), reached)
     dt_ = delta.keep_change_feed(target_path, dt_, table.change_feed)  # before the MERGE that it is to record
     files_before, version_before = len(dt_.file_uris()), dt_.version()
     source = m.source
-    props = delta.commit_props(TARGET, reached, {"from_batch": applied + 1})
+    # A truncate can change any row: the commit says so (a BigQuery publish then sends the whole target).
+    marks = {"from_batch": applied + 1, **({"truncate": "true"} if m.truncate else {})}
+    props = delta.commit_props(TARGET, reached, marks)
     if rewrite.applies(dt_, source):
         done = rewrite.rewrite(target_path, dt_, source, table.partition_by,
-                               lambda figures: delta.commit_props(TARGET, reached, {"from_batch": applied + 1,
-                                                                                    **figures}),
-                               ROWS_PER_FILE)
+                               lambda figures: delta.commit_props(TARGET, reached, {**marks, **figures}),
+                               ROWS_PER_FILE, truncate=m.truncate, soft=table.soft_deletes)
         inserts, updates, deletes = done.inserts, done.updates, done.deletes
     else:
         # A new column (schema evolution) or a change data feed to write: delta-rs' MERGE, on
@@ -374,8 +458,13 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
         # derives from the source's values, into the commit's operationParameters, so a key
         # range there would put key values in the Delta log's commit info (streamed_exec
         # derives none). It reads every target file's keys.
-        result = dt_.merge(source, MERGE_ON_KEY, source_alias="s", target_alias="t", merge_schema=True,
-                           streamed_exec=True, commit_properties=props) \
+        if m.truncate:
+            source = truncated_deletes(dt_, m.truncate, source, soft=table.soft_deletes)
+        merge = dt_.merge(source, MERGE_ON_KEY, source_alias="s", target_alias="t", merge_schema=True,
+                          streamed_exec=True, commit_properties=props)
+        if table.soft_deletes:
+            merge = merge.when_matched_update({names.datafusion(shape.DELETED): "true"}, f"s._cdc_apply = '{FLAG}'")
+        result = merge \
             .when_matched_delete(f"s._cdc_apply = '{DELETE}' AND s._cdc_order > t._cdc_order") \
             .when_matched_update(every_column(source, except_cols=["_cdc_apply"]),
                                  f"s._cdc_apply = '{UPSERT}' AND s._cdc_order > t._cdc_order") \
@@ -413,8 +502,8 @@ def _apply_on_spark(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, app
     """A large incremental apply, computed and written by Spark executors (engine/spark_apply.py)."""
     table_dir = cfg.table_dir(table.name)
     target_path = path(table_dir, TARGET)
-    columns = shape.target_columns(_existing_columns(dt_), [], table.keys, table.partition_by,
-                                   history_types=column_types(table_dir, marked=False))
+    columns = flagged_columns(shape.target_columns(_existing_columns(dt_), [], table.keys, table.partition_by,
+                                                   history_types=column_types(table_dir, marked=False)), table)
     if _existing_columns(dt_) != columns | {m: STRING for m in shape.META_COLUMNS}:
         # A column is new or wider: the target is rewritten once with it, as of the batch it
         # reached (a commit of added files cannot change a Delta table's schema); this apply
@@ -429,7 +518,7 @@ def _apply_on_spark(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, app
     session = session_of(spark)
     staged = _as_target_types(session, path(table_dir, STAGING), columns)
     done = spark_apply.apply(session, table, table_dir, dt_, applied, reached, staged,
-                             lambda frame: _typed_frame(frame, columns, _target_ddl(columns)),
+                             lambda frame, floor: _target_frame(frame, columns, table, floor),
                              lambda figures: delta.commit_props(TARGET, reached, {"from_batch": applied + 1,
                                                                                   **figures}), ROWS_PER_FILE)
     faults.point("target.committed")
@@ -477,23 +566,31 @@ class _SparkHistory:
         self.columns = columns
         history = _history(spark, table_dir, has_base, columns).where(F.col("_cdc_batch_seq") <= reached)
         per_key = history.groupBy("_cdc_key").agg(
-            F.count(F.lit(1)).alias("n"), F.sum(F.when(F.col("_cdc_op") == UPSERT, 1).otherwise(0)).alias("up"))
-        n, keys, most, upserts = per_key.agg(F.sum("n"), F.count(F.lit(1)), F.max("n"), F.sum("up")).first()
+            F.count(F.lit(1)).alias("n"), F.sum(F.when(F.col("_cdc_op") == UPSERT, 1).otherwise(0)).alias("up"),
+            F.max(F.when(F.col("_cdc_op") == TRUNCATE, F.col("_cdc_order"))).alias("cut"))
+        n, keys, most, upserts, cut = per_key.agg(F.sum("n"), F.count(F.lit(1)), F.max("n"), F.sum("up"),
+                                                  F.max("cut")).first()
         self.history_rows, self.keys = int(n or 0), int(keys)
         self.distinct = (most or 0) <= 1
         self.latest = history if self.distinct else latest_per_key(history).cache()
-        # with one change per key, the upserts are the target's rows and the rest its tombstones
-        self.upserts = int(upserts or 0) if self.distinct else None
+        self.truncate = cut  # the greatest truncate: the rows ranking at or below it are gone (rule 9)
+        # with one change per key and no truncate, the upserts are the target's rows and the rest its tombstones
+        self.upserts = int(upserts or 0) if self.distinct and cut is None else None
 
     def write_target(self, target_path: str, table: TableConfig, partition_keys: list[str] | None) -> list:
         from pyspark.sql import functions as F
 
-        live = self.latest.where(F.col("_cdc_op") == UPSERT)
-        rows = self.upserts
+        if table.soft_deletes:  # every key's latest change is a row (rule 12)
+            live, rows = self.latest.where(F.col("_cdc_op") != TRUNCATE), None
+        else:
+            live = self.latest.where(F.col("_cdc_op") == UPSERT)
+            if self.truncate is not None:
+                live = live.where(F.col("_cdc_order") > F.lit(self.truncate))
+            rows = self.upserts
         if partition_keys is not None:
             wanted = [shape.partition_text(shape.partition_values(k)) for k in partition_keys]
             live, rows = live.where(F.col("_cdc_partition").isin(wanted)), None
-        typed = _typed_frame(live, self.columns, _target_ddl(self.columns))
+        typed = _target_frame(live, self.columns, table, self.truncate)
         # Files of about ROWS_PER_FILE rows, each holding one range of keys (within a partition),
         # so that a batch's keys sit in few files, the ones a MERGE rewrites, and a lookup of keys
         # skips the others by their statistics.
@@ -507,7 +604,8 @@ class _SparkHistory:
 
         if self.distinct and self.upserts == self.history_rows:
             return []  # no delete: no pass over the history for it
-        deleted = self.latest.where(F.col("_cdc_op") == DELETE).select("_cdc_key", "_cdc_order")
+        # deletes, and the greatest truncate as the tombstone of TRUNCATE_KEY
+        deleted = self.latest.where(F.col("_cdc_op") != UPSERT).select("_cdc_key", "_cdc_order")
         return spark_files.write_files(deleted, tomb_path, sort_by=["_cdc_key"])
 
     def close(self) -> None:
@@ -531,13 +629,24 @@ class _LocalHistory:
         self.history_rows = history.num_rows
         self.keys = pc.count_distinct(history["_cdc_key"]).as_py() if history.num_rows else 0
         self.latest = history if self.keys == history.num_rows else latest_of_batch(history)
+        self.truncate = truncate_order(self.latest)  # rule 9, as _SparkHistory
 
     def write_target(self, target_path: str, table: TableConfig, partition_keys: list[str] | None) -> list:
-        live = _where(self.latest, pc.equal(self.latest["_cdc_op"], UPSERT))
+        if table.soft_deletes:  # every key's latest change is a row (rule 12)
+            live = _where(self.latest, pc.not_equal(self.latest["_cdc_op"], TRUNCATE))
+        else:
+            live = _where(self.latest, pc.equal(self.latest["_cdc_op"], UPSERT))
+            if self.truncate is not None:
+                live = _where(live, pc.greater(live["_cdc_order"], self.truncate))
         if partition_keys is not None:
             wanted = [shape.partition_text(shape.partition_values(k)) for k in partition_keys]
             live = _where(live, pc.is_in(live["_cdc_partition"], value_set=pa.array(wanted, pa.string())))
-        typed = _as_target_rows(live, self.columns)
+        if table.soft_deletes:
+            typed = _as_target_rows(live.append_column("_cdc_apply", live["_cdc_op"]), self.columns,
+                                    extra=("_cdc_apply",))
+            typed = with_flags(typed, self.truncate).drop_columns(["_cdc_apply"])
+        else:
+            typed = _as_target_rows(live, self.columns)
         # key ranges in files of ROWS_PER_FILE rows (within a partition), as _SparkHistory writes them
         order = pc.sort_indices(typed, [(c, "ascending") for c in list(table.partition_by) + list(table.keys)])
         if not np.array_equal(order.to_numpy(), np.arange(len(order))):  # an export in key order is kept as it is
@@ -545,7 +654,7 @@ class _LocalHistory:
         return spark_files.write_arrow(typed, target_path, table.partition_by, ROWS_PER_FILE)
 
     def write_deletes(self, tomb_path: str) -> list:
-        deleted = self.latest.filter(pc.equal(self.latest["_cdc_op"], DELETE)).select(["_cdc_key", "_cdc_order"])
+        deleted = self.latest.filter(pc.not_equal(self.latest["_cdc_op"], UPSERT)).select(["_cdc_key", "_cdc_order"])
         return spark_files.write_arrow(deleted.sort_by("_cdc_key").cast(delta.arrow_schema(TOMBSTONE_FIELDS)),
                                        tomb_path)
 
@@ -597,8 +706,8 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
         reached, partition_keys, first = delta.txn_version(staging, STAGING), None, True
     if columns is None:
         ledger = column_types(table_dir, marked=False)
-        columns = shape.target_columns(_existing_columns(dt_), [], table.keys, table.partition_by,
-                                       history_types=ledger)
+        columns = flagged_columns(shape.target_columns(_existing_columns(dt_), [], table.keys, table.partition_by,
+                                                       history_types=ledger), table)
     if partition_keys is not None and _existing_columns(dt_) != columns | {m: STRING for m in shape.META_COLUMNS}:
         partition_keys = None  # a column is new or wider since: every file is rewritten with the new schema
     has_base = table.base_snapshot is not None

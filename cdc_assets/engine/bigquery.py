@@ -41,6 +41,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from ..core import names
 from ..core import target as shape
+from ..core.changes import TRUNCATE
 from ..core.config import Config, TableConfig
 from ..core.errors import TerminalError
 from ..core.values import (
@@ -114,6 +115,13 @@ def bigquery_type(type_: str) -> tuple[str, int | None, int | None]:
 def published_columns(dt_: DeltaTable) -> dict[str, str]:
     """The target's source columns and their types: everything but the `_cdc_*` bookkeeping."""
     return {f.name: shape.column_type(f.type) for f in pa.schema(dt_.schema()) if not f.name.startswith("_cdc_")}
+
+
+def soft_deletes(dt_: DeltaTable) -> bool:
+    """Whether the target keeps deleted keys' rows, flagged `_cdc_deleted` (rule 12): the copy
+    holds the live rows only, so a flagged row is sent as a delete (the staging table's flag is
+    the same column)."""
+    return any(f.name == DELETED for f in dt_.schema().fields)
 
 
 def bigquery_schema(columns: dict[str, str], keys=(), nullable_keys: bool = False) -> list:
@@ -210,10 +218,14 @@ def plan(cfg: Config, table: TableConfig) -> Plan:
     # Commits since the last publish: an apply's commits say which batches changed which keys;
     # any other commit (a rebuild, a widening) may have changed any row.
     # A change of table properties (the change data feed switched) and maintenance change no row.
-    steps = {h.get("cdc.step") for h in target.history(version - done_version)} - ROWLESS_STEPS
+    since = target.history(version - done_version)
+    steps = {h.get("cdc.step") for h in since} - ROWLESS_STEPS
     if steps - {TARGET}:
         other = ", ".join(sorted(map(str, steps - {TARGET})))
         return Plan("all", reached, version, done_batch, f"target rewritten since ({other})")
+    if any(h.get("cdc.truncate") == "true" for h in since):
+        # a truncate's deletes are not keys staging lists
+        return Plan("all", reached, version, done_batch, "a truncate applied since")
     if reached <= done_batch:
         return Plan("nothing", reached, version, done_batch, "no batch applied since")
     return Plan("changes", reached, version, done_batch, f"batches {done_batch + 1}..{reached}")
@@ -292,10 +304,13 @@ def changed_rows(cfg: Config, table: TableConfig, dt_: DeltaTable, columns: dict
     staged = read_records(path(table_dir, STAGING),
                           f"_cdc_batch_seq > {p.from_batch} AND _cdc_batch_seq <= {p.reached}")
     latest = latest_of_batch(staged)
+    latest = latest.filter(pc.not_equal(latest["_cdc_op"], TRUNCATE))  # no key (`plan` sends all after one)
     keys = latest["_cdc_key"].to_pylist()
-    current = _rows_with_keys(dt_, columns, keys)
+    soft = soft_deletes(dt_)
+    current = _rows_with_keys(dt_, {**columns, DELETED: "boolean"} if soft else columns, keys)
     gone = latest.filter(pc.invert(pc.is_in(latest["_cdc_key"], value_set=current["_cdc_key"].combine_chunks())))
-    live = current.drop_columns(["_cdc_key"]).append_column(DELETED, pa.array([False] * current.num_rows, pa.bool_()))
+    live = current.drop_columns(["_cdc_key"])
+    live = _flagged(live) if soft else _live(live)
     deleted = _key_values(gone, columns, table.keys) if gone.num_rows else None
     if deleted is None or deleted.num_rows == 0:
         return live
@@ -306,21 +321,28 @@ def changed_rows(cfg: Config, table: TableConfig, dt_: DeltaTable, columns: dict
 
 
 def _whole_target(dt_: DeltaTable, columns: dict[str, str]):
-    """The target's rows in chunks of at most CHUNK_ROWS, each flagged live."""
-    schema = _arrow_schema(columns)
+    """The target's rows in chunks of at most CHUNK_ROWS, each flagged live (or, soft-deleted, not)."""
+    soft = soft_deletes(dt_)
+    schema = _arrow_schema({**columns, DELETED: "boolean"} if soft else columns)
+    flag = _flagged if soft else _live
     pending_batches, n = [], 0
-    for batch in dt_.to_pyarrow_dataset().to_batches(columns=list(columns), batch_size=CHUNK_ROWS):
+    for batch in dt_.to_pyarrow_dataset().to_batches(columns=schema.names, batch_size=CHUNK_ROWS):
         pending_batches.append(batch)
         n += batch.num_rows
         if n >= CHUNK_ROWS:
-            yield _live(pa.Table.from_batches(pending_batches).cast(schema))
+            yield flag(pa.Table.from_batches(pending_batches).cast(schema))
             pending_batches, n = [], 0
     if pending_batches:
-        yield _live(pa.Table.from_batches(pending_batches).cast(schema))
+        yield flag(pa.Table.from_batches(pending_batches).cast(schema))
 
 
 def _live(rows: pa.Table) -> pa.Table:
     return rows.append_column(DELETED, pa.array([False] * rows.num_rows, pa.bool_()))
+
+
+def _flagged(rows: pa.Table) -> pa.Table:
+    """A soft-delete target's rows (DELETED last): a soft-deleted row is a delete to the copy."""
+    return rows.set_column(rows.schema.get_field_index(DELETED), DELETED, pc.fill_null(rows[DELETED], False))
 
 
 # ---- BigQuery calls ---------------------------------------------------------------------
@@ -513,15 +535,19 @@ def reconcile(client, cfg: Config, table: TableConfig, sample: int = SAMPLE_ROWS
     bq, as_published = _bigquery_names(table, dest, delta_columns)
     columns = {bq[c]: t for c, t in delta_columns.items()}
     keys = list(as_published.keys)
-    n_target = dt_.count()
+    # the copy holds the live rows: a soft-deleted row is none of them
+    live_only = pc.invert(pc.coalesce(pc.field(DELETED), pa.scalar(False))) if soft_deletes(dt_) else None
+    n_target = dt_.count() if live_only is None else \
+        dt_.to_pyarrow_dataset().count_rows(filter=live_only)
     n_bq = calls.rows(f"count rows of {dest}", f"SELECT COUNT(*) AS n FROM {_quote(dest)}")[0]["n"]
     select = ", ".join(_quote(c) for c in columns)
     if n_target <= small:
-        expected = _as_published(dt_.to_pyarrow_table(columns=list(delta_columns)), bq).to_pylist()
+        expected = _as_published(dt_.to_pyarrow_dataset().to_table(columns=list(delta_columns), filter=live_only),
+                                 bq).to_pylist()
         found = calls.rows(f"read {dest}", f"SELECT {select} FROM {_quote(dest)}")
         how = "all rows"
     else:
-        key_rows = dt_.to_pyarrow_table(columns=["_cdc_key"])
+        key_rows = dt_.to_pyarrow_dataset().to_table(columns=["_cdc_key"], filter=live_only)
         picks = sorted(random.sample(range(key_rows.num_rows), sample))
         wanted = key_rows.take(picks)["_cdc_key"].to_pylist()
         expected = _as_published(_rows_with_keys(dt_, delta_columns, wanted).drop_columns(["_cdc_key"]), bq).to_pylist()

@@ -11,6 +11,7 @@ from ..core import reconcile
 from ..core.config import Config, ConfigError, TableConfig
 from ..core.formats import parse_snapshot
 from ..core.ordering import origin
+from ..core.target import DELETED
 from . import delta, spark_files, storage
 from .tables import CHANGES, CHANGES_TRIM, QUARANTINE, STAGING, STAGING_TRIM, TARGET, path
 
@@ -163,6 +164,8 @@ def reconciliation(cfg: Config, table: TableConfig) -> reconcile.Report:
         raise ConfigError(f"table {table.name}: no export to reconcile with (reconcile_with: is not set)")
     target = delta.read_arrow(path(cfg.table_dir(table.name), TARGET))
     rows = target.to_pylist() if target is not None else []
+    # the export holds the source's live rows: a row kept for a deleted key (rule 12) is none of them
+    rows = [r for r in rows if not r.get(DELETED)]
     source, unreadable = read_export(table.reconcile_with, table.keys, table.columns, table.rename)
     report = reconcile.compare(rows, [s.row for s in source], table.keys, [s.line for s in source])
     report["unreadable_source_rows"] = len(unreadable)

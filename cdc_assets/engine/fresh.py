@@ -95,9 +95,10 @@ def fresh_read(cfg: Config, table: TableConfig, with_metadata: bool = False) -> 
     if dt_ is None:
         raise FreshReadError(f"table {table.name}: no target yet: the first build happens at the next run "
                              f"({p.reached + 1 if p.reached >= 0 else 0} batches staged)")
+    truncate = None  # a pending truncate's ordering key: the target rows at or below it go
     if p.reached > p.applied:
         m = merge_source(table_dir, table, dt_, p.applied, p.reached)
-        columns, source = m.columns, m.source
+        columns, source, truncate = m.columns, m.source, m.truncate
     else:
         columns = {c: t for c, t in _existing_columns(dt_).items() if c not in shape.META_COLUMNS}
         source = _target_schema(columns, shape.META_COLUMNS + ("_cdc_apply",)).empty_table()
@@ -121,6 +122,12 @@ def fresh_read(cfg: Config, table: TableConfig, with_metadata: bool = False) -> 
                 continue
             b = _cast_typed(b, columns).cast(schema)
             kept = b.filter(pc.invert(pc.is_in(b.column("_cdc_key"), value_set=changed))) if len(changed) else b
+            if truncate is not None and table.soft_deletes:  # kept, flagged deleted (rule 12)
+                at_or_below = pc.less_equal(kept.column("_cdc_order"), truncate)
+                flag = pc.or_(pc.fill_null(kept.column(shape.DELETED), False), at_or_below)
+                kept = kept.set_column(kept.schema.get_field_index(shape.DELETED), shape.DELETED, flag)
+            elif truncate is not None:
+                kept = kept.filter(pc.greater(kept.column("_cdc_order"), truncate))
             if kept.num_rows:
                 yield pa.RecordBatch.from_arrays([kept.column(c) for c in keep], schema=out_schema)
         if upserts.num_rows:

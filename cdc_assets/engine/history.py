@@ -7,6 +7,7 @@ MERGE on (key, valid_from) that inserts the new versions and closes or re-labels
 they follow; the MERGE reads every history file, since a key range in its condition would
 go into the commit (apply.MERGE_ON_KEY). The first build, a rebuild and a type widening compute the whole history on
 Spark executors with the same rules as window functions; delta-rs commits the files.
+A truncate (rule 9) is no key's version: the history leaves it out.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pyarrow.compute as pc
 
 from ..core import history as versions
 from ..core import target as shape
-from ..core.changes import DELETE
+from ..core.changes import DELETE, TRUNCATE
 from ..core.config import Config, TableConfig
 from ..core.errors import OutOfOrder, TerminalError
 from ..core.names import spark as spark_name
@@ -102,6 +103,7 @@ def update(spark, cfg: Config, table: TableConfig) -> dict:
     if dt_ is None:
         return _timed(_build(spark, cfg, table, None, through), t0)
     new = read_committed_records(path(table_dir, CHANGES), f"_cdc_batch_seq > {taken} AND _cdc_batch_seq <= {through}")
+    new = new.filter(pc.not_equal(new["_cdc_op"], TRUNCATE))  # no key's version (see the module's note)
     imaged = pc.is_valid(new["_cdc_row"])
     image_rows = new.filter(imaged).to_pylist()
     images = [decode_row(r["_cdc_row"]) for r in image_rows]
@@ -197,7 +199,7 @@ def _build(spark, cfg: Config, table: TableConfig, dt_, through: int, columns: d
         records = frame if records is None else records.unionByName(frame)
     if records is None:
         raise OutOfOrder(f"table {table.name}: no changes or base snapshot to build the history from yet")
-    records = records.where(F.col("_cdc_batch_seq") <= through)
+    records = records.where((F.col("_cdc_batch_seq") <= through) & (F.col("_cdc_op") != TRUNCATE))
     meta = shape.META_COLUMNS + _OP
     typed = _typed_frame(records, columns, _spark_columns(columns) + ", " + ", ".join(f"`{m}` string" for m in meta),
                          extra=_OP)

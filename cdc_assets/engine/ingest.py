@@ -10,7 +10,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..core import ordering
-from ..core.changes import RECORD_FIELDS, REJECT_FIELDS, UPSERT, Change, Rejection, stored_form, to_record, to_reject
+from ..core.changes import (
+    DELETE,
+    RECORD_FIELDS,
+    REJECT_FIELDS,
+    UPSERT,
+    Change,
+    Rejection,
+    stored_form,
+    to_record,
+    to_reject,
+)
 from ..core.config import Config, TableConfig
 from ..core.errors import TerminalError
 from ..core.formats import SNAPSHOT, parquet_row_group, parse_file, parse_snapshot, raw_line
@@ -179,10 +189,12 @@ def column_types(table_dir: str, marked: bool = True) -> dict[str, str]:
     return ledger if marked else plain(ledger)
 
 
-def admit_rows(types: dict, rows: pa.Table, text_source_of, images_of=None) -> tuple[list[str | None], list[dict]]:
+def admit_rows(types: dict, rows: pa.Table, text_source_of, images_of=None,
+               stored_ops: tuple[str, ...] = (UPSERT,)) -> tuple[list[str | None], list[dict]]:
     """Admit each row (in the given order) to the column types: the reason for each misfit,
     and each row's image. `images_of`: the image of a row without `_cdc_row` (a typed file's,
-    whose rows are admitted a file at a time where `schema.admit_columns` can)."""
+    whose rows are admitted a file at a time where `schema.admit_columns` can). `stored_ops`: the
+    operations whose images reach the target (a soft-delete table keeps its deletes' rows)."""
     reasons: list[str | None] = []
     images: list[dict] = []
     types_of: dict = {}  # a file's rows share one types text
@@ -198,7 +210,7 @@ def admit_rows(types: dict, rows: pa.Table, text_source_of, images_of=None) -> t
             while j < len(listed) and listed[j]["_cdc_row"] is None and listed[j]["_cdc_file"] == r["_cdc_file"]:
                 j += 1
             run = [images_of(x["_cdc_file"], x["_cdc_line"]) for x in listed[i:j]]
-            upserts = [image for x, image in zip(listed[i:j], run) if x["_cdc_op"] == UPSERT]
+            upserts = [image for x, image in zip(listed[i:j], run) if x["_cdc_op"] in stored_ops]
             if types_of[text] and admit_columns(types, upserts, types_of[text]):
                 reasons += [None] * (j - i)
                 images += run
@@ -208,7 +220,7 @@ def admit_rows(types: dict, rows: pa.Table, text_source_of, images_of=None) -> t
             run = [decode_row(r["_cdc_row"])]
         for x, image in zip(listed[i:j], run):
             images.append(image)
-            reasons.append(None if x["_cdc_op"] != UPSERT  # a delete's image never reaches the target
+            reasons.append(None if x["_cdc_op"] not in stored_ops  # a (hard) delete's image never reaches the target
                            else admit(types, image, text_source_of(x["_cdc_file"]), types_of[text]))
         i = j
     return reasons, images
@@ -226,7 +238,8 @@ def _images_of(values: dict[str, pa.Table]):
 
 
 def admit_types(new: pa.Table, types: dict, batch: Batch, landing: str,
-                values: dict[str, pa.Table] | None = None) -> tuple[pa.Table, list[dict], pa.Table]:
+                values: dict[str, pa.Table] | None = None,
+                stored_ops: tuple[str, ...] = (UPSERT,)) -> tuple[pa.Table, list[dict], pa.Table]:
     """Split the batch's new changes into those whose values fit the column types (which they
     widen, in arrival order), with their row images, and rejections for those that cannot
     widen them. `values`: the source columns of typed files, whose records have no `_cdc_row`."""
@@ -236,7 +249,7 @@ def admit_types(new: pa.Table, types: dict, batch: Batch, landing: str,
     in_order = new.take(arrival)
     rows = in_order.select(["_cdc_row", "_cdc_file", "_cdc_line"]).to_pylist()
     keep, rejects, texts = [True] * len(rows), [], {}
-    reasons, images = admit_rows(types, in_order, is_text_source, _images_of(values or {}))
+    reasons, images = admit_rows(types, in_order, is_text_source, _images_of(values or {}), stored_ops)
     for i, reason in enumerate(reasons):
         r = rows[i]
         if reason:
@@ -389,7 +402,8 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
     if len(seen):
         with_id = with_id.filter(pc.invert(pc.is_in(with_id["_cdc_event_id"], value_set=seen)))
     distinct_rows = pa.concat_tables([with_id, without_id])
-    admitted, images, misfits = admit_types(distinct_rows, types, batch, landing, values)
+    admitted, images, misfits = admit_types(distinct_rows, types, batch, landing, values,
+                                            (UPSERT, DELETE) if table.soft_deletes else (UPSERT,))
     new = stored_changes(admitted, images, types, stored_columns(changes_path))
     n_rejected = quarantine(table, table_dir, pa.concat_tables([unreadable.cast(misfits.schema), misfits]),
                             batch.seq, log)

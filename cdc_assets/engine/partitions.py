@@ -28,8 +28,10 @@ def staged_partition_keys(cfg: Config, table: TableConfig) -> list[str]:
             values = a.get("partition") or {}
             keys.add(partition_key(table.partition_by, [values.get(c) for c in table.partition_by]))
     texts: set[str] = set()
+    # the partitions rows go to: upserts', and in a soft-delete table deletes' too (rule 12)
+    ops = "'U', 'D'" if table.soft_deletes else "'U'"
     pending = delta.select(path(table_dir, STAGING), (("_cdc_partition", "string"),),
-                           f"_cdc_batch_seq > {applied} AND _cdc_op = 'U' AND _cdc_partition IS NOT NULL")
+                           f"_cdc_batch_seq > {applied} AND _cdc_op IN ({ops}) AND _cdc_partition IS NOT NULL")
     if pending is not None:
         texts.update(pending["_cdc_partition"].unique().to_pylist())
     if target is None:

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, write_deltalake
 
+from ..core.changes import TRUNCATE, TRUNCATE_KEY
 from ..core.config import Config, TableConfig
 from ..core.errors import TerminalError
 from ..core.values import STRING, Misfit, convert, decode_row, key_text
@@ -72,8 +73,14 @@ def _exact_keys(records: pa.Table, table: TableConfig, text_columns: set[str]) -
                 return v
         return v
 
-    keys, partitions = [], []
+    keys: list[str] = []
+    partitions: list[str | None] = []
+    ops = records["_cdc_op"].to_pylist()
     for i, image in enumerate(images):
+        if ops[i] == TRUNCATE:  # the whole table's, whatever the key rule
+            keys.append(TRUNCATE_KEY)
+            partitions.append(None)
+            continue
         row = decode_row(image) if image is not None else None
         keys.append(key_text([value(i, row, k) for k in table.keys]))
         partitions.append(key_text([value(i, row, c) for c in table.partition_by]) if table.partition_by else None)
@@ -88,8 +95,10 @@ def _rekeyed(table_path: str, table: TableConfig, text_columns: set[str]) -> tup
     keys, partitions = _exact_keys(records, table, text_columns)
     differing = pc.sum(pc.cast(pc.not_equal(keys, records["_cdc_key"].combine_chunks()), pa.int64())).as_py() or 0
     if table.partition_by:
-        moved = pc.not_equal(partitions, records["_cdc_partition"].combine_chunks())
-        differing += pc.sum(pc.cast(pc.fill_null(moved, True), pa.int64())).as_py() or 0
+        stored = records["_cdc_partition"].combine_chunks()
+        moved = pc.fill_null(pc.not_equal(partitions, stored), True)
+        moved = pc.and_(moved, pc.invert(pc.and_(pc.is_null(partitions), pc.is_null(stored))))  # a truncate's
+        differing += pc.sum(pc.cast(moved, pa.int64())).as_py() or 0
     if not differing:
         return None, 0
     records = records.set_column(records.schema.get_field_index("_cdc_key"), "_cdc_key", keys)

@@ -30,6 +30,7 @@ from deltalake import DeltaTable
 from deltalake.transaction import AddAction, RemoveAction
 
 from ..core.changes import DELETE, UPSERT
+from ..core.target import DELETED
 from . import delta, spark_files, storage
 
 KEY, ORDER, APPLY = "_cdc_key", "_cdc_order", "_cdc_apply"
@@ -52,18 +53,18 @@ def applies(dt_: DeltaTable, source: pa.Table) -> bool:
     return {f.name for f in dt_.schema().fields} == set(source.column_names) - {APPLY}
 
 
-def _candidates(dt_: DeltaTable, keys: list[str], partition_by: list[str]) -> list[dict]:
+def _candidates(dt_: DeltaTable, keys: list[str] | None, partition_by: list[str]) -> list[dict]:
     """The add actions (path, size, typed partition values) whose `_cdc_key` statistics range
-    holds one of `keys` (all of them without statistics); delta-rs truncates long strings'
-    bounds outward, so a range never excludes a key its file holds."""
+    holds one of `keys` (all of them without statistics, or with `keys` None); delta-rs
+    truncates long strings' bounds outward, so a range never excludes a key its file holds."""
     actions = pa.table(dt_.get_add_actions(flatten=True))
     lows = actions[f"min.{KEY}"].to_pylist() if f"min.{KEY}" in actions.column_names else [None] * actions.num_rows
     highs = actions[f"max.{KEY}"].to_pylist() if f"max.{KEY}" in actions.column_names else [None] * actions.num_rows
     parts = [actions[f"partition.{c}"].to_pylist() for c in partition_by]
-    ordered = sorted(keys)
+    ordered = sorted(keys or ())
     out = []
     for n, (row, lo, hi) in enumerate(zip(actions.select(["path", "size_bytes"]).to_pylist(), lows, highs)):
-        if lo is not None and hi is not None:
+        if keys is not None and lo is not None and hi is not None:
             i = bisect.bisect_left(ordered, lo)
             if i == len(ordered) or ordered[i] > hi:
                 continue
@@ -110,19 +111,22 @@ def _write(table_path: str, name: str, rows: pa.Table, data_schema: pa.Schema, p
 
 
 def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, props_for,
-            rows_per_file: int) -> Rewritten:
+            rows_per_file: int, truncate: str | None = None, soft: bool = False) -> Rewritten:
     """Apply `source` (each key's winner, `_cdc_apply` saying upsert or delete, target's
     columns) to the snapshot `dt_`: a row changes only when the winner's ordering key is
     greater than the row's (an older or equal change is stale), and a winning upsert of a
     key target lacks is inserted. One commit through `dt_`, so a concurrent commit that
     removed one of these files fails ours; `props_for(figures)`: its commit properties, given
-    the rows it inserts, updates and deletes (a MERGE's commit has them as its metrics)."""
+    the rows it inserts, updates and deletes (a MERGE's commit has them as its metrics).
+    `truncate`: a truncate's ordering key: every row ranking at or below it goes too, so every
+    file is a candidate (rule 9); with `soft` (a soft-delete table, rule 12) such a row stays,
+    its `_cdc_deleted` set."""
     partition_by = list(partition_by)
     schema = pa.schema(dt_.schema().to_arrow())
     data_schema = pa.schema([f for f in schema if f.name not in partition_by])
     source = source.select(schema.names + [APPLY]).cast(pa.schema(list(schema) + [pa.field(APPLY, pa.string())]))
     keys = source[KEY].to_pylist()
-    chosen = {_location(table_path, a): a for a in _candidates(dt_, keys, partition_by)}
+    chosen = {_location(table_path, a): a for a in _candidates(dt_, None if truncate else keys, partition_by)}
     fs, paths = storage.arrow_paths(list(chosen))
     at = dict(zip(paths, chosen))  # the path Arrow reads -> the file's location
 
@@ -130,11 +134,27 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
     if paths:
         # Filtered here, not in the scan: a file delta-rs wrote keeps its strings as string_view,
         # and Arrow's scan cannot compare those statistics with a string filter.
-        found = ds.dataset(paths, schema=pa.schema([schema.field(KEY), schema.field(ORDER)]), format="parquet",
-                           filesystem=fs).to_table(columns=[KEY, ORDER, "__filename"])
-        found = found.filter(pc.is_in(found[KEY], value_set=source[KEY]))
+        read = [KEY, ORDER] + ([DELETED] if soft else [])
+        found = ds.dataset(paths, schema=pa.schema([schema.field(c) for c in read]), format="parquet",
+                           filesystem=fs).to_table(columns=read + ["__filename"])
     else:
-        found = pa.schema([schema.field(KEY), schema.field(ORDER), pa.field("__filename", pa.string())]).empty_table()
+        found = pa.schema([schema.field(KEY), schema.field(ORDER)] + ([schema.field(DELETED)] if soft else [])
+                          + [pa.field("__filename", pa.string())]).empty_table()
+    # The rows a truncate takes, per file, and the files it empties (those need not be read again).
+    cut: dict[str, set[str]] = {}
+    emptied: set[str] = set()
+    if truncate is not None:
+        at_or_below = pc.less_equal(found[ORDER].cast(pa.string()), truncate)
+        if soft:  # a row flagged already stays as it is
+            at_or_below = pc.and_(at_or_below, pc.invert(pc.fill_null(found[DELETED], False)))
+        below = found.filter(at_or_below).select([KEY, "__filename"])
+        cut_rows = _counts(below["__filename"])
+        emptied = set() if soft else {f for f, n in _counts(found["__filename"]).items() if cut_rows.get(f) == n}
+        # the keys are needed only where a file keeps some rows: an emptied file is not read again
+        partial = below.filter(pc.invert(pc.is_in(below["__filename"], pa.array(sorted(emptied), pa.string()))))
+        for key, file in zip(*(partial[c].to_pylist() for c in (KEY, "__filename"))):
+            cut.setdefault(file, set()).add(key)
+    found = found.filter(pc.is_in(found[KEY], value_set=source[KEY]))
     winner_at = {k: i for i, k in enumerate(keys)}
     orders, applies_ = source[ORDER].to_pylist(), source[APPLY].to_pylist()
     matched = set()
@@ -145,13 +165,29 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
         if orders[i] > order:
             changed_in.setdefault(file, set()).add(key)
     changing = set().union(*changed_in.values()) if changed_in else set()
-    deletes = sum(1 for k in changing if applies_[winner_at[k]] == DELETE)
+    # in a soft-delete table every winner is a row; those it flags deleted count as deletes
+    deleting = source[DELETED].to_pylist() if soft else [a == DELETE for a in applies_]
+    deletes = sum(1 for k in changing if deleting[winner_at[k]])
     updates = len(changing) - deletes
+    flag_in: dict[str, set[str]] = {}  # file -> keys whose row a truncate flags deleted (soft deletes)
+    for file, keys_cut in cut.items():
+        truncated = keys_cut - changing  # a key a winner replaces or deletes is counted as that
+        deletes += len(truncated)
+        if truncated:
+            (flag_in if soft else changed_in).setdefault(file, set()).update(truncated)
+            changed_in.setdefault(file, set())
+    for file in emptied:  # every row of it ranks at or below the truncate; those a winner changes count as that
+        deletes += cut_rows[file] - len(changed_in.get(file, ()))
+        changed_in.setdefault(file, set())
     is_upsert = pc.equal(source[APPLY], UPSERT)
     inserted = source.filter(pc.and_(is_upsert, pc.invert(pc.is_in(source[KEY], pa.array(sorted(matched),
                                                                                           pa.string())))))
     replaced = source.filter(pc.and_(is_upsert, pc.is_in(source[KEY], pa.array(sorted(changing), pa.string()))))
-    if not changing and inserted.num_rows == 0:
+    inserts = inserted.num_rows
+    if soft:  # a delete of a key the target lacks keeps its row too, flagged
+        flagged_new = pc.sum(pc.fill_null(inserted[DELETED], False)).as_py() or 0
+        inserts, deletes = inserts - flagged_new, deletes + flagged_new
+    if not changed_in and inserted.num_rows == 0:
         return Rewritten(0, 0, 0)  # as a MERGE that changes no row: no version
 
     now = int(time.time() * 1000)
@@ -165,10 +201,17 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
         for file, keys_here in sorted(changed_in.items()):
             action = chosen[at[file]]
             partition = action["partition"]
-            rows = _with_partition(pq.read_table(file, filesystem=fs, schema=data_schema), partition, schema)
-            rows = rows.filter(pc.invert(pc.is_in(rows[KEY], pa.array(sorted(keys_here), pa.string()))))
+            if file in emptied:
+                rows = schema.empty_table()
+            else:
+                rows = _with_partition(pq.read_table(file, filesystem=fs, schema=data_schema), partition, schema)
+                rows = rows.filter(pc.invert(pc.is_in(rows[KEY], pa.array(sorted(keys_here), pa.string()))))
+                if file in flag_in:
+                    flagged = pc.is_in(rows[KEY], pa.array(sorted(flag_in[file]), pa.string()))
+                    rows = rows.set_column(rows.schema.get_field_index(DELETED), DELETED,
+                                           pc.or_(pc.fill_null(rows[DELETED], False), flagged))
             # a key found in two files (a target from before keys were unique) gets one row
-            fresh_keys = sorted(keys_here - placed)
+            fresh_keys = sorted((keys_here & changing) - placed)
             placed.update(fresh_keys)
             back = replaced.filter(pc.is_in(replaced[KEY], pa.array(fresh_keys, pa.string())))
             if partition_by:
@@ -185,7 +228,7 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
                 partition = dict(zip(partition_by, values))
                 adds += _write(table_path, name, part, data_schema, _texts(partition), len(adds), rows_per_file,
                                written)
-        figures = {"rows_inserted": inserted.num_rows, "rows_updated": updates, "rows_deleted": deletes}
+        figures = {"rows_inserted": inserts, "rows_updated": updates, "rows_deleted": deletes}
         spark_files.commit(table_path, dt_, schema, adds, removes, partition_by, props_for(figures))
     except BaseException:
         for location in written:  # nothing references them
@@ -195,7 +238,13 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
             except OSError:
                 pass  # never written
         raise
-    return Rewritten(inserted.num_rows, updates, deletes)
+    return Rewritten(inserts, updates, deletes)
+
+
+def _counts(values: pa.ChunkedArray) -> dict[str, int]:
+    """How many times each value occurs."""
+    counted = pc.value_counts(values.combine_chunks())
+    return dict(zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist()))
 
 
 def _with_partition(rows: pa.Table, partition: dict, schema: pa.Schema) -> pa.Table:

@@ -22,8 +22,9 @@ from urllib.parse import unquote
 import pyarrow as pa
 
 from ..core import names
-from ..core.changes import DELETE, UPSERT
+from ..core.changes import TRUNCATE, TRUNCATE_KEY, UPSERT
 from ..core.config import TableConfig
+from ..core.target import DELETED
 from . import delta, spark_files, storage
 from .spark import map_in_arrow
 from .stage import latest_per_key
@@ -236,66 +237,104 @@ class Applied:
 def apply(spark, table: TableConfig, table_dir: str, dt_, applied: int, reached: int, staged, target_rows,
           props_for, rows_per_file: int) -> Applied:
     """Apply batches applied+1..reached to the target snapshot `dt_` and its tombstones.
-    `staged`: staging's records, typed columns cast to the target's types; `target_rows(frame)`:
-    such records as target rows; `props_for(figures)`: the target commit's properties."""
+    `staged`: staging's records, typed columns cast to the target's types; `target_rows(frame,
+    floor)`: such records as target rows (`floor`: the truncate they rank against); `props_for(figures)`:
+    the target commit's properties."""
     from pyspark.sql import functions as F
 
     target_path = path(table_dir, TARGET)
     partition_by = list(table.partition_by)
     pending = staged.where((F.col("_cdc_batch_seq") > applied) & (F.col("_cdc_batch_seq") <= reached))
     winners = latest_per_key(pending).cache()
-    tombs = live = pairs = classified = None
+    tombs = live = pairs = classified = old = None
     try:
         n_pending, n_winners = pending.count(), winners.count()
         tomb_path = path(table_dir, TOMBSTONES)
         tomb_dt = delta.open_table(tomb_path)  # apply_pending builds the whole state when it is missing
+        # The greatest pending truncate (one winner: they share TRUNCATE_KEY), and the whole table's
+        # tombstone: the greatest truncate applied before or pending (rule 9).
+        found = winners.where(F.col(KEY) == TRUNCATE_KEY).select(ORDER).collect()
+        truncate = found[0][0] if found else None
+        stored = delta.rows_with_keys(tomb_dt, TOMBSTONE_FIELDS, [TRUNCATE_KEY]) if tomb_dt is not None else None
+        before = stored["_cdc_order"].to_pylist() if stored is not None else []
+        floor = max(before + ([truncate] if truncate else []), default="")
         tomb_files = _files(tomb_path, tomb_dt)
         tombs = read(spark, tomb_files, candidates(winners, tomb_files), delta.arrow_schema(TOMBSTONE_FIELDS)) \
             .select(F.col(KEY), F.col(ORDER).alias("_t_order"), F.col(FILE).alias("_t_file")).cache()
-        # An upsert older than its key's tombstone is stale (rule 2): it never reaches the target.
+        # An upsert older than its key's tombstone, or than a truncate, is stale (rule 2): it never
+        # reaches the target (a soft-delete table keeps the latter, flagged deleted); nor does a
+        # truncate, which is no row.
+        soft = table.soft_deletes
         with_tomb = winners.join(tombs.groupBy(KEY).agg(F.max("_t_order").alias("_t_order")), KEY, "left")
+        below = F.lit(False) if soft else F.col(ORDER) < F.lit(floor)
         live = with_tomb.where(~((F.col("_cdc_op") == UPSERT) & F.col("_t_order").isNotNull()
-                                 & (F.col("_t_order") > F.col(ORDER)))).drop("_t_order").cache()
+                                 & (F.col("_t_order") > F.col(ORDER)))
+                               & ~((F.col("_cdc_op") == UPSERT) & below)
+                               & (F.col("_cdc_op") != TRUNCATE)).drop("_t_order").cache()
         live.count()  # decided from the tombstones as they were, before they change
         if delta.txn_version(tomb_dt, TOMBSTONES) < reached:
             _tombstones(tomb_path, tomb_dt, tomb_files, tombs, winners, reached, rows_per_file)
 
         schema = _plain_schema(pa.schema(dt_.schema().to_arrow()))
         files = _files(target_path, dt_)
-        ids = candidates(live, files)
-        old = read(spark, files, ids, pa.schema([schema.field(KEY), schema.field(ORDER)]))
+        # a truncate can take a row of any file
+        ids = list(range(len(files))) if truncate else candidates(live, files)
+        old = read(spark, files, ids, pa.schema([schema.field(KEY), schema.field(ORDER)]
+                                                + ([schema.field(DELETED)] if soft else [])))
+        if truncate:
+            old = old.cache()
         pairs = old.join(live.select(KEY, F.col(ORDER).alias("_w_order")), KEY).cache()
         changing = pairs.where(F.col("_w_order") > F.col(ORDER))
         keyinfo = pairs.groupBy(KEY).agg(F.max((F.col("_w_order") > F.col(ORDER)).cast("int")).alias("_changing"))
         classified = live.join(keyinfo, KEY, "left").cache()
         is_upsert = F.col("_cdc_op") == UPSERT
+        arrives = F.lit(True) if soft else is_upsert  # a soft-delete table's delete is a row too
+        new_or_changing = F.col("_changing").isNull() | (F.col("_changing") == 1)
+        # in a soft-delete table, the rows this apply flags deleted count as deletes (as in rewrite.py)
+        live_row = (is_upsert & (F.col(ORDER) > F.lit(floor))) if soft else is_upsert
         counts = classified.agg(
-            F.sum(F.when(is_upsert & F.col("_changing").isNull(), 1).otherwise(0)),
-            F.sum(F.when(is_upsert & (F.col("_changing") == 1), 1).otherwise(0)),
-            F.sum(F.when(~is_upsert & (F.col("_changing") == 1), 1).otherwise(0))).first()
+            F.sum(F.when(live_row & F.col("_changing").isNull(), 1).otherwise(0)),
+            F.sum(F.when(live_row & (F.col("_changing") == 1), 1).otherwise(0)),
+            F.sum(F.when(~live_row & (new_or_changing if soft else F.col("_changing") == 1), 1).otherwise(0))).first()
         inserts, updates, deletes = (int(c or 0) for c in counts)
+        leaving = changing.select(KEY, FILE)
+        touched = leaving
+        if truncate:
+            # the rows the truncate takes (or, in a soft-delete table, flags), but for those a winner
+            # replaces or deletes (counted as that)
+            cut = old.where(F.col(ORDER) <= F.lit(truncate))
+            if soft:
+                cut = cut.where(~F.coalesce(F.col(DELETED), F.lit(False)))
+            cut = cut.join(changing.select(KEY), KEY, "left_anti")
+            cut_counts = cut.groupBy(FILE).count().collect()
+            deletes += sum(r[1] for r in cut_counts)
+            touched = leaving.unionByName(cut.select(KEY, FILE))
+            if not soft:
+                leaving = touched
         done = Applied(n_pending, n_winners, inserts, updates, deletes)
         if inserts + updates + deletes == 0:
             return done  # as a MERGE that changes no row: no version
-        changed_ids = sorted(r[0] for r in changing.select(FILE).distinct().collect())
+        changed_ids = sorted(r[0] for r in touched.select(FILE).distinct().collect())
         kept = read(spark, files, changed_ids, schema).drop(FILE) \
-            .join(changing.select(KEY).distinct(), KEY, "left_anti")
-        arriving = classified.where(is_upsert & (F.col("_changing").isNull() | (F.col("_changing") == 1)))
-        typed = target_rows(arriving)
+            .join(leaving.select(KEY).distinct(), KEY, "left_anti")
+        if soft and truncate:
+            kept = kept.withColumn(DELETED, F.coalesce(F.col(DELETED), F.lit(False)) | (F.col(ORDER) <= F.lit(truncate)))
+        arriving = classified.where(arrives & new_or_changing)
+        typed = target_rows(arriving, floor)
         rows = kept.unionByName(typed.select(*[F.col(names.spark(n)) for n in schema.names]))
-        # each changing key leaves its file; each upsert arrives
-        n_rows = sum(files[i].rows for i in changed_ids) - updates - deletes + inserts + updates
+        # each changing key leaves its file; each upsert arrives (a soft-delete table keeps its rows)
+        n_rows = sum(files[i].rows for i in changed_ids) + (inserts if soft else inserts - deletes)
         adds = _write(rows, target_path, partition_by, n_rows, rows_per_file)
         try:
             spark_files.commit(target_path, dt_, schema, adds, _removes(files, changed_ids), partition_by,
                                props_for({"rows_inserted": inserts, "rows_updated": updates,
-                                          "rows_deleted": deletes}))
+                                          "rows_deleted": deletes, **({"truncate": "true"} if truncate else {})}))
         except BaseException:
             spark_files.discard(target_path, adds)
             raise
         return done
     finally:
-        for frame in (winners, tombs, live, pairs, classified):
+        for frame in (winners, tombs, live, pairs, classified, old):
             if frame is not None:
                 frame.unpersist()
 
@@ -303,20 +342,20 @@ def apply(spark, table: TableConfig, table_dir: str, dt_, applied: int, reached:
 def _tombstones(tomb_path: str, tomb_dt, files: list[_File], tombs, winners, reached: int,
                 rows_per_file: int) -> None:
     """The tombstones after these winners, as the in-process apply merges them: a newer delete
-    updates (or adds) its key's ordering key, a newer upsert removes the tombstone."""
+    (or truncate) updates (or adds) its key's ordering key, a newer upsert removes the tombstone."""
     from pyspark.sql import functions as F
 
     w = winners.select(KEY, F.col(ORDER).alias("_w_order"), "_cdc_op")
     pairs = tombs.join(w, KEY)
     newer = pairs.where(F.col("_w_order") > F.col("_t_order"))
     changed_ids = sorted(r[0] for r in newer.select("_t_file").distinct().collect())
-    added = w.where(F.col("_cdc_op") == DELETE).join(tombs.select(KEY), KEY, "left_anti")
+    added = w.where(F.col("_cdc_op") != UPSERT).join(tombs.select(KEY), KEY, "left_anti")
     n_added = added.count()
     if not changed_ids and not n_added:
         return
     kept = tombs.where(F.col("_t_file").isin(changed_ids)).join(newer.select(KEY), KEY, "left_anti") \
         .select(KEY, F.col("_t_order").alias(ORDER))
-    updated = newer.where(F.col("_cdc_op") == DELETE).select(KEY, F.col("_w_order").alias(ORDER))
+    updated = newer.where(F.col("_cdc_op") != UPSERT).select(KEY, F.col("_w_order").alias(ORDER))
     rows = kept.unionByName(updated).unionByName(added.select(KEY, F.col("_w_order").alias(ORDER)))
     adds = _write(rows, tomb_path, [], sum(files[i].rows for i in changed_ids) + n_added, rows_per_file)
     try:

@@ -6,6 +6,7 @@ import json
 
 from ..core.apply_policy import format_duration
 from ..core.config import Config, TableConfig
+from ..core.target import DELETED
 from . import delta, fresh, storage
 from .errors import root_cause_of_exception
 from .landing import pending_files, registered
@@ -143,6 +144,12 @@ def table_status(cfg: Config, table: TableConfig, now: dt.datetime | None = None
     except Exception as e:  # noqa: BLE001 - status reports a damaged table, it does not fail on it
         out["staging_unreadable"] = root_cause_of_exception(e)
         out.update(dict.fromkeys(FRESHNESS))  # unknown, and every object keeps the same fields
+    out["soft_deleted_rows"] = 0
+    if table.soft_deletes and log["rows"]:
+        # `rows` counts the live rows; the rows kept for deleted keys (rule 12) are counted apart
+        flagged = delta.query(path(table_dir, TARGET), f"SELECT count(*) AS n FROM t WHERE {DELETED}")
+        out["soft_deleted_rows"] = int(flagged.column("n")[0].as_py()) if flagged is not None else 0
+        out["rows"] = log["rows"] - out["soft_deleted_rows"]
     note = last_run(cfg, table)
     if note is not None and not note.get("ok"):
         out["last_error"] = f"{note.get('error') or 'failed'} (run at {note.get('at')})"

@@ -142,6 +142,13 @@ def test_changeset_option_values_are_text_and_single_values_are_lists():
     assert t.options == {"op_column": "op", "sequence_by": [], "inserts": ["1"], "updates": ["2"], "deletes": ["3"]}
 
 
+def test_changeset_truncate_values_are_read_and_never_another_operations():
+    opts = {**CHANGESET, "truncates": "T"}
+    assert parse_config(raw_config(format="changeset", options=opts), CONFIG_PATH).tables[0].options["truncates"] == ["T"]
+    message = error(raw_config(format="changeset", options={**CHANGESET, "truncates": ["X", "D"]}))
+    assert "table 'ORDERS': field 'options.truncates': op value 'D' is also listed in 'options.deletes'" in message
+
+
 def test_options_of_a_format_that_takes_none_are_refused_whatever_their_keys():
     # YAML keys may be numbers beside names: the error still names the table and the field
     message = error(raw_config(options={1: "x", "op": "y"}))
@@ -193,6 +200,7 @@ def test_several_tables():
         ({"format": "changeset", "options": {**CHANGESET, "inserts": [], "updates": []}}, "inserts"),
         ({"format": "changeset", "options": {**CHANGESET, "deletes": {"D": 1}}}, "deletes"),
         ({"format": "changeset", "options": {**CHANGESET, "sequence_by": [1]}}, "sequence_by"),
+        ({"format": "changeset", "options": {**CHANGESET, "truncates": {"T": 1}}}, "truncates"),
         ({"change_feed": "yes"}, "change_feed"),
         ({"maintenance": {"retention": "30m"}}, "maintenance.retention"),  # below what a reader may hold
         ({"maintenance": {"vacuum": "7d"}}, "vacuum"),

@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 
-from cdc_assets.core.changes import DELETE, UPSERT, Change, Rejection, to_record
+from cdc_assets.core.changes import DELETE, TRUNCATE, TRUNCATE_KEY, UPSERT, Change, Rejection, to_record
 from cdc_assets.core.config import ConfigError, parse_config
 from cdc_assets.core.formats import parse_file
 from cdc_assets.core.values import decode_row
@@ -104,8 +104,23 @@ def test_kafka_tombstones_are_skipped_and_neighbours_parse():
     assert [c.key for c in out] == [(1,), (2,), (3,)]
 
 
+def test_a_truncate_is_a_change_of_the_whole_table_ordered_as_its_neighbours():
+    """Debezium's truncate event has no row image: it becomes a truncate (rule 9), ordered by its
+    source time and position like any event, and stored under the table's own pseudo-key."""
+    truncate = {"op": "t", "before": None, "after": None, "ts_ms": TS + 300,
+                "source": {"connector": "postgresql", "ts_ms": TS + 10, "lsn": 500, "db": "shop", "table": "orders"}}
+    out = parse(jsonl(debezium(lsn=400, ts_ms=TS + 10), truncate, debezium(lsn=600, ts_ms=TS + 10)))
+    assert summary(out) == [("Change", 1), ("Change", 2), ("Change", 3)]
+    before, cut, after = out
+    assert (cut.op, cut.key, cut.row) == (TRUNCATE, (), {})
+    assert before.order < cut.order < after.order
+    record = to_record(cut, batch_seq=1, batch_id="b", file_name="f", file_index=0, partition_by=["v"])
+    assert (record["_cdc_key"], record["_cdc_op"], record["_cdc_partition"]) == (TRUNCATE_KEY, TRUNCATE, None)
+    # a truncate delivered twice counts once (rule 4)
+    assert parse(jsonl(truncate))[0].event_id == cut.event_id
+
+
 @pytest.mark.parametrize("mutate, reason", [
-    (lambda e: e.update(op="t"), "'t' (truncate)"),
     (lambda e: e.update(op="m"), "unknown Debezium op 'm'"),
     (lambda e: e.pop("op"), "no 'op'"),
     (lambda e: e["source"].pop("lsn"), "'lsn' is missing"),

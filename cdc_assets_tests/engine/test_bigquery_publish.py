@@ -280,3 +280,30 @@ def test_odd_column_names_publish_under_their_bigquery_names(spark, workdir, big
     assert published == sorted(({bigquery_name(c): v for c, v in r.items()} for r in target_rows(cfg, "ODD")),
                                key=lambda r: r["user_id"])
     assert [r["user_id"] for r in published] == [1, 2] and published[1]["x_y"] == "new"
+
+
+def test_a_soft_deleted_row_and_a_truncate_reach_the_copy_as_deletes(spark, workdir, bigquery_emulator):
+    """The copy holds the live rows: a row a soft-delete table keeps flagged is deleted there, and
+    after a truncate (its deletes name no key) the whole target is sent."""
+    from .test_debezium_feed import lines
+    from .test_rule9_truncate import pg
+
+    client = bigquery_emulator
+    dest = f"{PROJECT}.{client.test_dataset}.orders"
+    cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "debezium-json", "deletes": "soft",
+                                  "publish": {"bigquery": dest}}])
+
+    def published() -> dict:
+        return {r["id"]: r["v"] for r in bigquery_rows(client, dest)}
+
+    land(cfg, "ORDERS", "b1", {"p.jsonl": lines(pg("c", 100, 1, "a"), pg("c", 110, 2, "a"), pg("c", 120, 3, "a"))})
+    run_ok(cfg, "ORDERS")
+    land(cfg, "ORDERS", "b2", {"p.jsonl": lines(pg("d", 200, 2, "a"), pg("u", 210, 3, "b"))})
+    out = run_ok(cfg, "ORDERS")
+    assert out.figures["bigquery"]["mode"] == "changes" and out.checks["reconciles_with_target"] is True
+    assert published() == {1: "a", 3: "b"}
+    assert len(target_rows(cfg, "ORDERS")) == 3  # 2 is kept, flagged
+    land(cfg, "ORDERS", "b3", {"p.jsonl": lines(pg("t", 205), pg("c", 300, 4, "a"))})
+    out = run_ok(cfg, "ORDERS")
+    assert out.figures["bigquery"]["mode"] == "all" and out.checks["reconciles_with_target"] is True
+    assert published() == {3: "b", 4: "a"}

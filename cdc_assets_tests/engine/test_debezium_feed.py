@@ -1,11 +1,11 @@
 """A Debezium feed through the engine: snapshot reads rank below streamed changes (rule 3),
 a delete stays deleted (rule 2), a re-delivered event counts once (rule 4), Kafka tombstones
-are no change and a truncate goes to quarantine (rule 7)."""
+are no change (a truncate is rule 9's: test_rule9_truncate.py)."""
 from __future__ import annotations
 
 from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
 
-from .records import MARKS, delta_rows, run_ok, values
+from .records import MARKS, run_ok, values
 
 pytestmark = MARKS
 
@@ -53,12 +53,9 @@ def test_debezium_snapshot_stream_redelivery_and_tombstones(spark, workdir):
         pg_event("r", {"id": 5, "v": "snapshot"}, TS + 60 * MINUTE, 9000),    # a key only the snapshot has
         pg_event("u", {"id": 4, "v": "older"}, TS, 1500),  # streamed, but older than the create: loses
         None,
-        pg_event("t", {"id": 4, "v": None}, TS + 61 * MINUTE, 9100),  # a truncate is quarantined
     )})
     second = run_ok(cfg, "DBZ")
     assert second.figures["changes"]["duplicates_skipped"] == 1
     rows = target_rows(cfg, "DBZ")
     assert values(rows, "id", "v") == {1: "updated", 2: "updated", 4: "created", 5: "snapshot"}
     assert len(rows) == 4  # each key once; 3 stays deleted
-    quarantined = [(r["_cdc_line"], r["_cdc_reason"]) for r in delta_rows(cfg, "DBZ", "quarantine")]
-    assert len(quarantined) == 1 and quarantined[0][0] == 7 and "truncate" in quarantined[0][1]

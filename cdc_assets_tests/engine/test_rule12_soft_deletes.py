@@ -1,0 +1,76 @@
+"""Rule 12: `deletes: soft` keeps a deleted key's row in the target, `_cdc_deleted` true, with the
+delete's ordering key; a later upsert makes it live again, an older one arriving later does not.
+The fresh read, a rebuild, `keys_unique`, the reconciliation with a source export and `status`
+understand it (live rows exclude flagged ones); a table without the setting deletes rows."""
+from __future__ import annotations
+
+from cdc_assets.engine import checks, fresh
+from cdc_assets.engine.apply import apply_pending, rebuild
+from cdc_assets.engine.status import table_status
+from cdc_assets_tests.helpers import land, target_rows, write_config
+
+from .records import MARKS, delta_rows, run_ok
+from .test_debezium_feed import lines
+from .test_rule9_truncate import pg
+
+pytestmark = MARKS
+
+
+def _state(rows: list[dict]) -> dict:
+    return {r["id"]: (r["v"], r["_cdc_deleted"]) for r in rows}
+
+
+BATCHES = [
+    ([pg("c", 100, 1, "a"), pg("c", 110, 2, "a"), pg("c", 120, 3, "a"), pg("c", 130, 4, "a")],
+     {1: ("a", False), 2: ("a", False), 3: ("a", False), 4: ("a", False)}),
+    ([pg("u", 200, 1, "b"), pg("d", 210, 1, "b"),  # updated then deleted: its last row stays, flagged
+      pg("d", 220, 2, "a"),
+      pg("d", 230, 9, "gone")],  # a key the target never had: the delete's row image
+     {1: ("b", True), 2: ("a", True), 3: ("a", False), 4: ("a", False), 9: ("gone", True)}),
+    ([pg("u", 205, 1, "older"),  # older than its delete: stays deleted as it was
+      pg("c", 300, 2, "again"),  # newer: live again
+      pg("u", 310, 3, "b")],
+     {1: ("b", True), 2: ("again", False), 3: ("b", False), 4: ("a", False), 9: ("gone", True)}),
+    ([pg("t", 305),  # a truncate flags every row ranking at or below it; 3 (at 310) stays live
+      pg("c", 400, 5, "a")],
+     {1: ("b", True), 2: ("again", True), 3: ("b", False), 4: ("a", True), 5: ("a", False), 9: ("gone", True)}),
+]
+
+
+def test_a_soft_delete_table_keeps_deleted_rows_flagged(spark, workdir):
+    export = workdir / "export.csv"
+    export.write_text("id,v,region\n3,b,us\n5,a,us\n", encoding="utf-8")  # the source's live rows at the end
+    cfg = write_config(workdir, [{"name": "SD", "keys": ["id"], "format": "debezium-json", "deletes": "soft",
+                                  "reconcile_with": str(export)}])
+    table = cfg.table("SD")
+    for n, (events, expected) in enumerate(BATCHES, start=1):
+        land(cfg, "SD", f"batch-{n}", {"orders.jsonl": lines(*events)})
+        outcome = run_ok(cfg, "SD")  # its checks pass: keys_unique among them
+        assert _state(target_rows(cfg, "SD", source_only=False)) == expected, n
+    final = BATCHES[-1][1]
+    rows = {r["id"]: r for r in target_rows(cfg, "SD", source_only=False)}
+    staged = {(r["_cdc_key"], r["_cdc_op"]): r["_cdc_order"] for r in delta_rows(cfg, "SD", "staging")}
+    assert rows[1]["_cdc_order"] == staged[(rows[1]["_cdc_key"], "D")]  # the delete's ordering key
+    assert outcome.checks["reconciles_with_source"]  # the live rows are the export's
+    assert checks.reconciliation(cfg, table)["missing_rows"] == 0
+    assert checks.reconciliation(cfg, table)["extra_rows"] == 0
+    status = table_status(cfg, table)
+    assert (status["rows"], status["soft_deleted_rows"]) == (2, 4)
+    assert outcome.figures["target"]["deletes"] == 2  # 2 and 4 flagged by the last batch's truncate
+    # the fresh read shows the flag; a rebuild gives the same rows
+    assert _state(fresh.fresh_table(cfg, table).to_pylist()) == final
+    rebuild(spark, cfg, table, None)
+    assert _state(target_rows(cfg, "SD", source_only=False)) == final
+
+
+def test_a_fresh_read_of_a_soft_delete_table_equals_the_next_apply(spark, workdir):
+    cfg = write_config(workdir, [{"name": "SD", "keys": ["id"], "format": "debezium-json", "deletes": "soft",
+                                  "apply": {"min_changes": 10**9}}])
+    table = cfg.table("SD")
+    for n, (events, expected) in enumerate(BATCHES, start=1):
+        land(cfg, "SD", f"batch-{n}", {"orders.jsonl": lines(*events)})
+        run_ok(cfg, "SD")
+        assert _state(fresh.fresh_table(cfg, table).to_pylist()) == expected, n
+    shown = sorted(map(repr, fresh.fresh_table(cfg, table, with_metadata=True).to_pylist()))
+    apply_pending(spark, cfg, table)
+    assert sorted(map(repr, target_rows(cfg, "SD", source_only=False))) == shown

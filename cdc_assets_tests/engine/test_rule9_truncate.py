@@ -1,0 +1,132 @@
+"""Rule 9: a truncate (Debezium `op: t`, or a change set op value listed in `options.truncates`)
+deletes every row whose latest change ranks at or below it; changes ranking above it apply in
+whatever order they arrive, and one ranking below it that arrives later is stale. It is the
+whole table's tombstone: it holds across batches, on the Spark path as in this process, in a
+fresh read, a rebuild, after a staging trim and after a restore."""
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from cdc_assets.engine import fresh, spark_apply, spark_files
+from cdc_assets.engine.apply import apply_pending, rebuild
+from cdc_assets.engine.maintenance import maintain
+from cdc_assets.engine.tables import QUARANTINE, TOMBSTONES
+from cdc_assets.engine.target_versions import restore
+from cdc_assets_tests.helpers import land, target_rows, write_config
+
+from .records import MARKS, delta_rows, delta_version, run_ok, values
+from .test_debezium_feed import lines
+
+pytestmark = MARKS
+
+TS = 1_709_287_200_000  # 2024-03-01T10:00:00Z
+
+
+def pg(op: str, lsn: int, id_: int | None = None, v: str | None = None) -> dict:
+    """A Debezium PostgreSQL event at log position `lsn` (its time follows the position); a
+    truncate (`t`) has no row image."""
+    source = {"version": "2.5.0.Final", "connector": "postgresql", "name": "shop", "ts_ms": TS + lsn,
+              "snapshot": "true" if op == "r" else "false", "db": "shop", "schema": "public", "table": "orders",
+              "lsn": lsn}
+    image = None if id_ is None else {"id": id_, "v": v, "region": ("eu", "us")[id_ % 2]}
+    before, after = (image, None) if op in ("d", "t") else (None, image)
+    return {"before": before, "after": after, "op": op, "source": source, "ts_ms": TS + lsn + 40}
+
+
+# Each batch's events and the rows after it. The truncate at lsn 500 lands in batch 2.
+BATCHES = [
+    ([pg("c", 100, 1, "a"), pg("c", 110, 2, "a"), pg("c", 120, 3, "a"), pg("c", 130, 4, "a"),
+      pg("c", 900, 7, "a")],  # ranks above the truncate that lands later: it stays
+     {1: "a", 2: "a", 3: "a", 4: "a", 7: "a"}),
+    ([pg("u", 450, 1, "below"),  # below the truncate in its own batch: gone with it
+      pg("t", 500),
+      pg("c", 600, 5, "a"), pg("u", 640, 3, "above"),  # above it: they apply
+      pg("d", 140, 4)],  # a delete below the truncate: the row is gone either way
+     {3: "above", 5: "a", 7: "a"}),
+    ([pg("u", 480, 2, "late"),  # below the truncate, arriving later: stale
+      pg("c", 550, 6, "late"),  # above it, arriving later: applies
+      pg("d", 700, 5),
+      pg("r", 0, 8, "snapshot")],  # a snapshot read ranks below every streamed change (rule 3)
+     {3: "above", 6: "late", 7: "a"}),
+    ([pg("t", 300),  # an older truncate landing late: it changes nothing
+      pg("u", 950, 7, "b")],
+     {3: "above", 6: "late", 7: "b"}),
+]
+
+
+def _table(partition_by: list[str], **more) -> dict:
+    return {"name": "TR", "keys": ["id"], "format": "debezium-json", "partition_by": partition_by, **more}
+
+
+@pytest.mark.parametrize("partition_by,on_spark", [([], False), (["region"], False), (["region"], True)],
+                         ids=["in-process", "partitioned", "partitioned-on-spark"])
+def test_a_truncate_deletes_what_ranks_below_it_and_stays_the_tables_tombstone(spark, workdir, monkeypatch,
+                                                                                 partition_by, on_spark):
+    if on_spark:
+        monkeypatch.setattr(spark_apply, "LOCAL_ROWS", 0)  # every incremental apply on Spark executors
+        monkeypatch.setattr(spark_files, "LOCAL_ROWS", 0)  # and every whole build
+    cfg = write_config(workdir, [_table(partition_by, maintenance={"trim_staging_after": "1h"})])
+    table, table_dir = cfg.table("TR"), cfg.table_dir("TR")
+    for n, (events, expected) in enumerate(BATCHES, start=1):
+        land(cfg, "TR", f"batch-{n}", {"orders.jsonl": lines(*events)})
+        outcome = run_ok(cfg, "TR")
+        assert values(target_rows(cfg, "TR"), "id", "v") == expected, n
+        if n == 2:
+            assert outcome.figures["target"]["deletes"] == 3  # ids 1, 2 and 4: 3 is replaced
+            if on_spark:
+                assert outcome.figures["target"]["applied_on"] == "spark"
+    final = BATCHES[-1][1]
+    assert delta_version(cfg, "TR", QUARANTINE) == -1  # nothing quarantined
+    tombstones = {r["_cdc_key"] for r in delta_rows(cfg, "TR", TOMBSTONES)}
+    assert "[]" in tombstones  # the whole table's
+
+    # a rebuild from staging gives the same rows
+    rebuild(spark, cfg, table, None)
+    assert values(target_rows(cfg, "TR"), "id", "v") == final
+
+    # a restore to before the truncate, then the next run: the truncate applies again
+    restore("TR", table_dir, 0)
+    assert values(target_rows(cfg, "TR"), "id", "v") == BATCHES[0][1]
+    run_ok(cfg, "TR")
+    assert values(target_rows(cfg, "TR"), "id", "v") == final
+
+    # staging trimmed (each key's latest change kept), then a rebuild and late changes below the truncate
+    assert maintain(cfg, table, now=dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)).staging_trimmed_through == 4
+    rebuild(spark, cfg, table, None)
+    assert values(target_rows(cfg, "TR"), "id", "v") == final
+    land(cfg, "TR", "batch-5", {"orders.jsonl": lines(pg("u", 499, 1, "late"), pg("c", 501, 9, "late"))})
+    run_ok(cfg, "TR")
+    assert values(target_rows(cfg, "TR"), "id", "v") == {**final, 9: "late"}
+
+
+def test_a_fresh_read_lays_a_pending_truncate_over_the_target(spark, workdir):
+    cfg = write_config(workdir, [_table([], apply={"min_changes": 10**9})])
+    table = cfg.table("TR")
+    for n, (events, expected) in enumerate(BATCHES, start=1):
+        land(cfg, "TR", f"batch-{n}", {"orders.jsonl": lines(*events)})
+        run_ok(cfg, "TR")  # the first run builds the target; later merges wait
+        assert values(fresh.fresh_table(cfg, table).to_pylist(), "id", "v") == expected, n
+    shown = sorted(map(repr, fresh.fresh_table(cfg, table, with_metadata=True).to_pylist()))
+    assert values(target_rows(cfg, "TR"), "id", "v") == BATCHES[0][1]  # nothing merged since the build
+    apply_pending(spark, cfg, table)
+    assert sorted(map(repr, target_rows(cfg, "TR", source_only=False))) == shown
+
+
+def test_a_change_set_truncate_without_sequence_columns_ranks_by_arrival(spark, workdir):
+    """Without `sequence_by`, arrival orders changes: a truncate row takes the rows that arrived
+    before it, in earlier batches, files and lines, and not those after it."""
+    cfg = write_config(workdir, [{"name": "CS", "keys": ["ID"], "format": "changeset",
+                                  "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"],
+                                              "deletes": ["D"], "truncates": ["T", "TRUNC"]}}])
+    land(cfg, "CS", "batch-1", {"a.csv": "FLAG,ID,V\nI,1,a\nI,2,a\nI,3,a\n"})
+    run_ok(cfg, "CS")
+    land(cfg, "CS", "batch-2", {"a.csv": "FLAG,ID,V\nU,1,b\nT,,\nI,4,a\n", "b.csv": "FLAG,ID,V\nU,2,b\n"})
+    outcome = run_ok(cfg, "CS")
+    assert values(target_rows(cfg, "CS"), "ID", "V") == {2: "b", 4: "a"}
+    assert outcome.figures["target"]["deletes"] == 2
+    land(cfg, "CS", "batch-3", {"a.csv": "FLAG,ID,V\nI,5,a\nTRUNC,9,x\n"})
+    run_ok(cfg, "CS")
+    assert target_rows(cfg, "CS") == []
+    assert delta_version(cfg, "CS", QUARANTINE) == -1  # nothing quarantined
