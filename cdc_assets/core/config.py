@@ -61,6 +61,8 @@ class TableConfig:
     apply: ApplyPolicy = field(default_factory=ApplyPolicy)  # when pending changes are merged
     maintenance: MaintenancePolicy = field(default_factory=MaintenancePolicy)  # compaction, trim, vacuum
     insert_only: bool = False  # batches are appended, never merged; an update or delete goes to quarantine
+    # an update's null or absent column keeps the key's value (rule 10; engine/combine.py)
+    partial_updates: bool = False
     history: bool = False  # a `history` table: every version of each key (SCD type 2), from `changes`
     schedule: str | None = None  # cron of the table's own cycle schedule (defs/schedules.py); None: none
     # source column name -> target column name, for names a target cannot hold (core/names.py);
@@ -294,10 +296,19 @@ def _table(t: object, i: int, where: str, base_dir: str) -> TableConfig:
     if insert_only and not inserts(fmt, options):
         raise ConfigError(f"{here}: field 'insert_only': format '{fmt}' does not say which changes insert "
                           "(an UPSERT may update) or names no insert flag, so updates could not be told from inserts")
+    partial_updates = t.get("partial_updates", False)
+    if not isinstance(partial_updates, bool):
+        raise ConfigError(f"{here}: field 'partial_updates' must be true or false, not {partial_updates!r}")
+    if partial_updates and insert_only:
+        raise ConfigError(f"{here}: field 'partial_updates': an insert_only table takes no updates")
     history = t.get("history", False)
     if not isinstance(history, bool):
         raise ConfigError(f"{here}: field 'history' must be true or false, not {history!r}")
     maintenance = _maintenance(t.get("maintenance"), here, rename)
+    if partial_updates and maintenance.trim_staging_after is not None:
+        # a late change is combined column by column with every staged change of its key
+        raise ConfigError(f"{here}: field 'partial_updates' needs every staged change kept: remove "
+                          "'maintenance.trim_staging_after'")
     if history and maintenance.trim_changes_after is not None:
         # history is computed from every change ever taken: a rebuild after a trim would lose versions
         raise ConfigError(f"{here}: field 'history' needs every change kept: remove 'maintenance.trim_changes_after'")
@@ -306,7 +317,7 @@ def _table(t: object, i: int, where: str, base_dir: str) -> TableConfig:
         columns=_columns(t.get("columns"), here, rename), source=source, source_position=position,
         publish=_publish(t.get("publish"), source, here), change_feed=change_feed,
         apply=_apply_policy(t.get("apply"), here), maintenance=maintenance,
-        insert_only=insert_only, history=history, schedule=_cron(t.get("schedule"), f"{here}: field 'schedule'"),
+        insert_only=insert_only, partial_updates=partial_updates, history=history, schedule=_cron(t.get("schedule"), f"{here}: field 'schedule'"),
         rename=rename,
         base_snapshot=_path(base, base_dir, f"{here}: field 'base_snapshot'") if base is not None else None,
         reconcile_with=_path(reconcile, base_dir, f"{here}: field 'reconcile_with'") if reconcile is not None else None,

@@ -18,6 +18,7 @@ tables:
     # apply: {min_changes: 1000, max_staleness: 15m}   # merges wait; default: every batch
     # maintenance: {retention: 7d, schedule: "0 3 * * *"}
     # history: true               # every version of each key (SCD type 2)
+    # partial_updates: true       # an update's null or absent column keeps the key's value
 """
 
 STARTER_WORKSPACE = """\
