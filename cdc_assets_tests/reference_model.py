@@ -1,4 +1,4 @@
-"""A small pure-Python reference for the apply rules (SPEC section 4, rules 1 to 4).
+"""A small pure-Python reference for the apply rules (SPEC section 4, rules 1 to 4 and 10).
 
 It knows nothing of the change formats and imports nothing from `cdc_assets`:
 a test generates a source history and gives every change its TRUE position in
@@ -9,7 +9,11 @@ changes). The reference replays what was delivered so far by that position:
 - a winning delete removes the key, and is remembered, so a change with a
   smaller `seq` delivered later never brings the row back (rule 2, tombstones);
 - base snapshot rows rank below every change, whatever their content (rule 3);
-- a change delivered again with the same event id counts once (rule 4).
+- a change delivered again with the same event id counts once (rule 4);
+- a column a change does not carry keeps the key's value: each column takes the
+  value of the latest delivered change that carried it since the key's last
+  delete (rule 10). A change leaves out its `unset` columns (TOAST
+  placeholders), and on a `partial` table also its null or absent ones.
 
 The formats' own ordering fields (timestamps, SCNs, LSNs, CSNs...) never
 appear here: the generator derives them from `seq`, and the product must
@@ -30,18 +34,21 @@ class SourceChange:
     key: tuple
     seq: int  # true position in the source history
     op: str  # UPSERT or DELETE
-    row: dict = field(hash=False, compare=False)  # full image of the source columns
+    row: dict = field(hash=False, compare=False)  # the image of the source columns
     event_id: str = ""
+    unset: frozenset = field(default=frozenset(), hash=False, compare=False)  # columns not carried
 
 
 class ReferenceTable:
     """The expected current state of one table (or one feed's key namespace)."""
 
-    def __init__(self, base_rows: dict[tuple, dict] | None = None):
-        self._latest: dict[tuple, tuple[tuple, str, dict]] = {}
+    def __init__(self, base_rows: dict[tuple, dict] | None = None, partial: bool = False):
+        self.partial = partial
+        # every delivered change of each key: (rank, op, row, unset)
+        self._changes: dict[tuple, list[tuple[tuple, str, dict, frozenset]]] = {}
         self._seen: dict[str, SourceChange] = {}
         for i, (key, row) in enumerate((base_rows or {}).items()):
-            self._latest[key] = ((_BASE, i), UPSERT, dict(row))
+            self._changes[key] = [((_BASE, i), UPSERT, dict(row), frozenset())]
 
     def deliver(self, change: SourceChange) -> bool:
         """Take one delivered change; returns False for a re-delivery (same event id)."""
@@ -54,15 +61,31 @@ class ReferenceTable:
                     raise ValueError(f"event id {change.event_id!r} names two different changes")
                 return False
             self._seen[change.event_id] = change
-        rank = (_CHANGE, change.seq)
-        current = self._latest.get(change.key)
-        if current is None or rank > current[0]:
-            self._latest[change.key] = (rank, change.op, dict(change.row))
+        self._changes.setdefault(change.key, []).append(
+            ((_CHANGE, change.seq), change.op, dict(change.row), frozenset(change.unset)))
         return True
+
+    def _latest(self, key: tuple) -> tuple[tuple, str, dict, frozenset]:
+        return max(self._changes[key], key=lambda c: c[0])
+
+    def _row(self, key: tuple) -> dict:
+        """The key's columns, each from the latest change since the last delete that carried it."""
+        changes = sorted(self._changes[key], key=lambda c: c[0])
+        deletes = [rank for rank, op, _, _ in changes if op == DELETE]
+        since = max(deletes) if deletes else None
+        upserts = [c for c in changes if c[1] == UPSERT and (since is None or c[0] > since)]
+        columns = {col for _, _, row, _ in upserts for col in row}
+        out = {}
+        for _, _, row, unset in upserts:  # ascending rank: a later carrier overwrites
+            for col in columns:
+                if col in unset or (self.partial and row.get(col) is None):
+                    continue
+                out[col] = row.get(col)
+        return out
 
     def state(self) -> dict[tuple, dict]:
         """key -> row of every live key."""
-        return {k: dict(row) for k, (_, op, row) in self._latest.items() if op == UPSERT}
+        return {k: self._row(k) for k in self._changes if self._latest(k)[1] == UPSERT}
 
     def tombstones(self) -> set[tuple]:
-        return {k for k, (_, op, _) in self._latest.items() if op == DELETE}
+        return {k for k in self._changes if self._latest(k)[1] == DELETE}
