@@ -1,4 +1,4 @@
-"""A small pure-Python reference for the apply rules (SPEC section 4, rules 1 to 4).
+"""A small pure-Python reference for the apply rules (SPEC section 4, rules 1 to 4 and 10).
 
 It knows nothing of the change formats and imports nothing from `cdc_assets`:
 a test generates a source history and gives every change its TRUE position in
@@ -15,6 +15,10 @@ changes). The reference replays what was delivered so far by that position:
 - in a soft-delete table (`soft_state`), a key whose latest change is a delete, or ranks at or
   below a truncate, keeps a row flagged deleted: the image of that latest change (a delete's
   image is the row as the source deleted it) (rule 12).
+- a column a change does not carry keeps the key's value: each column takes the
+  value of the latest delivered change that carried it since the key's last
+  delete (rule 10). A change leaves out its `unset` columns (TOAST
+  placeholders), and on a `partial` table also its null or absent ones.
 
 The formats' own ordering fields (timestamps, SCNs, LSNs, CSNs...) never
 appear here: the generator derives them from `seq`, and the product must
@@ -35,19 +39,22 @@ class SourceChange:
     key: tuple  # () for a truncate
     seq: int  # true position in the source history
     op: str  # UPSERT, DELETE or TRUNCATE
-    row: dict = field(hash=False, compare=False)  # full image of the source columns
+    row: dict = field(hash=False, compare=False)  # the image of the source columns
     event_id: str = ""
+    unset: frozenset = field(default=frozenset(), hash=False, compare=False)  # columns not carried
 
 
 class ReferenceTable:
     """The expected current state of one table (or one feed's key namespace)."""
 
-    def __init__(self, base_rows: dict[tuple, dict] | None = None):
-        self._latest: dict[tuple, tuple[tuple, str, dict]] = {}
+    def __init__(self, base_rows: dict[tuple, dict] | None = None, partial: bool = False):
+        self.partial = partial
+        # every delivered change of each key: (rank, op, row, unset)
+        self._changes: dict[tuple, list[tuple[tuple, str, dict, frozenset]]] = {}
         self._seen: dict[str, SourceChange] = {}
         self._truncated: tuple = (-1,)  # the greatest truncate's rank: below every row
         for i, (key, row) in enumerate((base_rows or {}).items()):
-            self._latest[key] = ((_BASE, i), UPSERT, dict(row))
+            self._changes[key] = [((_BASE, i), UPSERT, dict(row), frozenset())]
 
     def deliver(self, change: SourceChange) -> bool:
         """Take one delivered change; returns False for a re-delivery (same event id)."""
@@ -64,21 +71,42 @@ class ReferenceTable:
         if change.op == TRUNCATE:
             self._truncated = max(self._truncated, rank)
             return True
-        current = self._latest.get(change.key)
-        if current is None or rank > current[0]:
-            self._latest[change.key] = (rank, change.op, dict(change.row))
+        self._changes.setdefault(change.key, []).append((rank, change.op, dict(change.row), frozenset(change.unset)))
         return True
+
+    def _latest(self, key: tuple) -> tuple[tuple, str, dict, frozenset]:
+        return max(self._changes[key], key=lambda c: c[0])
 
     def _live(self, rank: tuple, op: str) -> bool:
         return op == UPSERT and rank > self._truncated
 
+    def _row(self, key: tuple) -> dict:
+        """The key's columns, each from the latest change since the last delete (or truncate) that carried it."""
+        changes = sorted(self._changes[key], key=lambda c: c[0])
+        since = max([rank for rank, op, _, _ in changes if op == DELETE] + [self._truncated])
+        upserts = [c for c in changes if c[1] == UPSERT and c[0] > since]
+        columns = {col for _, _, row, _ in upserts for col in row}
+        out = {}
+        for _, _, row, unset in upserts:  # ascending rank: a later carrier overwrites
+            for col in columns:
+                if col in unset or (self.partial and row.get(col) is None):
+                    continue
+                out[col] = row.get(col)
+        return out
+
     def state(self) -> dict[tuple, dict]:
         """key -> row of every live key."""
-        return {k: dict(row) for k, (rank, op, row) in self._latest.items() if self._live(rank, op)}
+        return {k: self._row(k) for k in self._changes if self._live(*self._latest(k)[:2])}
 
     def soft_state(self) -> dict[tuple, tuple[dict, bool]]:
-        """A soft-delete table's rows: key -> (row, flagged deleted) of every key ever changed."""
-        return {k: (dict(row), not self._live(rank, op)) for k, (rank, op, row) in self._latest.items()}
+        """A soft-delete table's rows: key -> (row, flagged deleted) of every key ever changed; a
+        flagged key's row is the image of its latest change (a delete's: the row as the source deleted it)."""
+        out = {}
+        for k in self._changes:
+            rank, op, row, _ = self._latest(k)
+            live = self._live(rank, op)
+            out[k] = (self._row(k) if live else dict(row), not live)
+        return out
 
     def tombstones(self) -> set[tuple]:
-        return {k for k, (rank, op, _) in self._latest.items() if not self._live(rank, op)}
+        return {k for k in self._changes if not self._live(*self._latest(k)[:2])}

@@ -41,6 +41,10 @@ UPSERT, DELETE = "U", "D"
 # remembers it as the tombstone of the whole table.
 TRUNCATE = "T"
 TRUNCATE_KEY = key_text(())
+# An apply's upsert of a key recomputed from every change it has (a change arrived older than the
+# key's row and carries a column no newer change carried): it replaces the row even at the row's
+# own ordering key.
+REFILL = "R"
 
 # The flat record shared by `changes`, `staging` and `base`. Beside it, those tables hold
 # source columns as typed columns (`stored_form`); a change whose values cannot be stored
@@ -109,6 +113,8 @@ class Change:
     # The change's own tier when its format says it (a Debezium snapshot read ranks as a base row,
     # rule 3); None takes the tier of the file it came in.
     tier: str | None = field(default=None, repr=False, kw_only=True)
+    # Columns the change does not carry (a PostgreSQL TOAST placeholder): each keeps the key's value.
+    unset: frozenset[str] = field(default=frozenset(), repr=False, kw_only=True)
 
 
 @dataclass
@@ -120,9 +126,10 @@ class Rejection:
     key: tuple[Value, ...] | None = field(default=None, repr=False, kw_only=True)
 
 
-def content_id(key: Sequence[Value], op: str, order: str, row: Mapping[str, Value]) -> str:
+def content_id(key: Sequence[Value], op: str, order: str, row: Mapping[str, Value],
+               unset: frozenset[str] = frozenset()) -> str:
     """An event id for formats without one: identical re-deliveries collapse."""
-    text = json.dumps([key_text(key), op, order, encode_row(row, sort_keys=True)], ensure_ascii=False)
+    text = json.dumps([key_text(key), op, order, encode_row(row, sort_keys=True, unset=unset)], ensure_ascii=False)
     return "sha1:" + hashlib.sha1(text.encode("utf-8")).hexdigest()
 
 
@@ -134,7 +141,7 @@ def to_record(change: Change, *, batch_seq: int, batch_id: str, file_name: str, 
         "_cdc_order": (tier if change.tier is None else change.tier) + change.order + "|"
                       + ordering.arrival(batch_seq, file_index, change.line),
         "_cdc_event_id": change.event_id,
-        "_cdc_row": encode_row(change.row),
+        "_cdc_row": encode_row(change.row, unset=change.unset),
         "_cdc_partition": key_text([change.row.get(c) for c in partition_by])
                           if partition_by and change.op != TRUNCATE else None,
         "_cdc_change_type": change.change_type,

@@ -61,6 +61,8 @@ class TableConfig:
     apply: ApplyPolicy = field(default_factory=ApplyPolicy)  # when pending changes are merged
     maintenance: MaintenancePolicy = field(default_factory=MaintenancePolicy)  # compaction, trim, vacuum
     insert_only: bool = False  # batches are appended, never merged; an update or delete goes to quarantine
+    # an update's null or absent column keeps the key's value (rule 10; engine/combine.py)
+    partial_updates: bool = False
     history: bool = False  # a `history` table: every version of each key (SCD type 2), from `changes`
     # `deletes: soft` (rule 12): a deleted key keeps a row in the target, `_cdc_deleted` true
     soft_deletes: bool = False
@@ -296,6 +298,11 @@ def _table(t: object, i: int, where: str, base_dir: str) -> TableConfig:
     if insert_only and not inserts(fmt, options):
         raise ConfigError(f"{here}: field 'insert_only': format '{fmt}' does not say which changes insert "
                           "(an UPSERT may update) or names no insert flag, so updates could not be told from inserts")
+    partial_updates = t.get("partial_updates", False)
+    if not isinstance(partial_updates, bool):
+        raise ConfigError(f"{here}: field 'partial_updates' must be true or false, not {partial_updates!r}")
+    if partial_updates and insert_only:
+        raise ConfigError(f"{here}: field 'partial_updates': an insert_only table takes no updates")
     history = t.get("history", False)
     if not isinstance(history, bool):
         raise ConfigError(f"{here}: field 'history' must be true or false, not {history!r}")
@@ -305,6 +312,10 @@ def _table(t: object, i: int, where: str, base_dir: str) -> TableConfig:
     if deletes == "soft" and insert_only:
         raise ConfigError(f"{here}: field 'deletes': an insert_only table has no deletes to keep")
     maintenance = _maintenance(t.get("maintenance"), here, rename)
+    if partial_updates and maintenance.trim_staging_after is not None:
+        # a late change is combined column by column with every staged change of its key
+        raise ConfigError(f"{here}: field 'partial_updates' needs every staged change kept: remove "
+                          "'maintenance.trim_staging_after'")
     if history and maintenance.trim_changes_after is not None:
         # history is computed from every change ever taken: a rebuild after a trim would lose versions
         raise ConfigError(f"{here}: field 'history' needs every change kept: remove 'maintenance.trim_changes_after'")
@@ -313,7 +324,8 @@ def _table(t: object, i: int, where: str, base_dir: str) -> TableConfig:
         columns=_columns(t.get("columns"), here, rename), source=source, source_position=position,
         publish=_publish(t.get("publish"), source, here), change_feed=change_feed,
         apply=_apply_policy(t.get("apply"), here), maintenance=maintenance,
-        insert_only=insert_only, history=history, soft_deletes=deletes == "soft", schedule=_cron(t.get("schedule"), f"{here}: field 'schedule'"),
+        insert_only=insert_only, partial_updates=partial_updates, history=history, soft_deletes=deletes == "soft",
+        schedule=_cron(t.get("schedule"), f"{here}: field 'schedule'"),
         rename=rename,
         base_snapshot=_path(base, base_dir, f"{here}: field 'base_snapshot'") if base is not None else None,
         reconcile_with=_path(reconcile, base_dir, f"{here}: field 'reconcile_with'") if reconcile is not None else None,

@@ -652,14 +652,34 @@ def _debezium(record: Record, keys: Sequence[str], options: ChangesetOptions, li
     image = record.get(image_name)
     if not isinstance(image, dict):
         raise RecordError(f"op {op!r} event has no {image_name!r} row image")
+    unset = frozenset(c for c, v in image.items() if _unavailable(v)) if op != "d" else frozenset()
+    if unset:  # a TOAST placeholder: the column is not carried (rule 10)
+        image = {c: v for c, v in image.items() if c not in unset}
+        rename = dict(typing.rename) if typing else {}
+        unset = frozenset(rename.get(c, c) for c in unset)
     row, types = _debezium_row(image, _connect_columns(schema, image_name), typing)
     # Rule 3: a snapshot read is the connector's base snapshot, below every streamed change of its key.
     # In the base tier it ranks above a `base_snapshot` export's row, whose order is its line number
     # (any ts_ms after 1970 encodes greater).
     tier = ordering.BASE_TIER if op == SNAPSHOT_READ else ordering.CHANGE_TIER
-    change = _change(line, _key(row, keys), DEBEZIUM_OPS[op], row, order, None, op, tier=tier)
+    change = _change(line, _key(row, keys), DEBEZIUM_OPS[op], row, order, None, op, tier=tier, unset=unset)
     change.types = types
     return change
+
+
+# What Debezium's PostgreSQL connector writes for an unchanged TOASTed column it does not have
+# (`unavailable.value.placeholder`): the text, as bytes in each binary.handling.mode (base64,
+# base64-url-safe, hex), or a one-element array of it for an array column.
+UNAVAILABLE = "__debezium_unavailable_value"
+_UNAVAILABLE_FORMS = frozenset({UNAVAILABLE, base64.b64encode(UNAVAILABLE.encode()).decode("ascii"),
+                                base64.urlsafe_b64encode(UNAVAILABLE.encode()).decode("ascii"),
+                                UNAVAILABLE.encode().hex()})
+
+
+def _unavailable(value: object) -> bool:
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    return isinstance(value, str) and value in _UNAVAILABLE_FORMS
 
 
 def _debezium_position(source: Mapping[str, object], snapshot_read: bool) -> str:
@@ -846,13 +866,13 @@ def _changeset(record: Record, keys: Sequence[str], options: ChangesetOptions, l
 
 
 def _change(line: int, key: tuple[Value, ...], op: str, row: Row, order: str, event_id: object, change_type: str,
-            content_ids: bool = True, tier: str | None = None) -> Change:
+            content_ids: bool = True, tier: str | None = None, unset: frozenset[str] = frozenset()) -> Change:
     if event_id is not None and not isinstance(event_id, str):
         event_id = str(event_id)
     if event_id is None and content_ids:
         # A change's own tier is part of what it is: a snapshot read never collapses into a streamed change.
-        event_id = content_id(key, op, (tier or "") + order, row)
-    return Change(line, key, op, row, order, event_id, change_type, tier=tier)
+        event_id = content_id(key, op, (tier or "") + order, row, unset)
+    return Change(line, key, op, row, order, event_id, change_type, tier=tier, unset=unset)
 
 
 _RECORD_PARSERS: dict[str, Callable[[Record, Sequence[str], ChangesetOptions, int, Typing | None], Change | None]] = {

@@ -312,6 +312,50 @@ def _source_metadata(source: str, database: str, table: str, key: str, op: Opera
     return {**common, "database": database, "schema": "dbo", "tx_id": tx, "replication_index": [key], **pos}
 
 
+# ---- Debezium events, with what sources leave out of an update --------------
+
+UNAVAILABLE = "__debezium_unavailable_value"  # Debezium's placeholder for an unchanged TOASTed value
+
+
+def debezium_events(history: History, *, seed: int = 0, toast_columns: Iterable[str] = (),
+                    partial: bool = False) -> list[Event]:
+    """The history as Debezium PostgreSQL change events (the bare envelope), one per operation, in
+    true order. An update leaves out what a source leaves out of one: a `toast_columns` column
+    whose value did not change is the TOAST placeholder (written as its text, or as a one-element
+    array of it), and with `partial` every other column that did not change is null or absent (a
+    source that sends only what changed). Inserts and deletes carry their whole row."""
+    rng = random.Random(f"debezium:{seed}")
+    toast = set(toast_columns)
+    lsn = rng.randrange(10**6, 10**9)
+    before: dict[int, Row] = {}
+    events: list[Event] = []
+    for o in history.operations:
+        lsn += rng.randint(40, 4000)
+        ts_ms = int(o.at.replace(tzinfo=dt.UTC).timestamp() * 1000)
+        image: dict[str, object] = dict(o.row)
+        if o.op == UPDATE:
+            old = before.get(o.key, {})
+            for c in history.columns:
+                if c not in old or old[c] != o.row[c]:
+                    continue
+                if c in toast:
+                    image[c] = UNAVAILABLE if rng.random() < 0.7 else [UNAVAILABLE]
+                elif partial and rng.random() < 0.5:
+                    image[c] = None
+                elif partial:
+                    del image[c]
+        if o.op == DELETE:
+            before.pop(o.key, None)
+        else:
+            before[o.key] = o.row
+        op = {INSERT: "c", UPDATE: "u", DELETE: "d"}[o.op]
+        source = {"connector": "postgresql", "name": "demo", "ts_ms": ts_ms, "db": "demo", "schema": "public",
+                  "table": history.table, "lsn": lsn}
+        events.append({"before": image if o.op == DELETE else None, "after": None if o.op == DELETE else image,
+                       "op": op, "source": source, "ts_ms": ts_ms + rng.randrange(5, 900)})
+    return events
+
+
 # ---- delivery ---------------------------------------------------------------
 
 def deliver(events: Sequence[_Delivered], batches: int = 3, files_per_batch: int = 3, duplicate_pct: float = 3,

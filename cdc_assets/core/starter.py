@@ -19,6 +19,7 @@ tables:
     # maintenance: {retention: 7d, schedule: "0 3 * * *"}
     # history: true               # every version of each key (SCD type 2)
     # deletes: soft               # keep deleted keys' rows, flagged _cdc_deleted; default: hard
+    # partial_updates: true       # an update's null or absent column keeps the key's value
 """
 
 STARTER_WORKSPACE = """\

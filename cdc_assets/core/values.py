@@ -418,9 +418,25 @@ def _decode_value(value: Any) -> Any:
     return value
 
 
-def encode_row(row: Mapping[str, Value], sort_keys: bool = False) -> str:
-    return json.dumps({k: encode_value(v) for k, v in row.items()}, ensure_ascii=False, sort_keys=sort_keys)
+# The columns a change does not carry (a PostgreSQL TOAST placeholder): listed in its image under
+# this name, which no source column can have (names starting with `_cdc_` are refused).
+UNSET_KEY = "_cdc_unset"
+
+
+def encode_row(row: Mapping[str, Value], sort_keys: bool = False, unset: Iterable[str] = ()) -> str:
+    image: dict[str, Any] = {k: encode_value(v) for k, v in row.items()}
+    if unset:
+        image[UNSET_KEY] = sorted(unset)
+    return json.dumps(image, ensure_ascii=False, sort_keys=sort_keys)
+
+
+def decode_image(text: str) -> tuple[Row, frozenset[str]]:
+    """A row image and the columns its change does not carry."""
+    image = json.loads(text)
+    unset = frozenset(image.pop(UNSET_KEY, None) or ())
+    return {k: _decode_value(v) for k, v in image.items()}, unset
 
 
 def decode_row(text: str) -> Row:
-    return {k: _decode_value(v) for k, v in json.loads(text).items()}
+    """A row image's values; a column its change does not carry is absent."""
+    return decode_image(text)[0]

@@ -1,7 +1,8 @@
 """`staging` (+ `base`) -> `target`: apply the pending batches, or rebuild partitions.
 
 An incremental apply reads the pending batches' staged changes (batch-sized), keeps each
-key's latest, and compares every winner with the key's current row by ordering key: target
+key's latest (or combines them with the key's row, column by column, where changes leave
+columns out: `_combined_winners`), and compares every winner with the key's current row by ordering key: target
 keeps each row's `_cdc_order`, base rows included (their tier ranks below every change, rule
 3), and `tombstones` keeps the ordering key of each deleted key (rule 2). Neither the history
 nor the base is read again. Only the target files whose key statistics can hold a touched key
@@ -25,11 +26,11 @@ from deltalake import DeltaTable, write_deltalake
 
 from ..core import names
 from ..core import target as shape
-from ..core.changes import DELETE, RECORD_FIELDS, TRUNCATE, TRUNCATE_KEY, UPSERT
+from ..core.changes import DELETE, RECORD_FIELDS, REFILL, TRUNCATE, TRUNCATE_KEY, UPSERT
 from ..core.config import Config, TableConfig
 from ..core.errors import OutOfOrder
-from ..core.values import DATE, DOUBLE, INT, LONG, STRING, convert, decimal_parts, decode_row
-from . import delta, faults, rewrite, spark_apply, spark_files, storage
+from ..core.values import DATE, DOUBLE, INT, LONG, STRING, Misfit, convert, decimal_parts, decode_row
+from . import combine, delta, faults, rewrite, spark_apply, spark_files, storage
 from .ingest import column_types
 from .records import read_committed_records, read_records, stored_columns
 from .spark import map_in_arrow, session_of
@@ -355,6 +356,9 @@ def merge_source(table_dir: str, table: TableConfig, dt_: DeltaTable, applied: i
     pending = read_committed_records(path(table_dir, STAGING),
                                      f"_cdc_batch_seq > {applied} AND _cdc_batch_seq <= {reached}")
     winners = latest_of_batch(pending)
+    refill: set[str] = set()
+    if combine.combines(table):
+        winners, refill = _combined_winners(table_dir, table, dt_, pending, winners, reached)
     keys, ops, orders = (winners[c].to_pylist() for c in ("_cdc_key", "_cdc_op", "_cdc_order"))
     tombs = _tombstone_orders(table_dir, [k for k, op in zip(keys, ops) if op == UPSERT] + [TRUNCATE_KEY])
     truncate = truncate_order(winners)
@@ -367,13 +371,105 @@ def merge_source(table_dir: str, table: TableConfig, dt_: DeltaTable, applied: i
     alive = [op == DELETE or (op == UPSERT and (soft or o > floor) and not (k in tombs and tombs[k] > o))
              for k, op, o in zip(keys, ops, orders)]
     live = winners.filter(pa.array(alive, pa.bool_()))
-    live = live.append_column("_cdc_apply", live["_cdc_op"])
+    applies = live["_cdc_op"]
+    if refill:
+        applies = pc.if_else(pc.is_in(live["_cdc_key"], value_set=pa.array(sorted(refill), pa.string())),
+                             REFILL, applies)
+    live = live.append_column("_cdc_apply", applies)
     images = [decode_row(r) for r in live["_cdc_row"].to_pylist() if r is not None]
     columns = flagged_columns(_columns(dt_, images, table_dir, table), table)
     source = _as_target_rows(live, columns, extra=("_cdc_apply",), images=images)
     if soft:
         source = with_flags(source, floor)
     return MergeSource(pending, winners, keys, ops, tombs, columns, source, truncate)
+
+
+def _combined_winners(table_dir: str, table: TableConfig, dt_: DeltaTable, pending: pa.Table, winners: pa.Table,
+                      reached: int) -> tuple[pa.Table, set[str]]:
+    """The winners where a key's latest pending change alone is not its state (engine/combine.py):
+    a partial_updates table's keys, and keys with a change that leaves a column out. Such a key's
+    pending changes are combined with its state before them, its target row (or its tombstone),
+    every column of which ranks below them. A key with a pending change ranking below its row
+    (arrived late) is combined from its whole history (staging up to `reached`, and base) instead:
+    it may carry a column the row's newer changes left out, so the result replaces the row even
+    at the row's own ordering key (REFILL), unless it is the row as it is. Returns the winners
+    and the REFILL keys."""
+    partial = table.partial_updates
+    marks = combine.marked(pending["_cdc_row"])
+    all_keys = winners["_cdc_key"].to_pylist()
+    existing = {c: t for c, t in _existing_columns(dt_).items() if c not in shape.META_COLUMNS}
+    wanted = set(all_keys) if partial else set(pc.filter(pending["_cdc_key"], marks).to_pylist())
+    orders = delta.rows_with_keys(dt_, (("_cdc_key", "string"), ("_cdc_order", "string")), all_keys)
+    row_order = dict(zip(orders["_cdc_key"].to_pylist(), orders["_cdc_order"].to_pylist()))
+    lowest = pa.table({"k": pending["_cdc_key"], "o": pending["_cdc_order"]}).group_by("k").aggregate([("o", "min")])
+    late = {k for k, o in zip(lowest["k"].to_pylist(), lowest["o_min"].to_pylist()) if k in row_order and o < row_order[k]}
+    fold = wanted - late
+    if not fold and not late:
+        return winners, set()
+    current = {r["_cdc_key"]: r for r in _rows_of(dt_, _target_schema(existing), sorted(fold | late)).to_pylist()}
+    tombs = _tombstone_orders(table_dir, sorted(fold - set(current)))
+    by_key: dict[str, list[dict]] = {}
+    for r in pending.filter(pc.is_in(pending["_cdc_key"], value_set=pa.array(sorted(fold), pa.string()))).to_pylist():
+        by_key.setdefault(r["_cdc_key"], []).append(r)
+    out, refill = [], set()
+    for k, records in by_key.items():
+        before = current.get(k)
+        start = {**before, "_cdc_op": UPSERT, "_cdc_row": None} if before is not None else \
+            {"_cdc_key": k, "_cdc_op": DELETE, "_cdc_order": tombs[k], "_cdc_row": None} if k in tombs else None
+        if start is None:
+            out.append(combine.combined_record(records, partial, table.partition_by))
+            continue
+        done = combine.combined_record([start] + records, partial, table.partition_by)
+        if done["_cdc_order"] != start["_cdc_order"]:  # else every pending change ranks below a tombstone: stale
+            out.append(done)
+    for k, records in _histories(table_dir, table, sorted(late), reached).items():
+        done = combine.combined_record(records, partial, table.partition_by)
+        if done["_cdc_op"] != UPSERT:
+            out.append(done)
+        elif done["_cdc_order"] != current[k]["_cdc_order"]:
+            out.append(done)  # a newer pending change: replaces the row as any newer one does
+        elif not _same_row(decode_row(done["_cdc_row"]), current[k], existing):
+            out.append(done)
+            refill.add(k)
+    if not out:
+        return winners, set()
+    combined = pa.Table.from_pylist(out, schema=winners.schema)
+    others = winners.filter(pc.invert(pc.is_in(winners["_cdc_key"], value_set=combined["_cdc_key"])))
+    return pa.concat_tables([others, combined]), refill
+
+
+def _rows_of(dt_: DeltaTable, schema: pa.Schema, keys: list[str]) -> pa.Table:
+    """The target rows of `keys`, partition columns included: a batch's worth through the query
+    engine (files skipped by their statistics), more in one pass over the table."""
+    if len(keys) <= delta.IN_LIST_LIMIT:
+        return delta.rows_with_keys(dt_, schema, keys)
+    wanted = pa.array(keys, pa.string())
+    found = [b.filter(pc.is_in(b.column("_cdc_key"), value_set=wanted)).select(schema.names)
+             for b in dt_.to_pyarrow_dataset().to_batches(columns=schema.names)]
+    return pa.Table.from_batches(found).cast(schema) if found else schema.empty_table()
+
+
+def _histories(table_dir: str, table: TableConfig, keys: list[str], reached: int) -> dict[str, list[dict]]:
+    """Every staged record (batches up to `reached`) and base row of `keys`, by key."""
+    out: dict[str, list[dict]] = {}
+    for start in range(0, len(keys), delta.IN_LIST_LIMIT):
+        listed = ", ".join(delta.sql_text(k) for k in keys[start:start + delta.IN_LIST_LIMIT])
+        sources = [(STAGING, f"_cdc_key IN ({listed}) AND _cdc_batch_seq <= {int(reached)}")]
+        if table.base_snapshot is not None:
+            sources.append((BASE, f"_cdc_key IN ({listed})"))
+        for name, where in sources:
+            rows = read_records(path(table_dir, name), where)
+            for r in rows.to_pylist() if rows is not None else ():
+                out.setdefault(r["_cdc_key"], []).append(r)
+    return out
+
+
+def _same_row(image: dict, row: dict, columns: dict[str, str]) -> bool:
+    """Whether a row image holds the target row's values (each converted to its column's type)."""
+    try:
+        return all(convert(image.get(c), t) == row.get(c) for c, t in columns.items())
+    except Misfit:
+        return False
 
 
 def _as_target_rows(live: pa.Table, columns: dict[str, str], extra=(), images: list[dict] | None = None) -> pa.Table:
@@ -421,6 +517,13 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
             on_spark = "this process: an insert_only table's rows are appended by delta-rs"
         elif table.change_feed:
             on_spark = "this process: the change data feed's files are written by delta-rs' MERGE"
+        elif combine.combines(table) and (table.partial_updates or _leaves_columns_out(table_dir, reached)):
+            # Each key's changes are combined column by column, with its earlier ones too: Spark
+            # builds the whole state from staging and base, as a first apply does.
+            figures = _build(spark, cfg, table, dt_, reached, None, first=True)
+            figures.update({"seconds": round(time.time() - t0, 2),
+                            "applied_on": "spark: the whole state, each key's changes combined column by column"})
+            return figures
         else:
             return _apply_on_spark(spark, cfg, table, dt_, applied, reached, t0)
 
@@ -467,9 +570,10 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
         result = merge \
             .when_matched_delete(f"s._cdc_apply = '{DELETE}' AND s._cdc_order > t._cdc_order") \
             .when_matched_update(every_column(source, except_cols=["_cdc_apply"]),
-                                 f"s._cdc_apply = '{UPSERT}' AND s._cdc_order > t._cdc_order") \
+                                 f"(s._cdc_apply = '{UPSERT}' AND s._cdc_order > t._cdc_order) OR "
+                                 f"(s._cdc_apply = '{REFILL}' AND s._cdc_order >= t._cdc_order)") \
             .when_not_matched_insert(every_column(source, except_cols=["_cdc_apply"]),
-                                     f"s._cdc_apply = '{UPSERT}'") \
+                                     f"s._cdc_apply IN ('{UPSERT}', '{REFILL}')") \
             .execute()
         inserts, updates, deletes = (result.get(f"num_target_rows_{n}", 0) for n in ("inserted", "updated", "deleted"))
     faults.point("target.committed")
@@ -495,6 +599,13 @@ def _applied_figures(table: TableConfig, target_path: str, applied: int, reached
         "partitions_rewritten": _partitions_of(adds + removes, table.partition_by) if table.partition_by else [],
         "rows": final.count(), "delta_version": final.version(), "seconds": round(time.time() - t0, 2),
     }
+
+
+def _leaves_columns_out(table_dir: str, reached: int) -> bool:
+    """Whether a staged change up to batch `reached` may leave a column out (its image lists some)."""
+    found = delta.query(path(table_dir, STAGING), "SELECT count(*) AS n FROM t WHERE _cdc_batch_seq <= "
+                                                  f"{int(reached)} AND _cdc_row LIKE '%{combine.UNSET_KEY}%'")
+    return found is not None and found.num_rows > 0 and int(found["n"][0].as_py() or 0) > 0
 
 
 def _apply_on_spark(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, applied: int, reached: int,
@@ -554,15 +665,17 @@ def _append(table: TableConfig, target_path: str, dt_: DeltaTable, m: MergeSourc
 # ---- whole-state builds: on Spark executors, or in this process for a small table -------
 
 class _SparkHistory:
-    """Staging and base as of a batch on Spark, and each key's latest change. One aggregation
+    """Staging and base as of a batch on Spark, and each key's latest change (combined column by
+    column where the key's changes leave columns out, engine/combine.py). One aggregation
     over the history counts its rows, its keys and its upserts, and says whether every key has
     one change (a first build from an export with distinct keys, the common case): such a
     history is its own latest, which spares the shuffle and sort of picking the latest per key,
     and its counts are the target's and the tombstones' sizes, so no later pass counts again."""
 
-    def __init__(self, spark, table_dir: str, has_base: bool, columns: dict[str, str], reached: int):
+    def __init__(self, spark, table_dir: str, table: TableConfig, columns: dict[str, str], reached: int):
         from pyspark.sql import functions as F
 
+        has_base = table.base_snapshot is not None
         self.columns = columns
         history = _history(spark, table_dir, has_base, columns).where(F.col("_cdc_batch_seq") <= reached)
         per_key = history.groupBy("_cdc_key").agg(
@@ -572,7 +685,12 @@ class _SparkHistory:
                                                   F.max("cut")).first()
         self.history_rows, self.keys = int(n or 0), int(keys)
         self.distinct = (most or 0) <= 1
-        self.latest = history if self.distinct else latest_per_key(history).cache()
+        if self.distinct:
+            self.latest = history
+        elif combine.combines(table):
+            self.latest = combine.spark_latest_or_combined(history, table.partial_updates, table.partition_by).cache()
+        else:
+            self.latest = latest_per_key(history).cache()
         self.truncate = cut  # the greatest truncate: the rows ranking at or below it are gone (rule 9)
         # with one change per key and no truncate, the upserts are the target's rows and the rest its tombstones
         self.upserts = int(upserts or 0) if self.distinct and cut is None else None
@@ -618,8 +736,9 @@ class _LocalHistory:
     process with Arrow: read through delta-rs, each key's latest picked by one sort, the files
     written as Spark's tasks write them (spark_files.write_arrow)."""
 
-    def __init__(self, table_dir: str, has_base: bool, columns: dict[str, str], reached: int):
+    def __init__(self, table_dir: str, table: TableConfig, columns: dict[str, str], reached: int):
         self.columns = columns
+        has_base = table.base_snapshot is not None
         record = [n for n, _ in RECORD_FIELDS]
         staged = read_records(path(table_dir, STAGING), f"_cdc_batch_seq <= {int(reached)}")
         parts = [rows for rows in (staged, _base_records(path(table_dir, BASE)) if has_base else None)
@@ -628,7 +747,12 @@ class _LocalHistory:
             _cast_typed(delta.arrow_schema(RECORD_FIELDS).empty_table(), columns, record)
         self.history_rows = history.num_rows
         self.keys = pc.count_distinct(history["_cdc_key"]).as_py() if history.num_rows else 0
-        self.latest = history if self.keys == history.num_rows else latest_of_batch(history)
+        if self.keys == history.num_rows:
+            self.latest = history
+        elif combine.combines(table):
+            self.latest = combine.latest_or_combined(history, table.partial_updates, table.partition_by)
+        else:
+            self.latest = latest_of_batch(history)
         self.truncate = truncate_order(self.latest)  # rule 9, as _SparkHistory
 
     def write_target(self, target_path: str, table: TableConfig, partition_keys: list[str] | None) -> list:
@@ -713,9 +837,9 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
     has_base = table.base_snapshot is not None
     history: _LocalHistory | _SparkHistory
     if _history_rows(table_dir, has_base) <= spark_files.LOCAL_ROWS:
-        history = _LocalHistory(table_dir, has_base, columns, reached)
+        history = _LocalHistory(table_dir, table, columns, reached)
     else:
-        history = _SparkHistory(session_of(spark), table_dir, has_base, columns, reached)
+        history = _SparkHistory(session_of(spark), table_dir, table, columns, reached)
     try:
         adds = history.write_target(target_path, table, partition_keys)
         arrow_schema = _target_schema(columns)

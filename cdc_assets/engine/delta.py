@@ -19,6 +19,9 @@ _ARROW = {"string": pa.string(), "long": pa.int64(), "boolean": pa.bool_(), "dou
 
 
 def arrow_schema(fields) -> pa.Schema:
+    """(name, type) pairs as an Arrow schema; a schema given is that schema."""
+    if isinstance(fields, pa.Schema):
+        return fields
     return pa.schema([(name, _ARROW[t]) for name, t in fields])
 
 
@@ -234,8 +237,9 @@ def select(path: DeltaTable, fields, where: str) -> pa.Table: ...
 @overload
 def select(path: str | DeltaTable, fields, where: str) -> pa.Table | None: ...
 def select(path: str | DeltaTable, fields, where: str) -> pa.Table | None:
-    """The rows of a table matching an SQL condition (see `query`)."""
-    names = ", ".join(f'"{n}"' for n, _ in fields)
+    """The rows of a table matching an SQL condition (see `query`); `fields`: (name, type) pairs or
+    an Arrow schema."""
+    names = ", ".join('"' + n.replace('"', '""') + '"' for n in arrow_schema(fields).names)
     data = query(path, f"SELECT {names} FROM t WHERE {where}")
     return data.cast(arrow_schema(fields)) if data is not None else None
 
@@ -259,7 +263,7 @@ def rows_with_keys(path: str | DeltaTable, fields, keys: list[str], also: str | 
     if dt is None:
         return None
     files = dt.file_uris()
-    names = [n for n, _ in fields]
+    names = arrow_schema(fields).names
     if not files or not keys:
         return arrow_schema(fields).empty_table()
     if len(keys) <= IN_LIST_LIMIT:

@@ -2,8 +2,9 @@
 changes laid over it (Gluent's delta view).
 
 The winners are the apply's own (engine.apply.merge_source: each pending key's latest change,
-an upsert older than its tombstone dropped), and a winner replaces the key's target row only
-when its ordering key is greater, as the MERGE's conditions say. A fresh read therefore equals
+an upsert older than its tombstone dropped, a key whose changes leave columns out combined),
+and a winner replaces the key's target row only when its ordering key is greater (a REFILL's
+equal one too), as the MERGE's conditions say. A fresh read therefore equals
 the target the next apply commits, whenever that apply runs (apply: {min_changes, max_staleness}).
 
 Whether a table's merge is due is decided here too, from what is pending.
@@ -20,7 +21,7 @@ from deltalake import DeltaTable
 
 from ..core import target as shape
 from ..core.apply_policy import Decision, decide
-from ..core.changes import UPSERT
+from ..core.changes import DELETE, REFILL
 from ..core.config import Config, TableConfig
 from ..core.errors import TerminalError
 from . import delta
@@ -107,11 +108,11 @@ def fresh_read(cfg: Config, table: TableConfig, with_metadata: bool = False) -> 
     current = delta.rows_with_keys(dt_, (("_cdc_key", "string"), ("_cdc_order", "string")), keys)
     order_of = dict(zip(current.column("_cdc_key").to_pylist(), current.column("_cdc_order").to_pylist())) \
         if current is not None else {}
-    wins = [k not in order_of or o > order_of[k]
-            for k, o in zip(keys, source.column("_cdc_order").to_pylist())]
+    wins = [k not in order_of or o > order_of[k] or (o == order_of[k] and a == REFILL)
+            for k, o, a in zip(keys, source.column("_cdc_order").to_pylist(), source.column("_cdc_apply").to_pylist())]
     winning = source.filter(pa.array(wins, pa.bool_()))
     changed = pa.array(winning.column("_cdc_key").to_pylist(), pa.string())
-    upserts = winning.filter(pc.equal(winning.column("_cdc_apply"), UPSERT)).drop_columns(["_cdc_apply"])
+    upserts = winning.filter(pc.not_equal(winning.column("_cdc_apply"), DELETE)).drop_columns(["_cdc_apply"])
     schema = _target_schema(columns)
     keep = list(columns) + (list(shape.META_COLUMNS) if with_metadata else [])
     out_schema = pa.schema([schema.field(c) for c in keep])

@@ -26,7 +26,7 @@ from ..core.errors import TerminalError
 from ..core.formats import SNAPSHOT, parquet_row_group, parse_file, parse_snapshot, raw_line
 from ..core.schema import admit, admit_columns, is_text_source, joined, plain
 from ..core.typed_changes import TypedFile, read_by_column, read_typed_change_file
-from ..core.values import STRING, decode_row, encode_row, key_text
+from ..core.values import STRING, UNSET_KEY, decode_image, decode_row, encode_row, key_text
 from . import delta, faults, gcs
 from .landing import Batch, file_size, inside, is_done_or_next, read_file
 from .records import stored_columns
@@ -268,10 +268,12 @@ def admit_types(new: pa.Table, types: dict, batch: Batch, landing: str,
 def stored_changes(records: pa.Table, images: list[dict], ledger: dict, stored: dict[str, str]) -> pa.Table:
     """The batch's records as `changes` holds them: source columns typed where the column
     types allow it (`core.changes.stored_form`), row images kept where they do not."""
-    from_text = [is_text_source(f) for f in records["_cdc_file"].to_pylist()]
+    have = records["_cdc_row"].to_pylist()
+    # A change from a text file, or one that does not carry some column (its image lists it), keeps its image.
+    from_text = [is_text_source(f) or (text is not None and UNSET_KEY in text and bool(decode_image(text)[1]))
+                 for f, text in zip(records["_cdc_file"].to_pylist(), have)]
     columns, imaged = stored_form(images, from_text, ledger, stored)
     # A typed file's change comes without its image; it is written only if the change needs it.
-    have = records["_cdc_row"].to_pylist()
     rows = pa.array([(text if text is not None else encode_row(image)) if keep else None
                      for keep, text, image in zip(imaged, have, images)], pa.string())
     records = records.set_column(records.schema.get_field_index("_cdc_row"), "_cdc_row", rows)

@@ -16,7 +16,8 @@ What each part keeps:
 - The trim of `staging` (seed 002's staging clean-up, as seed 000 rolls changes up) keeps, of
   the applied batches registered before `trim_staging_after`, only each key's latest change:
   the row every rebuild, backfill, restore and publish would pick for that key from those
-  batches anyway (`_trim_staging`). A key's delete stays as its latest change, and `tombstones`
+  batches anyway (`_trim_staging`), but for a key with a change that leaves a column out (a TOAST
+  placeholder), which keeps them all. A key's delete stays as its latest change, and `tombstones`
   keep every deleted key's ordering key forever, so a late change older than a delete never
   brings its row back.
 - The vacuum removes files that no version newer than `retention` references; the versions older
@@ -33,6 +34,7 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable
 
 from ..core.config import Config, TableConfig
+from ..core.values import UNSET_KEY
 from . import delta
 from .apply import ROWS_PER_FILE
 from .landing import batches_path
@@ -184,6 +186,9 @@ def _trim_staging_window(staging_path: str, after: int, through: int) -> int:
     batches were trimmed already: they hold one row per key)."""
     older = f"_cdc_batch_seq <= {through}"
     scope = f" AND _cdc_key IN (SELECT _cdc_key FROM t WHERE _cdc_batch_seq > {after} AND {older})" if after >= 0 else ""
+    # A key with a change that leaves a column out keeps every change: a later one is combined
+    # with each of them column by column (engine/combine.py).
+    scope += f" AND _cdc_key NOT IN (SELECT _cdc_key FROM t WHERE _cdc_row LIKE '%{UNSET_KEY}%')"
     staging = delta.load(staging_path)
     # staging holds one row per key and batch: (key, batch) names a row
     losers = delta.query(staging, (

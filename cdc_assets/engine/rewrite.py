@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction, RemoveAction
 
-from ..core.changes import DELETE, UPSERT
+from ..core.changes import DELETE, REFILL, UPSERT
 from ..core.target import DELETED
 from . import delta, spark_files, storage
 
@@ -112,10 +112,10 @@ def _write(table_path: str, name: str, rows: pa.Table, data_schema: pa.Schema, p
 
 def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, props_for,
             rows_per_file: int, truncate: str | None = None, soft: bool = False) -> Rewritten:
-    """Apply `source` (each key's winner, `_cdc_apply` saying upsert or delete, target's
+    """Apply `source` (each key's winner, `_cdc_apply` saying upsert, delete or REFILL, target's
     columns) to the snapshot `dt_`: a row changes only when the winner's ordering key is
-    greater than the row's (an older or equal change is stale), and a winning upsert of a
-    key target lacks is inserted. One commit through `dt_`, so a concurrent commit that
+    greater than the row's (an older or equal change is stale; a REFILL's equal one replaces it),
+    and a winning upsert of a key target lacks is inserted. One commit through `dt_`, so a concurrent commit that
     removed one of these files fails ours; `props_for(figures)`: its commit properties, given
     the rows it inserts, updates and deletes (a MERGE's commit has them as its metrics).
     `truncate`: a truncate's ordering key: every row ranking at or below it goes too, so every
@@ -162,7 +162,7 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
     for key, order, file in zip(*(found[c].to_pylist() for c in (KEY, ORDER, "__filename"))):
         matched.add(key)
         i = winner_at[key]
-        if orders[i] > order:
+        if orders[i] > order or (orders[i] == order and applies_[i] == REFILL):
             changed_in.setdefault(file, set()).add(key)
     changing = set().union(*changed_in.values()) if changed_in else set()
     # in a soft-delete table every winner is a row; those it flags deleted count as deletes
@@ -179,7 +179,7 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
     for file in emptied:  # every row of it ranks at or below the truncate; those a winner changes count as that
         deletes += cut_rows[file] - len(changed_in.get(file, ()))
         changed_in.setdefault(file, set())
-    is_upsert = pc.equal(source[APPLY], UPSERT)
+    is_upsert = pc.is_in(source[APPLY], value_set=pa.array([UPSERT, REFILL], pa.string()))
     inserted = source.filter(pc.and_(is_upsert, pc.invert(pc.is_in(source[KEY], pa.array(sorted(matched),
                                                                                           pa.string())))))
     replaced = source.filter(pc.and_(is_upsert, pc.is_in(source[KEY], pa.array(sorted(changing), pa.string()))))

@@ -1,4 +1,5 @@
-"""The demo feed generator: counts, true order, positions and delivery."""
+"""The demo feed generator: counts, true order, positions, delivery, and the Debezium events whose
+updates leave columns out."""
 from __future__ import annotations
 
 import datetime as dt
@@ -10,6 +11,7 @@ import pytest
 from cdc_assets.core import generator
 from cdc_assets.core.formats import parse_file
 from cdc_assets.core.generator import DELETE, INSERT, SOURCES, UPDATE
+from cdc_assets.core.partial import Piece, combine
 from cdc_assets.core.values import canonical_text
 
 UPSERT_TYPES = {"INSERT", "UPDATE", "UPDATE-INSERT"}
@@ -255,3 +257,42 @@ def test_snapshot_exports_are_the_source_state_at_each_cut_and_the_last_is_the_f
         assert {r["id"]: r for r in rows} == generator.replay(history.operations[: b * n // 3])
         assert len(rows) == len({r["id"] for r in rows})
     assert {r["id"]: r for f in exports[-1] for r in f} == history.final
+
+
+def test_debezium_updates_leave_out_only_unchanged_columns_and_the_rule_recovers_the_final_state():
+    h = history(changes=1500)
+    events = generator.debezium_events(h, seed=7, toast_columns=["customer"])
+    data = "".join(json.dumps(e) + "\n" for e in events).encode()
+    changes = list(parse_file("debezium-json", {}, ["id"], "part-0001.jsonl", data))
+    assert sum(bool(c.unset) for c in changes) > 100 and all(c.unset <= {"customer"} for c in changes)
+    before: dict = {}
+    for o, c in zip(h.operations, changes):
+        if c.unset:  # the placeholder stands for the value the key already had
+            assert o.op == UPDATE and before[o.key]["customer"] == o.row["customer"]
+        before[o.key] = o.row
+    by_key: dict = {}
+    for c in changes:
+        by_key.setdefault(c.key[0], []).append(Piece(c.order, c.op, c.row, c.unset))
+    state = {}
+    for k, pieces in by_key.items():
+        done = combine(pieces[::-1], partial=False)  # any order: the combination ranks them
+        if done.op(pieces[::-1]) == "U":
+            state[k] = meaning(done.row)
+    assert state == {k: meaning(row) for k, row in h.final.items()}
+
+
+def test_partial_debezium_updates_carry_what_changed():
+    h = history(changes=800)
+    events = generator.debezium_events(h, seed=3, partial=True)
+    before: dict = {}
+    left_out = 0
+    for o, e in zip(h.operations, events):
+        if o.op == UPDATE:
+            for c, v in o.row.items():
+                if e["after"].get(c) is None:
+                    left_out += 1
+                    assert before[o.key][c] == v or v is None  # only an unchanged value (or a new null)
+                else:
+                    assert e["after"][c] == v
+        before[o.key] = o.row
+    assert left_out > 100

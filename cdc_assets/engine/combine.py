@@ -1,0 +1,118 @@
+"""Staged records combined column by column where a key's latest change alone is not its state
+(core/partial.py): a `partial_updates` table's key with more than one change, or a key with a
+change that does not carry a column (a TOAST placeholder). Every other key keeps its latest
+change, as before, so a table whose changes carry full rows pays nothing for this.
+
+A combined key is one record: the latest change's, its row image holding the combined values
+(its typed columns null), its `_cdc_partition` that of those values. Staging keeps every change
+of such a key (`staged`), since a change arriving later must be combined with each of them.
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..core.changes import RECORD_FIELDS, UPSERT
+from ..core.config import TableConfig
+from ..core.partial import Piece, combine
+from ..core.values import UNSET_KEY, decode_image, encode_row, key_text
+
+__all__ = ["UNSET_KEY", "combines", "marked", "combined_record", "latest_or_combined", "staged",
+           "spark_latest_or_combined"]
+from .latest import latest_of_batch, latest_per_key
+
+_MARK = '"' + UNSET_KEY + '"'
+
+
+def combines(table: TableConfig) -> bool:
+    """Whether a table's changes can leave columns out: partial updates, or a Debezium feed (TOAST)."""
+    return table.partial_updates or table.format == "debezium-json"
+
+
+def marked(rows: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """Which row images list columns their change does not carry."""
+    hits = pc.fill_null(pc.match_substring(rows, _MARK), False)
+    if not pc.any(hits).as_py():
+        return hits.combine_chunks() if isinstance(hits, pa.ChunkedArray) else hits
+    texts = rows.to_pylist()
+    return pa.array([bool(h) and bool(decode_image(texts[i])[1]) for i, h in enumerate(hits.to_pylist())],
+                    pa.bool_())
+
+
+def _combined_keys(records: pa.Table, partial: bool) -> pa.Array:
+    """The keys of `records` whose latest change alone is not their state."""
+    counted = pa.table({"k": records["_cdc_key"], "m": marked(records["_cdc_row"])}) \
+        .group_by("k").aggregate([("m", "any"), ("k", "count")])
+    need = pc.greater(counted["k_count"], 1)
+    if not partial:
+        need = pc.and_(need, counted["m_any"])
+    return counted.filter(need)["k"].combine_chunks()
+
+
+def piece(record: dict) -> Piece:
+    """A record as the combination reads it: its row image, or its typed columns."""
+    if record["_cdc_row"] is not None:
+        row, unset = decode_image(record["_cdc_row"])
+    else:
+        row, unset = {c: v for c, v in record.items() if not c.startswith("_cdc_")}, frozenset()
+    return Piece(record["_cdc_order"], record["_cdc_op"], row, unset)
+
+
+def combined_record(records: list[dict], partial: bool, partition_by) -> dict:
+    """The key's state after `records` (one key's) as one record: the latest's, its image the key's values."""
+    done = combine([piece(r) for r in records], partial)
+    latest = records[done.latest]
+    out = {n: latest.get(n) for n, _ in RECORD_FIELDS}
+    if latest["_cdc_op"] == UPSERT:
+        out["_cdc_row"] = encode_row(done.row)
+        if partition_by:
+            out["_cdc_partition"] = key_text([done.row.get(c) for c in partition_by])
+    return out
+
+
+def combine_keys(records: pa.Table, partial: bool, partition_by) -> pa.Table:
+    """One record per key of `records`: its latest change, holding the key's combined values."""
+    by_key: dict[str, list[dict]] = {}
+    for r in records.to_pylist():
+        by_key.setdefault(r["_cdc_key"], []).append(r)
+    rows = [combined_record(group, partial, partition_by) for group in by_key.values()]
+    return pa.Table.from_pylist(rows, schema=records.schema)
+
+
+def latest_or_combined(records: pa.Table, partial: bool, partition_by) -> pa.Table:
+    """Per key, its latest change, or its combined record where the latest alone is not its state."""
+    need = _combined_keys(records, partial)
+    if len(need) == 0:
+        return latest_of_batch(records)
+    chosen = pc.is_in(records["_cdc_key"], value_set=need)
+    return pa.concat_tables([latest_of_batch(records.filter(pc.invert(chosen))),
+                             combine_keys(records.filter(chosen), partial, partition_by)])
+
+
+def staged(changes: pa.Table, table: TableConfig) -> pa.Table:
+    """What staging keeps of a batch's changes: each key's latest, or every change of a key whose
+    latest alone is not its state (a change of another batch may rank between them)."""
+    if not combines(table):
+        return latest_of_batch(changes)
+    need = _combined_keys(changes, table.partial_updates)
+    if len(need) == 0:
+        return latest_of_batch(changes)
+    chosen = pc.is_in(changes["_cdc_key"], value_set=need)
+    return pa.concat_tables([latest_of_batch(changes.filter(pc.invert(chosen))), changes.filter(chosen)])
+
+
+def spark_latest_or_combined(history, partial: bool, partition_by):
+    """`latest_or_combined` on Spark executors: a key's records meet in one task only where they
+    are combined; the others take the window that picks each key's latest."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    w = Window.partitionBy("_cdc_key")
+    flagged = history.withColumn("_cdc_n", F.count(F.lit(1)).over(w)) \
+        .withColumn("_cdc_m", F.max(F.coalesce(F.col("_cdc_row").contains(_MARK), F.lit(False)).cast("int")).over(w))
+    need = (F.col("_cdc_n") > 1) & (F.lit(partial) | (F.col("_cdc_m") == 1))
+    simple = latest_per_key(flagged.where(~need).drop("_cdc_n", "_cdc_m"))
+    schema = history.schema
+    combined = flagged.where(need).drop("_cdc_n", "_cdc_m").groupBy("_cdc_key").applyInArrow(
+        lambda rows: combine_keys(rows, partial, list(partition_by)), schema)
+    return simple.unionByName(combined)

@@ -1,0 +1,118 @@
+"""Columns a change does not carry keep the key's value (rule 10): PostgreSQL's TOAST placeholder in
+a Debezium feed on every table, and a null or absent column of an update on a `partial_updates`
+table. Each column takes the value of the latest change that carried it since the key's last delete,
+whatever the arrival order; the in-process apply, the apply on Spark, a rebuild and the fresh read agree."""
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from cdc_assets.engine import apply, fresh, spark_apply, spark_files
+from cdc_assets_tests.helpers import by_key, jsonl, land, target_rows, write_config
+
+from .records import MARKS, run_ok
+
+pytestmark = MARKS
+
+TS = 1_709_287_200_000
+UNAVAILABLE = "__debezium_unavailable_value"
+
+
+def pg(op: str, image: dict, lsn: int, schema: dict | None = None) -> dict:
+    """A Debezium PostgreSQL event at `lsn` (its ts_ms follows the LSN); a delete's image is `before`."""
+    source = {"connector": "postgresql", "name": "shop", "ts_ms": TS + lsn, "db": "shop", "schema": "public",
+              "table": "docs", "lsn": lsn}
+    before, after = (image, None) if op == "d" else (None, image)
+    event = {"before": before, "after": after, "op": op, "source": source, "ts_ms": TS + lsn}
+    return {"schema": schema, "payload": event} if schema else event
+
+
+# A Kafka JsonConverter schema whose `blob` column is bytes: Debezium sends its value as base64.
+BYTES_SCHEMA = {"type": "struct", "fields": [
+    {"field": "after", "type": "struct", "optional": True, "fields": [
+        {"field": "id", "type": "int32"}, {"field": "blob", "type": "bytes", "optional": True}]}]}
+
+
+def test_toast_placeholders_keep_the_stored_value(spark, workdir):
+    cfg = write_config(workdir, [{"name": "DOCS", "keys": ["id"], "format": "debezium-json"}])
+    land(cfg, "DOCS", "b1", {"e.jsonl": jsonl([
+        pg("c", {"id": 1, "v": "a", "doc": "long text 1", "tags": ["x", "y"]}, 1000),
+        pg("c", {"id": 2, "v": "a", "doc": "long text 2", "tags": ["z"]}, 1001),
+        # the same batch: the placeholder keeps the value of the create before it
+        pg("u", {"id": 2, "v": "b", "doc": UNAVAILABLE, "tags": [UNAVAILABLE]}, 1100),
+        pg("c", {"id": 3, "v": "a", "doc": "long text 3", "tags": None}, 1002),
+        pg("c", {"id": 4, "blob": base64.b64encode(b"\x00\x01").decode()}, 1003, BYTES_SCHEMA),
+    ])})
+    run_ok(cfg, "DOCS")
+    land(cfg, "DOCS", "b2", {"e.jsonl": jsonl([
+        pg("u", {"id": 1, "v": "b", "doc": UNAVAILABLE, "tags": [UNAVAILABLE]}, 2000),
+        pg("u", {"id": 3, "v": "b", "doc": None, "tags": None}, 2001),  # a plain null writes null
+        pg("u", {"id": 4, "blob": base64.b64encode(UNAVAILABLE.encode()).decode()}, 2002, BYTES_SCHEMA),
+    ])})
+    run_ok(cfg, "DOCS")
+    rows = by_key(target_rows(cfg, "DOCS"), "id")
+    assert {k[0]: (r["v"], r["doc"], r["tags"]) for k, r in rows.items() if k[0] != 4} == {
+        1: ("b", "long text 1", '["x", "y"]'), 2: ("b", "long text 2", '["z"]'), 3: ("b", None, None)}
+    assert rows[(4,)]["blob"] == b"\x00\x01"
+
+    # A change older than the placeholders, arriving late, carried the column: it is the latest that
+    # did, so its value wins that column, and the newer change keeps every other one.
+    land(cfg, "DOCS", "b3", {"e.jsonl": jsonl([
+        pg("u", {"id": 1, "v": "late", "doc": "late text", "tags": ["late"]}, 1500),
+    ])})
+    run_ok(cfg, "DOCS")
+    rows = by_key(target_rows(cfg, "DOCS"), "id")
+    assert (rows[(1,)]["v"], rows[(1,)]["doc"], rows[(1,)]["tags"]) == ("b", "late text", '["late"]')
+
+
+def cs(flag: str, seq: int, key: int, **values) -> dict:
+    """A change set row; a column left out of `values` is absent from the record."""
+    return {"FLAG": flag, "SEQ": seq, "k": key, **values}
+
+
+# Batches of a partial-update change set, and each key's state after each of them.
+PARTIAL_BATCHES = [
+    ([cs("I", 1, 1, a=1, b=1, region="eu"), cs("I", 1, 2, a=1, b=1, region="us"),
+      cs("U", 5, 1, a=5)],  # b and region absent: kept
+     {1: (5, 1, "eu"), 2: (1, 1, "us")}),
+    # late: older than the row's change, yet the latest to carry b
+    ([cs("U", 3, 1, a=None, b=3), cs("U", 4, 2, b=None, region="eu")],  # moves to another partition, keeps b
+     {1: (5, 3, "eu"), 2: (1, 1, "eu")}),
+    # a delete forgets the values: the insert after it has b null
+    ([cs("D", 7, 1), cs("I", 8, 1, a=8, region="us")],
+     {1: (8, None, "us"), 2: (1, 1, "eu")}),
+    # older than the delete: stale; an update of a key never inserted makes its row
+    ([cs("U", 6, 1, b=6), cs("U", 2, 3, a=3)],
+     {1: (8, None, "us"), 2: (1, 1, "eu"), 3: (3, None, None)}),
+]
+
+
+def state(rows: list[dict]) -> dict:
+    return {r["k"]: (r["a"], r["b"], r["region"]) for r in rows}
+
+
+@pytest.mark.parametrize("on_spark", [False, True], ids=["in-process", "on-spark"])
+def test_partial_updates_combine_columns_whatever_the_arrival_order(spark, workdir, monkeypatch, on_spark):
+    if on_spark:  # every apply and build on Spark executors
+        monkeypatch.setattr(spark_apply, "LOCAL_ROWS", 0)
+        monkeypatch.setattr(spark_files, "LOCAL_ROWS", 0)
+    table = {"name": "P", "keys": ["k"], "format": "changeset", "partial_updates": True, "partition_by": ["region"],
+             "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],
+                         "sequence_by": ["SEQ"]}}
+    cfg = write_config(workdir, [table])
+    for n, (records, expected) in enumerate(PARTIAL_BATCHES):
+        if n == len(PARTIAL_BATCHES) - 1:  # the last batch waits: the fresh read shows it
+            cfg = write_config(workdir, [{**table, "apply": {"min_changes": 10**9}}])
+        land(cfg, "P", f"b{n}", {"c.jsonl": jsonl(records)})
+        run_ok(cfg, "P")
+        if n < len(PARTIAL_BATCHES) - 1:
+            assert state(target_rows(cfg, "P")) == expected, f"after batch {n}"
+    assert state(fresh.fresh_table(cfg, cfg.table("P")).to_pylist()) == PARTIAL_BATCHES[-1][1]
+    cfg = write_config(workdir, [table])
+    run_ok(cfg, "P")
+    assert state(target_rows(cfg, "P")) == PARTIAL_BATCHES[-1][1]
+    apply.rebuild(spark, cfg, cfg.table("P"), None)
+    assert state(target_rows(cfg, "P")) == PARTIAL_BATCHES[-1][1]
+    apply.rebuild(spark, cfg, cfg.table("P"), ["region=eu"])  # a backfill of one partition
+    assert state(target_rows(cfg, "P")) == PARTIAL_BATCHES[-1][1]
