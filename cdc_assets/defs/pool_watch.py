@@ -102,8 +102,11 @@ class PoolWatch:
 
         def watched_claim(concurrency_key, run_id, step_key, *args, **kwargs):
             status = claim(concurrency_key, run_id, step_key, *args, **kwargs)
-            if run_id == self.run_id and concurrency_key == self.pool and not status.is_claimed:
-                self._refused()
+            if run_id == self.run_id and concurrency_key == self.pool:
+                if status.is_claimed:
+                    self._since = None  # a step runs: a later step's wait is counted from its own first ask
+                else:
+                    self._refused()
             return status
 
         # The storage's own attribute, for this run only: the instance is this process's, and each

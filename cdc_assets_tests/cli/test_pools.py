@@ -177,3 +177,37 @@ def test_a_run_waiting_for_its_pool_sleeps_between_looks(tmp_path):
     assert result.success
     assert wall >= 5  # it did wait for the holder
     assert cpu < wall / 4, f"{cpu:.1f} CPU-s in {wall:.1f} s of waiting"
+
+
+def test_a_later_steps_wait_for_the_pool_is_counted_from_its_own_first_ask(tmp_path):
+    """`run --pool-wait` bounds each step's wait: a step that waited, got the slot and ran does not
+    make the next step of the run give up at its first refused ask."""
+    import time
+
+    from cdc_assets.defs.pool_watch import PoolWatch
+
+    home = str(tmp_path)
+    ensure_settings(home)
+    instance = dg.DagsterInstance.from_config(home)
+    run = instance.add_run(DagsterRun(job_name="T_batch_job", status=DagsterRunStatus.STARTED, tags=run_tags()))
+    storage = instance.event_log_storage
+    storage.initialize_concurrency_limit_to_default(POOL)
+    said: list[str] = []
+    first = Holder(home, "T__target")
+    second = None
+    try:
+        with PoolWatch(instance, "T", POOL, run.run_id, 1.0, said.append):
+            assert not storage.claim_concurrency_slot(POOL, run.run_id, "T__changes").is_claimed
+            time.sleep(1.5)  # the first step waits longer than the bound, which its next ask would end
+            first.kill()
+            release_abandoned(instance, POOL)
+            assert storage.claim_concurrency_slot(POOL, run.run_id, "T__changes").is_claimed  # it runs
+            storage.free_concurrency_slot_for_step(run.run_id, "T__changes")
+            second = Holder(home, "T__target")  # another run takes the slot before the next step asks
+            assert second.claimed == {"T__target": True}
+            assert not storage.claim_concurrency_slot(POOL, run.run_id, "T__staging").is_claimed  # waits, not gives up
+    finally:
+        first.end()
+        if second is not None:
+            second.end()
+    assert any("waiting for pool cdc_T" in line for line in said)
