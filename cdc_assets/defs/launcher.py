@@ -28,6 +28,8 @@ import dagster as dg
 from dagster._core.launcher import LaunchRunContext, RunLauncher
 from dagster._serdes import ConfigurableClass, ConfigurableClassData
 
+from . import dagster_fixes  # noqa: F401 - the daemon's and each run's storages: one engine per database
+
 # What each run needs, imported once by the fork server (not the code location: see above): the
 # engine and its libraries, Dagster's run worker, and the storages (SQLAlchemy, Alembic) an instance
 # opens, which Dagster imports only when the first instance is made.

@@ -25,7 +25,7 @@ from ..engine.lock import table_lock
 from ..engine.partitions import staged_partition_keys
 from ..engine.retry import on_conflict
 from ..engine.tables import path
-from . import dagster_fixes  # noqa: F401 - a step waiting for its table's pool sleeps between asks
+from . import dagster_fixes  # noqa: F401 - a waiting step sleeps; the storages reuse their engines
 from .checks import WITHIN_MAX_STALENESS, batch_accounted, staging_check_specs, target_check_specs, target_checks
 from .due import due_now, held_reason
 from .metadata import as_metadata, delta_table_metadata

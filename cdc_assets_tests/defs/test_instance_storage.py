@@ -1,0 +1,39 @@
+"""The instance's SQLite storages, as a batch run uses them: what each run pays to open and write them."""
+from __future__ import annotations
+
+import dagster as dg
+import sqlalchemy
+from alembic.script import ScriptDirectory
+
+from cdc_assets.defs import dagster_fixes  # noqa: F401 - what every run's process imports
+from cdc_assets.defs.pool_watch import ensure_settings
+
+
+@dg.asset
+def numbers() -> dg.MaterializeResult:
+    return dg.MaterializeResult(metadata={"rows": 3})
+
+
+def test_a_second_run_in_a_process_makes_no_new_database_engine_and_reads_no_migration_script(tmp_path, monkeypatch):
+    home = str(tmp_path / "home")
+    ensure_settings(home)
+    monkeypatch.setenv("DAGSTER_HOME", home)
+    made, read = [], []
+    create_engine, from_config = sqlalchemy.create_engine, ScriptDirectory.from_config
+    monkeypatch.setattr(sqlalchemy, "create_engine", lambda *a, **k: made.append(a[0]) or create_engine(*a, **k))
+    monkeypatch.setattr(ScriptDirectory, "from_config",
+                        classmethod(lambda cls, config: read.append(config) or from_config(config)))
+
+    def one_run() -> None:
+        with dg.DagsterInstance.get() as instance:
+            assert dg.materialize([numbers], instance=instance).success
+            assert instance.get_latest_materialization_event(numbers.key).asset_materialization.metadata["rows"].value == 3
+
+    one_run()
+    assert made, "the first run opens the home's databases"
+    made.clear()
+    read.clear()
+    one_run()
+    # every run writes a dozen events and opens its storages: each database's one engine serves them all
+    assert made == []
+    assert read == []
