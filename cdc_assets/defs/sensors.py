@@ -54,10 +54,9 @@ def run_key_scope(table_dir: str, name: str = "batches") -> str:
     """What makes a run key this warehouse's: the identity of its Delta table `name` (the table id),
     or of the table folder before it exists. A run key of table and batch alone would let the daemon
     drop a second warehouse's requests (same table names, same Dagster instance) as already launched."""
-    dt = delta.open_table(batches_path(table_dir) if name == "batches" else path(table_dir, name))
-    if dt is not None:
-        # delta-rs annotates the id as an int; it is the table's UUID, as text
-        return str(dt.metadata().id).replace("-", "")[:12]
+    found = delta.table_id(batches_path(table_dir) if name == "batches" else path(table_dir, name))
+    if found is not None:
+        return found.replace("-", "")[:12]
     where = table_dir if "://" in table_dir else os.path.realpath(table_dir)
     return hashlib.sha1(where.encode("utf-8")).hexdigest()[:12]
 

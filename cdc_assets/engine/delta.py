@@ -118,9 +118,31 @@ def step_version_cached(path: str, step: str) -> int:
 
 
 def table_version(path: str) -> int:
-    """The table's latest version (-1 when there is no table)."""
+    """The table's latest version (-1 when there is no table); a local table's from its log's file names."""
+    stamp = log_stamp(path)
+    if stamp is not None:
+        return stamp[0]
     dt = open_table(path)
     return -1 if dt is None else dt.version()
+
+
+_ids: dict[str, tuple[tuple, str]] = {}
+
+
+def table_id(path: str) -> str | None:
+    """The table's id (a UUID, as text), None without a table; a local table is opened only when its
+    log has a commit this process has not read (a new table at the same path has a new id)."""
+    stamp = log_stamp(path)
+    seen = _ids.get(path)
+    if stamp is not None and seen is not None and seen[0] == stamp:
+        return seen[1]
+    dt = open_table(path)
+    if dt is None:
+        return None
+    found = str(dt.metadata().id)  # delta-rs annotates the id as an int; it is the table's UUID
+    if stamp is not None and stamp[0] == dt.version():
+        _ids[path] = (stamp, found)
+    return found
 
 
 def file_stats(dt: DeltaTable | None) -> tuple[int, int, int]:

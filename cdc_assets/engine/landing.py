@@ -229,7 +229,7 @@ def next_listing_start(objects: list) -> str:
 def register_new_batch(landing_dir: str, table_dir: str, found: dict[str, int] | None = None) -> Batch | None:
     """Record the complete files no batch has taken as the next batch (one atomic commit);
     `found` is what a listing saw, else the whole landing folder is listed."""
-    known = registered(table_dir)
+    known = registered_cached(table_dir)
     taken = {f for b in known for f in b.files}
     listing = complete_files(landing_dir) if found is None else found
     new = {f: n for f, n in listing.items() if f not in taken}
