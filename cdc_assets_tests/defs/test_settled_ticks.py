@@ -12,10 +12,9 @@ import dagster as dg
 import pytest
 
 from cdc_assets.defs.definitions import build_definitions
+from cdc_assets.defs.table_assets import TableNames
 from cdc_assets.engine import delta, landing
 from cdc_assets_tests.helpers import write_config
-
-from cdc_assets.defs.table_assets import TableNames
 
 from .support import KEY, TABLE, differences, generate, publish, read_export, target_table
 from .test_sensor import BATCH, Daemon
