@@ -11,6 +11,7 @@ import datetime as dt
 import io
 import os
 from decimal import Decimal
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -122,6 +123,47 @@ def test_file_types_widen_and_stored_values_keep_their_value(workdir):
         Decimal(5), 0.5, dt.datetime(2024, 1, 1, tzinfo=UTC))
     assert schema_of(cfg, "WIDEN") == types
     assert rebuilt_rows(cfg, "WIDEN") == rows
+
+
+def files_and_keys(cfg, table: str, version: int) -> list[tuple[dict, list[str]]]:
+    """Each data file of a target version: its partition values and the keys it holds."""
+    root = os.path.join(cfg.table_dir(table), "target")
+    out = []
+    for added in pa.table(DeltaTable(root, version=version).get_add_actions(flatten=False)).to_pylist():
+        keys = pq.read_table(os.path.join(root, unquote(added["path"])), columns=["_cdc_key"])["_cdc_key"]
+        out.append((added["partition"], sorted(keys.to_pylist())))
+    return sorted(out, key=repr)
+
+
+def test_a_widening_casts_each_target_file_and_keeps_its_rows(workdir):
+    """The target's files are cast, not computed again: the widening commit has as many files,
+    each holding the keys of one file before it (in its partition), a column a file lacks reads
+    as null, and the result is what a rebuild from the history gives."""
+    cfg = write_config(workdir, [{"name": "CAST", "keys": ["id"], "format": "changeset", "options": CHANGESET,
+                                  "partition_by": ["region"]}])
+
+    def batch(ids, regions, qty, **more):
+        return {"a.parquet": parquet(pa.table({"op": ["I"] * len(ids), "id": pa.array(ids, pa.int64()),
+                                               "seq": [1] * len(ids), "region": regions, "qty": qty, **more}))}
+    land(cfg, "CAST", "batch-1", batch([1, 2], ["eu", "us"], pa.array([10, 20], pa.int32())))
+    run_ok(cfg, "CAST")
+    land(cfg, "CAST", "batch-2", batch([3, 4], ["eu", "us"], pa.array([30, 40], pa.int32()),
+                                       note=pa.array(["x", "y"])))
+    run_ok(cfg, "CAST")
+    target = DeltaTable(os.path.join(cfg.table_dir("CAST"), "target"))
+    before = files_and_keys(cfg, "CAST", target.version())
+    assert len(before) == 4  # each batch added a file per partition
+    land(cfg, "CAST", "batch-3", batch([5], ["us"], pa.array([Decimal("0.5")], pa.decimal128(4, 1))))
+    run_ok(cfg, "CAST")
+    target = DeltaTable(os.path.join(cfg.table_dir("CAST"), "target"))
+    (widen,) = [h["version"] for h in target.history() if h.get("cdc.step") == "widen"]
+    assert files_and_keys(cfg, "CAST", widen) == before
+    assert schema_of(cfg, "CAST")["qty"] == pa.decimal128(11, 1)
+    rows = by_key(target_rows(cfg, "CAST"), "id")
+    assert {k: (r["region"], r["qty"], r["note"]) for k, r in rows.items()} == {
+        (1,): ("eu", Decimal(10), None), (2,): ("us", Decimal(20), None), (3,): ("eu", Decimal(30), "x"),
+        (4,): ("us", Decimal(40), "y"), (5,): ("us", Decimal("0.5"), None)}
+    assert rebuilt_rows(cfg, "CAST") == rows
 
 
 def test_a_type_change_that_cannot_widen_is_quarantined_and_the_rest_applies(workdir):
