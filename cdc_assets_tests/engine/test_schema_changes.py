@@ -209,28 +209,30 @@ def test_a_type_change_that_cannot_widen_is_quarantined_and_the_rest_applies(wor
 
 def test_a_renamed_source_column_keeps_landing_in_its_target_column(workdir):
     cfg = write_config(workdir, [{"name": "RENAMED", "keys": ["id"], "format": "changeset", "options": CHANGESET,
-                                  "rename": {"customer_name": "name", "unit price": "unit_price"}}])
+                                  "rename": {"customer_name": "name", "ident": "id", "unit price": "unit_price"}}])
     land(cfg, "RENAMED", "batch-1", {"a.jsonl": jsonl([
         {"op": "I", "id": 1, "seq": 1, "name": "a", "unit price": 2},
         {"op": "I", "id": 2, "seq": 1, "name": "b", "unit price": 3},
     ])})
     run_ok(cfg, "RENAMED")
-    # the source renamed `name` to `customer_name`
+    # the source renamed `name` to `customer_name`, and its key column `id` to `ident`
     land(cfg, "RENAMED", "batch-2", {"a.jsonl": jsonl([
-        {"op": "U", "id": 1, "seq": 2, "customer_name": "a2", "unit price": 4},
-        {"op": "I", "id": 3, "seq": 1, "customer_name": "c", "unit price": 5},
+        {"op": "U", "ident": 1, "seq": 2, "customer_name": "a2", "unit price": 4},
+        {"op": "I", "ident": 3, "seq": 1, "customer_name": "c", "unit price": 5},
         # a record carrying both names gives one column two values: quarantined
-        {"op": "I", "id": 4, "seq": 1, "customer_name": "d", "name": "dd", "unit price": 6},
+        {"op": "I", "ident": 4, "seq": 1, "customer_name": "d", "name": "dd", "unit price": 6},
+        {"op": "I", "ident": 5, "id": 6, "seq": 1, "customer_name": "e", "unit price": 7},
+        {"op": "D", "ident": 2, "seq": 2},
     ])})
     run_ok(cfg, "RENAMED")
-    assert set(schema_of(cfg, "RENAMED")) >= {"name", "unit_price"}
-    assert "customer_name" not in schema_of(cfg, "RENAMED")
+    assert set(schema_of(cfg, "RENAMED")) >= {"id", "name", "unit_price"}
+    assert not {"customer_name", "ident"} & set(schema_of(cfg, "RENAMED"))
     rows = by_key(target_rows(cfg, "RENAMED"), "id")
-    assert {k: (r["name"], r["unit_price"]) for k, r in rows.items()} == {
-        (1,): ("a2", 4), (2,): ("b", 3), (3,): ("c", 5)}
-    (q,) = quarantine(cfg, "RENAMED")
-    assert (q["_cdc_file"], q["_cdc_line"]) == ("batch-2/a.jsonl", 3)
-    assert "'customer_name'" in q["_cdc_reason"] and "'name'" in q["_cdc_reason"]
+    assert {k: (r["name"], r["unit_price"]) for k, r in rows.items()} == {(1,): ("a2", 4), (3,): ("c", 5)}
+    quarantined = {q["_cdc_line"]: q["_cdc_reason"] for q in quarantine(cfg, "RENAMED")}
+    assert sorted(quarantined) == [3, 4]
+    assert "'customer_name'" in quarantined[3] and "'name'" in quarantined[3]
+    assert "'ident'" in quarantined[4] and "'id'" in quarantined[4]
 
 
 def test_a_name_delta_cannot_hold_is_quarantined_until_renamed(workdir):
