@@ -8,8 +8,9 @@ keeps each row's `_cdc_order`, base rows included (their tier ranks below every 
 nor the base is read again. Only the target files whose key statistics can hold a touched key
 are opened, and only those holding a changed row are rewritten (engine/rewrite.py).
 
-The first apply, a rebuild and a type widening compute the state from all of staging
-and base; Spark executors compute and write it, delta-rs commits the files (spark_files).
+The first apply, a rebuild and a type widening that is no exact cast compute the state from all
+of staging and base; Spark executors compute and write it, delta-rs commits the files (spark_files).
+A widening whose values cast exactly rewrites the target's files with a cast (engine/retype.py).
 """
 from __future__ import annotations
 
