@@ -166,6 +166,40 @@ def test_a_widening_casts_each_target_file_and_keeps_its_rows(workdir):
     assert rebuilt_rows(cfg, "CAST") == rows
 
 
+def test_a_widening_on_spark_gives_what_the_apply_in_process_gives(spark, tmp_path, monkeypatch):
+    """A batch large enough for Spark (the limit set to 0 here) widens the target by the same cast
+    and applies on Spark: the rows are those of the apply in this process."""
+    from cdc_assets.engine import spark_apply
+
+    def feed(workdir):
+        (workdir / "landing").mkdir(parents=True)
+        cfg = write_config(workdir, [{"name": "SPW", "keys": ["id"], "format": "changeset", "options": CHANGESET,
+                                      "partition_by": ["region"]}])
+        land(cfg, "SPW", "batch-1", {"a.parquet": parquet(pa.table({
+            "op": ["I", "I", "I"], "id": pa.array([1, 2, 3], pa.int64()), "seq": [1, 1, 1],
+            "region": ["eu", "us", "eu"], "qty": pa.array([1 << 40, -3, None], pa.int64()),
+            "day": pa.array([dt.date(2024, 2, 29), None, dt.date(1, 1, 1)], pa.date32())}))})
+        run_ok(cfg, "SPW")
+        land(cfg, "SPW", "batch-2", {"a.parquet": parquet(pa.table({
+            "op": ["U", "I"], "id": pa.array([2, 4], pa.int64()), "seq": [2, 1], "region": ["us", "us"],
+            "qty": pa.array([Decimal("-3.75"), Decimal("0.01")], pa.decimal128(12, 2)),
+            "day": pa.array([dt.datetime(2024, 3, 1, 10, tzinfo=UTC), None], pa.timestamp("us", tz="UTC"))}))})
+        outcome = run_ok(cfg, "SPW")
+        return cfg, outcome.figures["target"]
+
+    local_cfg, _ = feed(tmp_path / "local")
+    monkeypatch.setattr(spark_apply, "LOCAL_ROWS", 0)
+    spark_cfg, figures = feed(tmp_path / "spark")
+    assert figures["applied_on"] == "spark"
+    rows = by_key(target_rows(spark_cfg, "SPW"), "id")
+    assert rows == by_key(target_rows(local_cfg, "SPW"), "id")
+    assert schema_of(spark_cfg, "SPW") == schema_of(local_cfg, "SPW")
+    assert schema_of(spark_cfg, "SPW")["qty"] == pa.decimal128(21, 2)
+    assert {k: (r["qty"], r["day"]) for k, r in rows.items()} == {
+        (1,): (Decimal(1 << 40), dt.datetime(2024, 2, 29, tzinfo=UTC)), (2,): (Decimal("-3.75"), dt.datetime(
+            2024, 3, 1, 10, tzinfo=UTC)), (3,): (None, dt.datetime(1, 1, 1, tzinfo=UTC)), (4,): (Decimal("0.01"), None)}
+
+
 def test_a_type_change_that_cannot_widen_is_quarantined_and_the_rest_applies(workdir):
     cfg = write_config(workdir, [{"name": "NARROW", "keys": ["id"], "format": "changeset", "options": CHANGESET}])
     land(cfg, "NARROW", "batch-1", {"a.parquet": parquet(pa.table({
