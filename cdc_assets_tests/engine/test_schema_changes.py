@@ -174,7 +174,7 @@ def test_a_widening_on_spark_gives_what_the_apply_in_process_gives(spark, tmp_pa
     def feed(workdir):
         (workdir / "landing").mkdir(parents=True)
         cfg = write_config(workdir, [{"name": "SPW", "keys": ["id"], "format": "changeset", "options": CHANGESET,
-                                      "partition_by": ["region"]}])
+                                      "partition_by": ["region"], "history": True}])
         land(cfg, "SPW", "batch-1", {"a.parquet": parquet(pa.table({
             "op": ["I", "I", "I"], "id": pa.array([1, 2, 3], pa.int64()), "seq": [1, 1, 1],
             "region": ["eu", "us", "eu"], "qty": pa.array([1 << 40, -3, None], pa.int64()),
@@ -198,6 +198,11 @@ def test_a_widening_on_spark_gives_what_the_apply_in_process_gives(spark, tmp_pa
     assert {k: (r["qty"], r["day"]) for k, r in rows.items()} == {
         (1,): (Decimal(1 << 40), dt.datetime(2024, 2, 29, tzinfo=UTC)), (2,): (Decimal("-3.75"), dt.datetime(
             2024, 3, 1, 10, tzinfo=UTC)), (3,): (None, dt.datetime(1, 1, 1, tzinfo=UTC)), (4,): (Decimal("0.01"), None)}
+    # the history (every version of each key) widens too, its earlier versions keeping their values
+    history = sorted((r["id"], r["qty"], r["day"]) for r in delta_rows(spark_cfg, "SPW", "history"))
+    assert history == sorted((r["id"], r["qty"], r["day"]) for r in delta_rows(local_cfg, "SPW", "history"))
+    assert [(q, d) for i, q, d in history if i == 2] == [
+        (Decimal("-3.75"), dt.datetime(2024, 3, 1, 10, tzinfo=UTC)), (Decimal(-3), None)]
 
 
 def test_a_type_change_that_cannot_widen_is_quarantined_and_the_rest_applies(workdir):
