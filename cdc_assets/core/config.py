@@ -261,6 +261,17 @@ def _rename(value: object, here: str) -> dict[str, str]:
     return dict(value)
 
 
+def _pseudo_columns(fmt: str, options: ChangesetOptions) -> tuple[str, ...]:
+    """The columns of a format's files that say what each change is, not what its row holds (SPEC 3)."""
+    if fmt == "changeset":
+        return (options["op_column"],)
+    if fmt == "bigquery-cdc":
+        return ("_CHANGE_TYPE", "_CHANGE_SEQUENCE_NUMBER")
+    if fmt == "bigquery-append":
+        return ("datastream_metadata",)
+    return ()
+
+
 def _table(t: object, i: int, where: str, base_dir: str) -> TableConfig:
     if not isinstance(t, dict):
         raise ConfigError(f"{where}: tables[{i}] must be a mapping")
@@ -285,6 +296,10 @@ def _table(t: object, i: int, where: str, base_dir: str) -> TableConfig:
     if not isinstance(options, dict):
         raise ConfigError(f"{here}: field 'options' must be a mapping")
     options = _options(fmt, options, here)
+    for column in _pseudo_columns(fmt, options):
+        if column in rename:
+            raise ConfigError(f"{here}: field 'rename.{column}': {column!r} is not a source column: format "
+                              f"'{fmt}' reads what each change is from it, and it is never stored")
     partition_by = _target_names(t.get("partition_by"), f"{here}: field 'partition_by'", rename, required=False)
     base = t.get("base_snapshot")
     reconcile = t.get("reconcile_with")

@@ -96,7 +96,8 @@ KEYS: tuple[Key, ...] = (
         "one by ordering key since the key's last delete, whatever the arrival order)."),
     Key("tables[].history", "`true` or `false`", "`false`", "A `history` table keeps every version of each key (SCD type 2)."),
     Key("tables[].rename", "a mapping of source names to target names", "none",
-        "Target names for source columns a target cannot hold, or that you want named otherwise."),
+        "Target names for source columns: one a target cannot hold, one the source renamed (it keeps landing in "
+        "its target column), or one you want named otherwise."),
 )
 
 

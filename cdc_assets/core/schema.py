@@ -76,18 +76,26 @@ def _is_number_text(text: str) -> bool:
     return not isinstance(infer_text(text), str)
 
 
+def _holds(column_type: str, value: Value) -> bool:
+    """Whether a strict column holds the value as it is: it converts, and an integer into a
+    double column keeps its value (a double holds 53 bits; 2**53 + 1 has no double)."""
+    if column_type == DOUBLE and isinstance(value, int) and not isinstance(value, bool):
+        return int(float(value)) == value
+    return value_fits(value, column_type)
+
+
 def _strict_over_strict(have: str, typed: str, value: Value) -> str | None:
     w = widen(have, typed)
     if w is not None:
         return w
-    return have if value_fits(value, have) else None
+    return have if _holds(have, value) else None
 
 
 def _strict_column(have: str, value: Value, typed: str | None) -> str | None:
     """The strict column's type after this value, or None when it cannot hold it."""
     if typed:
         return _strict_over_strict(have, typed, value)
-    if value_fits(value, have):
+    if _holds(have, value):
         return have
     # An integer or decimal literal too wide for the column widens it (int to long, more digits).
     t = value_type(value)

@@ -228,19 +228,28 @@ def _wider_decimal(a: tuple[int, int], b: tuple[int, int]) -> str | None:
 
 
 def widen(column_type: str, other: str) -> str | None:
-    """The safe widening of a declared or file-typed column to hold `other` as well (int to
-    long, a decimal to a wider decimal, an integer into a decimal wide enough), or None."""
+    """The safe widening of a declared or file-typed column to hold `other` as well, or None:
+    each pair holds every value of both types exactly (int to long or to double, a decimal to a
+    wider decimal, an integer and a decimal to a decimal wide enough for both, a date to a
+    timestamp at its midnight). A long and a double have none: a double holds 53 bits."""
     if other in (NULL, column_type):
         return column_type
     if column_type == NULL:
         return other
-    if {column_type, other} == {INT, LONG}:
+    pair = {column_type, other}
+    if pair == {INT, LONG}:
         return LONG
+    if pair == {INT, DOUBLE}:
+        return DOUBLE
+    if DATE in pair and pair - {DATE} <= {TIMESTAMP, TIMESTAMP_NTZ}:
+        return column_type if column_type != DATE else other
     a, b = decimal_parts(column_type), decimal_parts(other)
     if a and b:
         return _wider_decimal(a, b)
     if a and other in (INT, LONG):
         return _wider_decimal(a, (10 if other == INT else 19, 0))
+    if b and column_type in (INT, LONG):
+        return _wider_decimal(b, (10 if column_type == INT else 19, 0))
     return None
 
 

@@ -8,8 +8,9 @@ keeps each row's `_cdc_order`, base rows included (their tier ranks below every 
 nor the base is read again. Only the target files whose key statistics can hold a touched key
 are opened, and only those holding a changed row are rewritten (engine/rewrite.py).
 
-The first apply, a rebuild and a type widening compute the state from all of staging
-and base; Spark executors compute and write it, delta-rs commits the files (spark_files).
+The first apply, a rebuild and a type widening that is no exact cast compute the state from all
+of staging and base; Spark executors compute and write it, delta-rs commits the files (spark_files).
+A widening whose values cast exactly rewrites the target's files with a cast (engine/retype.py).
 """
 from __future__ import annotations
 
@@ -29,8 +30,20 @@ from ..core import target as shape
 from ..core.changes import DELETE, RECORD_FIELDS, REFILL, TRUNCATE, TRUNCATE_KEY, UPSERT
 from ..core.config import Config, TableConfig
 from ..core.errors import OutOfOrder
-from ..core.values import DATE, DOUBLE, INT, LONG, STRING, Misfit, convert, decimal_parts, decode_row
-from . import combine, delta, faults, rewrite, spark_apply, spark_files, storage
+from ..core.values import (
+    DATE,
+    DOUBLE,
+    INT,
+    LONG,
+    STRING,
+    TIMESTAMP,
+    TIMESTAMP_NTZ,
+    Misfit,
+    convert,
+    decimal_parts,
+    decode_row,
+)
+from . import combine, delta, faults, retype, rewrite, spark_apply, spark_files, storage
 from .ingest import column_types
 from .records import read_committed_records, read_records, stored_columns
 from .spark import map_in_arrow, session_of
@@ -533,7 +546,7 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
     if any(_existing_columns(dt_).get(c, t) != t for c, t in columns.items()):
         # A column widened: the target is rewritten once with the wider type, as of the batch
         # it reached; this apply then goes on from there.
-        widened = _build(spark, cfg, table, dt_, applied, None, first=False, columns=columns, widen=True)
+        widened = _widen(spark, cfg, table, dt_, applied, columns)
         if widened["applied_batch"] >= reached:  # built as of this apply's batch (a trimmed staging)
             widened["seconds"] = round(time.time() - t0, 2)
             return widened
@@ -619,7 +632,7 @@ def _apply_on_spark(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, app
         # A column is new or wider: the target is rewritten once with it, as of the batch it
         # reached (a commit of added files cannot change a Delta table's schema); this apply
         # then goes on from there.
-        widened = _build(spark, cfg, table, dt_, applied, None, first=False, columns=columns, widen=True)
+        widened = _widen(spark, cfg, table, dt_, applied, columns)
         if widened["applied_batch"] >= reached:  # built as of this apply's batch (a trimmed staging)
             widened["seconds"] = round(time.time() - t0, 2)
             return widened
@@ -883,6 +896,33 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
     if partition_keys is not None:
         figures["partitions_rewritten"] = sorted(partition_keys)
     return figures
+
+
+def _casts_exactly(have: str, want: str) -> bool:
+    """Whether every value of column type `have` is a value of `want` as it is, so that a stored
+    value cast to `want` is the value a rebuild from its change would give (a long into a double
+    can round, and text needs the value as it was written: those are rebuilt)."""
+    if have == DATE:
+        return want in (TIMESTAMP, TIMESTAMP_NTZ)  # its midnight, in UTC for an instant
+    return _cast_keeps(have, want) and (have, want) != (LONG, DOUBLE)
+
+
+def _widen(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, applied: int, columns: dict[str, str]) -> dict:
+    """The target as of batch `applied` with the column types `columns` (wider ones, new ones):
+    its files cast to them when each changed column's values cast exactly and none is a
+    partition column (engine/retype.py: one read and write of the target), else built again
+    from staging and base."""
+    existing = _existing_columns(dt_)
+    changed = {c: t for c, t in columns.items() if c in existing and existing[c] != t}
+    if any(c in table.partition_by or not _casts_exactly(existing[c], t) for c, t in changed.items()):
+        return _build(spark, cfg, table, dt_, applied, None, first=False, columns=columns, widen=True)
+    files = len(dt_.file_uris())
+    props = delta.CommitProperties(custom_metadata={"cdc.step": "widen", "cdc.reached": str(applied)})
+    final = retype.rewrite(path(cfg.table_dir(table.name), TARGET), dt_, _target_schema(columns), table.partition_by,
+                           props)
+    faults.point("target.committed")
+    return {"applied_batch": applied, "files_added": files, "files_removed": files, "rows": final.count(),
+            "delta_version": final.version()}
 
 
 def _build_tombstones(history, table_dir: str, reached: int) -> None:

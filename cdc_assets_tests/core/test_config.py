@@ -445,6 +445,25 @@ def test_rename_is_validated_like_the_other_keys(rename, expected):
     assert expected in error(raw_config(rename=rename))
 
 
+@pytest.mark.parametrize("fmt,options,column", [
+    ("changeset", CHANGESET, "FLAG"),
+    ("bigquery-cdc", {}, "_CHANGE_TYPE"),
+    ("bigquery-cdc", {}, "_CHANGE_SEQUENCE_NUMBER"),
+    ("bigquery-append", {}, "datastream_metadata"),
+])
+def test_rename_of_a_column_that_is_no_source_column_is_refused(fmt, options, column):
+    msg = error(raw_config(format=fmt, options=options, rename={column: "x"}))
+    assert f"field 'rename.{column}'" in msg and "not a source column" in msg, msg
+
+
+def test_a_rename_onto_a_key_names_the_key_by_its_target_name():
+    """A source that renamed its key column keeps its key: `keys` names the target column."""
+    cfg = parse_config(raw_config(keys=["order_id"], rename={"orderId": "order_id"}), CONFIG_PATH)
+    assert cfg.tables[0].keys == ("order_id",)
+    assert "column 'orderId' is renamed to 'order_id' by 'rename': name the target column" in \
+        error(raw_config(keys=["orderId"], rename={"orderId": "order_id"}))
+
+
 def test_zorder_by_a_dotted_column_is_refused_before_maintenance_would_fail_on_it():
     msg = error(raw_config(keys=["user.id"], maintenance={"zorder_by": ["user.id"]}))
     assert "field 'maintenance.zorder_by': column 'user.id': delta-rs cannot Z-order" in msg, msg

@@ -74,3 +74,28 @@ def test_a_column_equal_but_for_case_to_one_the_table_has_cannot_join_it():
     assert admit(types, {"id": 1, "V": None}, False) is not None  # a null there would still make a column
     assert types == {"id": "long", "v": "string"}
     assert admit(types, {"id": 2, "v": "y", "w": 1}, False) is None and "w" in types
+
+
+@pytest.mark.parametrize("first, then, widened", [
+    ("long", "decimal(12,2)", "!decimal(21,2)"),
+    ("decimal(12,2)", "int", "!decimal(12,2)"),
+    ("date", "timestamp", "!timestamp"),
+    ("int", "double", "!double"),
+])
+def test_a_file_type_change_widens_the_column(first, then, widened):
+    import datetime as dt
+    from decimal import Decimal
+    sample = {"long": 5, "int": 5, "decimal(12,2)": Decimal("1.25"), "date": dt.date(2024, 1, 1),
+              "timestamp": dt.datetime(2024, 1, 1, tzinfo=dt.UTC), "double": 0.5}
+    types = {}
+    assert admit(types, {"c": sample[first]}, False, {"c": first}) is None
+    assert admit(types, {"c": sample[then]}, False, {"c": then}) is None
+    assert types["c"] == widened
+
+
+def test_a_double_column_takes_a_long_only_when_a_double_holds_it():
+    types = {}
+    admit(types, {"c": 0.5}, False, {"c": "double"})
+    assert admit(types, {"c": 4}, False, {"c": "long"}) is None and types["c"] == "!double"
+    reason = admit(types, {"c": 2 ** 53 + 1}, False, {"c": "long"})
+    assert reason is not None and "'c'" in reason and str(2 ** 53 + 1) not in reason

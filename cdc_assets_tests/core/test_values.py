@@ -204,6 +204,18 @@ def test_widening_is_safe_only():
     assert values.widen("timestamp", "timestamp_ntz") is None
 
 
+def test_a_source_type_change_widens_where_every_value_keeps_its_value():
+    assert values.widen("long", "decimal(12,2)") == "decimal(21,2)"  # every long and every decimal(12,2)
+    assert values.widen("int", "decimal(4,1)") == "decimal(11,1)"
+    assert values.widen("long", "decimal(38,20)") is None  # 19 + 20 digits: no decimal holds both
+    assert values.widen("int", "double") == values.widen("double", "int") == "double"
+    assert values.widen("long", "double") is None and values.widen("double", "long") is None  # 53 bits
+    assert values.widen("date", "timestamp") == values.widen("timestamp", "date") == "timestamp"
+    assert values.widen("date", "timestamp_ntz") == "timestamp_ntz"
+    assert values.widen("string", "long") is None and values.widen("date", "string") is None
+    assert values.convert(dt.date(2024, 2, 29), "timestamp") == dt.datetime(2024, 2, 29, tzinfo=dt.UTC)
+
+
 def test_key_from_decimal_equals_key_from_number():
     assert values.key_text([values.source_value(Decimal("5"))]) == values.key_text([5])
     assert values.key_text([values.source_value(Decimal("5.00"))]) == values.key_text(["5"])
