@@ -909,12 +909,14 @@ def _casts_exactly(have: str, want: str) -> bool:
 
 def _widen(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, applied: int, columns: dict[str, str]) -> dict:
     """The target as of batch `applied` with the column types `columns` (wider ones, new ones):
-    its files cast to them when each changed column's values cast exactly and none is a
-    partition column (engine/retype.py: one read and write of the target), else built again
-    from staging and base."""
+    its files cast to them when each changed column's values cast exactly, none is a partition
+    column and the target is of a size this process builds (engine/retype.py: one streamed read
+    and write of the target), else built again from staging and base."""
     existing = _existing_columns(dt_)
     changed = {c: t for c, t in columns.items() if c in existing and existing[c] != t}
-    if any(c in table.partition_by or not _casts_exactly(existing[c], t) for c, t in changed.items()):
+    # a target above the local size is built on Spark's executors: nothing table-sized in this process
+    if (any(c in table.partition_by or not _casts_exactly(existing[c], t) for c, t in changed.items())
+            or delta.file_stats(dt_)[2] > spark_files.LOCAL_ROWS):
         return _build(spark, cfg, table, dt_, applied, None, first=False, columns=columns, widen=True)
     files = len(dt_.file_uris())
     props = delta.CommitProperties(custom_metadata={"cdc.step": "widen", "cdc.reached": str(applied)})
