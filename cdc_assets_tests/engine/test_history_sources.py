@@ -8,12 +8,15 @@ from __future__ import annotations
 import pytest
 
 from cdc_assets.core.config import ConfigError, parse_config
+from cdc_assets.core.generator import debezium_events, deliver, generate_history
 from cdc_assets.core.history import source_order
 from cdc_assets.engine import history
 from cdc_assets_tests.helpers import jsonl, land, run_table, target_rows, write_config
+from cdc_assets_tests.reference_model import TRUNCATE, ReferenceTable, SourceChange
 
 from .records import MARKS, delta_rows, run_ok
 from .test_history import assert_linked, history_rows, source_part
+from .test_partial_feeds import differences, source_change
 
 pytestmark = MARKS
 
@@ -162,3 +165,49 @@ def test_track_except_is_checked_with_the_configuration():
         parse_config(table({"track": ["seen"]}), "/etc/cdc/cdc.yaml")
     with pytest.raises(ConfigError, match=r"table 'E'.*'history.track_except'"):
         parse_config(table({"track_except": []}), "/etc/cdc/cdc.yaml")
+
+
+def as_model(i: int, event: dict) -> SourceChange:
+    if event["op"] == "t":
+        return SourceChange((), i + 1, TRUNCATE, {}, f"e{i}")
+    return source_change(i, event)
+
+
+def test_generated_feeds_delivered_late_give_the_in_order_history(spark, workdir):
+    """Generated Debezium feeds with TOAST placeholders, partial updates and two truncates, delivered
+    shuffled, duplicated and late across batches: the same history as all of it in order, with and
+    without track_except, its current versions the reference model's state after every batch, and a
+    rebuild agrees."""
+    made = generate_history(changes=160, inserts=30, updates=55, deletes=15, seed=5, reuse_pct=40,
+                            changes_per_second=5)
+    events = debezium_events(made, seed=5, toast_columns=["customer"], partial=True)
+    for at in (len(events) // 3, 2 * len(events) // 3):  # a truncate just after the event at `at`
+        source = {**events[at]["source"], "lsn": events[at]["source"]["lsn"] + 1}
+        events.insert(at + 1, {"before": None, "after": None, "op": "t", "source": source,
+                               "ts_ms": events[at]["ts_ms"]})
+    landed = deliver(list(range(len(events))), batches=4, files_per_batch=2, duplicate_pct=5, delay_pct=25, seed=5)
+    flat = [sum(files, []) for files in landed]
+    assert any(min(flat[n]) < max(max(b) for b in flat[:n]) for n in range(1, len(flat))), "nothing arrives late"
+    columns = {"amount": "double", "status": "string", "region": "string", "customer": "string"}
+    kept = {"": True, "_T": {"track_except": ["amount"]}}
+    cfg = write_config(workdir, [{"name": name + suffix, "keys": ["id"], "format": "debezium-json",
+                                  "partial_updates": True, "columns": columns, "history": h}
+                                 for suffix, h in kept.items() for name in ("INORDER", "LATE")])
+    for suffix in kept:
+        model = ReferenceTable(partial=True)  # the current versions are the reference model's state
+        land(cfg, "INORDER" + suffix, "b0", {"a.jsonl": jsonl(events)})
+        run_ok(cfg, "INORDER" + suffix)
+        for n, files in enumerate(landed):
+            land(cfg, "LATE" + suffix, f"b{n}", {f"f{j}.jsonl": jsonl([events[i] for i in f])
+                                                 for j, f in enumerate(files)})
+            run_ok(cfg, "LATE" + suffix)
+            rows = history_rows(cfg, "LATE" + suffix)
+            assert_linked(rows)
+            for i in sum(files, []):
+                model.deliver(as_model(i, events[i]))
+            assert differences(model.state(), source_part(r for r in rows if r["_cdc_is_current"])) == [], n
+        every = list(columns)
+        assert story(history_rows(cfg, "LATE" + suffix), *every) == story(history_rows(cfg, "INORDER" + suffix), *every)
+    folded, whole = history_rows(cfg, "LATE_T"), history_rows(cfg, "LATE")
+    assert 0 < len(folded) < len(whole)
+    assert_rebuild_agrees(spark, cfg, "LATE_T")
