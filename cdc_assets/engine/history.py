@@ -8,9 +8,10 @@ they follow; the MERGE reads every history file, since a key range in its condit
 go into the commit (apply.MERGE_ON_KEY). The first build, a rebuild and a type widening compute the whole history on
 Spark executors with the same rules as window functions; delta-rs commits the files.
 A truncate (rule 9) is no key's change: it closes the versions current at it, so a new one touches
-every key live at it. Where a version's row combines a key's earlier changes (columns left out,
-rule 10) or folds later ones in (`track_except`), the touched keys' versions are computed again
-from all their changes, read from `changes` by key; elsewhere from their versions and the new changes.
+every key live at it. A touched key's versions are computed again from all its changes, read from
+`changes` by key, where its versions cannot stand for them: `track_except` folds changes into
+versions, and where changes leave columns out (rule 10) a change landing below a key's versions
+changes their combined rows. Elsewhere its versions and the new changes are enough.
 """
 from __future__ import annotations
 
@@ -124,13 +125,18 @@ def update(spark, cfg: Config, table: TableConfig) -> dict:
     in_range = None if new_truncates else key_range(typed, table, columns)
     existing = _versions_of(history_path, keys, in_range, _schema(columns))
     names = list(columns) + list(versions.CHANGE_FIELDS) + [versions.UNSET]
-    if _recomputes(table):
-        # A version's row combines the key's earlier changes, and a folded change is in no row:
-        # the keys' versions are computed again from every change of theirs.
-        source = _changes_of(table_dir, table, keys, through, columns).select(names)
-    else:
-        source = pa.concat_tables([versions.as_changes(existing).select(names).cast(typed.select(names).schema),
-                                   typed.select(names)])
+    # A version's row combines the key's earlier changes, and a folded change is in no row: where a
+    # key's new changes (or a new truncate) rank below one of its versions, or changes can fold,
+    # its versions are computed again from every change of its; elsewhere its versions stand.
+    again = set(keys) if table.history_track_except else _late(existing, typed, new_truncates) \
+        if combines(table) else set()
+    standing = pc.invert(pc.is_in(existing["_cdc_key"], value_set=pa.array(sorted(again), pa.string())))
+    fresh = pc.invert(pc.is_in(typed["_cdc_key"], value_set=pa.array(sorted(again), pa.string())))
+    parts = [versions.as_changes(existing.filter(standing)).select(names).cast(typed.select(names).schema),
+             typed.filter(fresh).select(names)]
+    if again:
+        parts.append(_changes_of(table_dir, table, sorted(again), through, columns).select(names))
+    source = pa.concat_tables(parts)
     rows = versions.versions(source, list(columns), table.keys, _rules(table, _truncates(table_dir, table, through)))
     source_rows = pa.concat_tables([rows, _gone(existing, rows)])
     # the key and version alone: a key range would put key values in the commit (apply.MERGE_ON_KEY)
@@ -154,10 +160,19 @@ def update(spark, cfg: Config, table: TableConfig) -> dict:
                    "rows": final.count(), "delta_version": final.version()}, t0)
 
 
-def _recomputes(table: TableConfig) -> bool:
-    """Whether a key's versions are computed from its changes rather than from its versions: its
-    changes can leave columns out (combine.combines), or a change can fold into a version."""
-    return combines(table) or bool(table.history_track_except)
+def _late(existing: pa.Table, typed: pa.Table, new_truncates: list[str]) -> set[str]:
+    """The keys with a new change ranking below one of its versions, or with it by source order (a
+    re-delivery, whose row is not yet combined, is known by its source order and values), and the
+    keys with a version above a new truncate."""
+    latest = dict(zip(*[c.to_pylist() for c in existing.group_by("_cdc_key").aggregate(
+        [(versions.VALID_FROM, "max")]).select(["_cdc_key", f"{versions.VALID_FROM}_max"]).columns]))
+    earliest = typed.group_by("_cdc_key").aggregate([("_cdc_order", "min")])
+    late = {k for k, o in zip(earliest["_cdc_key"].to_pylist(), earliest["_cdc_order_min"].to_pylist())
+            if k in latest and versions.source_order(o) <= versions.source_order(latest[k])}
+    if new_truncates:
+        cut = min(new_truncates)
+        late.update(k for k, o in latest.items() if o > cut)
+    return late
 
 
 def _check_track_except(table: TableConfig, columns: dict[str, str]) -> None:
