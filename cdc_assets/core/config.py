@@ -64,6 +64,8 @@ class TableConfig:
     # an update's null or absent column keeps the key's value (rule 10; engine/combine.py)
     partial_updates: bool = False
     history: bool = False  # a `history` table: every version of each key (SCD type 2), from `changes`
+    # `history: {track_except: [...]}`: a change of only these columns updates the current version in place
+    history_track_except: tuple[str, ...] = ()
     # `deletes: soft` (rule 12): a deleted key keeps a row in the target, `_cdc_deleted` true
     soft_deletes: bool = False
     schedule: str | None = None  # cron of the table's own cycle schedule (defs/schedules.py); None: none
@@ -272,6 +274,29 @@ def _pseudo_columns(fmt: str, options: ChangesetOptions) -> tuple[str, ...]:
     return ()
 
 
+def _history(value: object, here: str, keys: tuple[str, ...], rename: Mapping[str, str]) -> tuple[bool, tuple[str, ...]]:
+    """`history: true`, or `history: {track_except: [columns]}`: (kept, the columns whose changes
+    alone update the current version in place instead of opening a new one)."""
+    if isinstance(value, bool):
+        return value, ()
+    if not isinstance(value, dict):
+        raise ConfigError(f"{here}: field 'history' must be true, false or a mapping such as "
+                          f"{{track_except: [updated_at]}}, not {value!r}")
+    allowed = keys_under("tables[].history")
+    for k in value:
+        if k not in allowed:
+            raise ConfigError(f"{here}: field 'history': unknown field {k!r} (allowed: {', '.join(sorted(allowed))})")
+    where = f"{here}: field 'history.track_except'"
+    columns = _target_names(value.get("track_except"), where, rename, required=True)
+    if not columns:
+        raise ConfigError(f"{where} must list at least one column (or write history: true)")
+    for c in columns:
+        if c in keys:
+            raise ConfigError(f"{where}: key column {c!r} cannot be left out of the history: a key's "
+                              "change is another key")
+    return True, columns
+
+
 def _table(t: object, i: int, where: str, base_dir: str) -> TableConfig:
     if not isinstance(t, dict):
         raise ConfigError(f"{where}: tables[{i}] must be a mapping")
@@ -318,9 +343,7 @@ def _table(t: object, i: int, where: str, base_dir: str) -> TableConfig:
         raise ConfigError(f"{here}: field 'partial_updates' must be true or false, not {partial_updates!r}")
     if partial_updates and insert_only:
         raise ConfigError(f"{here}: field 'partial_updates': an insert_only table takes no updates")
-    history = t.get("history", False)
-    if not isinstance(history, bool):
-        raise ConfigError(f"{here}: field 'history' must be true or false, not {history!r}")
+    history, track_except = _history(t.get("history", False), here, keys, rename)
     deletes = t.get("deletes", "hard")
     if deletes not in ("hard", "soft"):
         raise ConfigError(f"{here}: field 'deletes' must be 'hard' or 'soft', not {deletes!r}")
@@ -339,7 +362,8 @@ def _table(t: object, i: int, where: str, base_dir: str) -> TableConfig:
         columns=_columns(t.get("columns"), here, rename), source=source, source_position=position,
         publish=_publish(t.get("publish"), source, here), change_feed=change_feed,
         apply=_apply_policy(t.get("apply"), here), maintenance=maintenance,
-        insert_only=insert_only, partial_updates=partial_updates, history=history, soft_deletes=deletes == "soft",
+        insert_only=insert_only, partial_updates=partial_updates, history=history,
+        history_track_except=track_except, soft_deletes=deletes == "soft",
         schedule=_cron(t.get("schedule"), f"{here}: field 'schedule'"),
         rename=rename,
         base_snapshot=_path(base, base_dir, f"{here}: field 'base_snapshot'") if base is not None else None,

@@ -94,7 +94,10 @@ KEYS: tuple[Key, ...] = (
     Key("tables[].partial_updates", "`true` or `false`", "`false`",
         "An update carries only what changed: a null or absent column keeps the key's value (the latest non-null "
         "one by ordering key since the key's last delete, whatever the arrival order)."),
-    Key("tables[].history", "`true` or `false`", "`false`", "A `history` table keeps every version of each key (SCD type 2)."),
+    Key("tables[].history", "`true`, `false` or a mapping", "`false`",
+        "A `history` table keeps every version of each key (SCD type 2)."),
+    Key("tables[].history.track_except", NAMES, "none (every change opens a version)",
+        "A change that touches only these columns updates the key's current version in place."),
     Key("tables[].rename", "a mapping of source names to target names", "none",
         "Target names for source columns: one a target cannot hold, one the source renamed (it keeps landing in "
         "its target column), or one you want named otherwise."),

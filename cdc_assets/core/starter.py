@@ -17,7 +17,8 @@ tables:
     # columns: {amount: "decimal(12,2)"}        # types of columns whose files carry none (JSON, CSV)
     # apply: {min_changes: 1000, max_staleness: 15m}   # merges wait; default: every batch
     # maintenance: {retention: 7d, schedule: "0 3 * * *"}
-    # history: true               # every version of each key (SCD type 2)
+    # history: true               # every version of each key (SCD type 2); {track_except: [updated_at]}:
+    #                             # a change of only those columns updates the current version in place
     # deletes: soft               # keep deleted keys' rows, flagged _cdc_deleted; default: hard
     # partial_updates: true       # an update's null or absent column keeps the key's value
 """

@@ -7,10 +7,15 @@ MERGE on (key, valid_from) that inserts the new versions and closes or re-labels
 they follow; the MERGE reads every history file, since a key range in its condition would
 go into the commit (apply.MERGE_ON_KEY). The first build, a rebuild and a type widening compute the whole history on
 Spark executors with the same rules as window functions; delta-rs commits the files.
-A truncate (rule 9) is no key's version: the history leaves it out.
+A truncate (rule 9) is no key's change: it closes the versions current at it, so a new one touches
+every key live at it. A touched key's versions are computed again from all its changes, read from
+`changes` by key, where its versions cannot stand for them: `track_except` folds changes into
+versions, and where changes leave columns out (rule 10) a change landing below a key's versions
+changes their combined rows. Elsewhere its versions and the new changes are enough.
 """
 from __future__ import annotations
 
+import json
 import math
 import time
 
@@ -20,11 +25,11 @@ import pyarrow.compute as pc
 from ..core import history as versions
 from ..core import target as shape
 from ..core.changes import DELETE, TRUNCATE
-from ..core.config import Config, TableConfig
+from ..core.config import Config, ConfigError, TableConfig
 from ..core.errors import OutOfOrder, TerminalError
 from ..core.names import spark as spark_name
 from ..core.ordering import BASE_TIER
-from ..core.values import decode_row
+from ..core.values import UNSET_KEY, decode_image, decode_row
 from . import delta, spark_files
 from .apply import (
     ROWS_PER_FILE,
@@ -37,13 +42,15 @@ from .apply import (
     _typed_frame,
     every_column,
     key_range,
+    spark_type,
 )
+from .combine import combines, marked
 from .ingest import column_types
-from .records import read_committed_records
+from .records import read_committed_records, read_records
 from .spark import session_of
 from .tables import BASE, CHANGES, HISTORY, TARGET, path
 
-_OP = ("_cdc_op",)  # kept beside the meta columns while rows are typed
+_OP = ("_cdc_op", versions.UNSET)  # kept beside the meta columns while rows are typed
 
 
 class HistoryError(TerminalError, RuntimeError):
@@ -103,42 +110,155 @@ def update(spark, cfg: Config, table: TableConfig) -> dict:
     if dt_ is None:
         return _timed(_build(spark, cfg, table, None, through), t0)
     new = read_committed_records(path(table_dir, CHANGES), f"_cdc_batch_seq > {taken} AND _cdc_batch_seq <= {through}")
-    new = new.filter(pc.not_equal(new["_cdc_op"], TRUNCATE))  # no key's version (see the module's note)
-    imaged = pc.is_valid(new["_cdc_row"])
-    image_rows = new.filter(imaged).to_pylist()
-    images = [decode_row(r["_cdc_row"]) for r in image_rows]
-    columns = _columns(dt_, images, table_dir, table)
+    is_truncate = pc.equal(new["_cdc_op"], TRUNCATE)
+    new_truncates = new.filter(is_truncate)["_cdc_order"].to_pylist()
+    new = new.filter(pc.invert(is_truncate))
+    image_rows = new.filter(pc.is_valid(new["_cdc_row"])).to_pylist()
+    columns = _columns(dt_, [decode_row(r["_cdc_row"]) for r in image_rows], table_dir, table)
+    _check_track_except(table, columns)
     if any(data_columns(dt_).get(c, t) != t for c, t in columns.items()):
         # A column's type changed (it widened, or the target typed it): the history is rewritten
         # once with that type, new batches included.
         return _timed(_build(spark, cfg, table, dt_, through, columns, step="retype"), t0)
-    meta = shape.META_COLUMNS + _OP
-    typed = pa.concat_tables([_target_rows(image_rows, columns, images, extra=_OP),
-                              _cast_typed(new.filter(pc.invert(imaged)), columns, meta).cast(
-                                  _target_schema(columns, meta))])
-    keys = pc.unique(typed["_cdc_key"]).to_pylist()
-    in_range = key_range(typed, table, columns)
+    typed = _typed(new, columns)
+    keys = sorted(set(pc.unique(typed["_cdc_key"]).to_pylist()) | _live_at(history_path, new_truncates))
+    in_range = None if new_truncates else key_range(typed, table, columns)
     existing = _versions_of(history_path, keys, in_range, _schema(columns))
-    names = list(columns) + list(versions.CHANGE_FIELDS)
-    together = pa.concat_tables([versions.as_changes(existing).select(names).cast(typed.select(names).schema),
-                                 typed.select(names)])
-    rows = versions.versions(together, list(columns), table.keys)
+    names = list(columns) + list(versions.CHANGE_FIELDS) + [versions.UNSET]
+    # A version's row combines the key's earlier changes, and a folded change is in no row: where a
+    # key's new changes (or a new truncate) rank below one of its versions, or changes can fold,
+    # its versions are computed again from every change of its; elsewhere its versions stand.
+    again = set(keys) if table.history_track_except else _late(existing, typed, new_truncates) \
+        if combines(table) else set()
+    standing = pc.invert(pc.is_in(existing["_cdc_key"], value_set=pa.array(sorted(again), pa.string())))
+    fresh = pc.invert(pc.is_in(typed["_cdc_key"], value_set=pa.array(sorted(again), pa.string())))
+    parts = [versions.as_changes(existing.filter(standing)).select(names).cast(typed.select(names).schema),
+             typed.filter(fresh).select(names)]
+    if again:
+        parts.append(_changes_of(table_dir, table, sorted(again), through, columns).select(names))
+    source = pa.concat_tables(parts)
+    rows = versions.versions(source, list(columns), table.keys, _rules(table, _truncates(table_dir, table, through)))
+    source_rows = pa.concat_tables([rows, _gone(existing, rows)])
     # the key and version alone: a key range would put key values in the commit (apply.MERGE_ON_KEY)
     predicate = "t._cdc_key = s._cdc_key AND t._cdc_valid_from = s._cdc_valid_from"
     props = delta.commit_props(HISTORY, through, {"from_batch": taken + 1})
-    if rows.num_rows:
-        result = dt_.merge(rows, predicate, source_alias="s", target_alias="t", merge_schema=True,
-                           streamed_exec=True, commit_properties=props).when_matched_update(every_column(rows)) \
-            .when_not_matched_insert(every_column(rows)).execute()
+    if source_rows.num_rows:
+        result = dt_.merge(source_rows, predicate, source_alias="s", target_alias="t", merge_schema=True,
+                           streamed_exec=True, commit_properties=props) \
+            .when_matched_delete(f"s.{versions.OPERATION} IS NULL") \
+            .when_matched_update(every_column(rows)) \
+            .when_not_matched_insert(every_column(rows), f"s.{versions.OPERATION} IS NOT NULL").execute()
     else:  # every change of these batches went to quarantine: the watermark still moves
         dt_.create_write_transaction([], mode="append", schema=dt_.schema(), commit_properties=props)
         result = {}
     final = delta.load(history_path)
     return _timed({"history_batch": through, "batches": f"{taken + 1}..{through}", "changes_read": new.num_rows,
-                   "keys_touched": len(keys), "versions_before": existing.num_rows,
+                   "truncates_read": len(new_truncates), "keys_touched": len(keys), "versions_before": existing.num_rows,
                    "versions_added": result.get("num_target_rows_inserted", 0),
                    "versions_relabelled": result.get("num_target_rows_updated", 0),
+                   "versions_removed": result.get("num_target_rows_deleted", 0),
                    "rows": final.count(), "delta_version": final.version()}, t0)
+
+
+def _late(existing: pa.Table, typed: pa.Table, new_truncates: list[str]) -> set[str]:
+    """The keys with a new change ranking below one of its versions, or with it by source order (a
+    re-delivery, whose row is not yet combined, is known by its source order and values), and the
+    keys with a version above a new truncate."""
+    latest = dict(zip(*[c.to_pylist() for c in existing.group_by("_cdc_key").aggregate(
+        [(versions.VALID_FROM, "max")]).select(["_cdc_key", f"{versions.VALID_FROM}_max"]).columns]))
+    earliest = typed.group_by("_cdc_key").aggregate([("_cdc_order", "min")])
+    late = {k for k, o in zip(earliest["_cdc_key"].to_pylist(), earliest["_cdc_order_min"].to_pylist())
+            if k in latest and versions.source_order(o) <= versions.source_order(latest[k])}
+    if new_truncates:
+        cut = min(new_truncates)
+        late.update(k for k, o in latest.items() if o > cut)
+    return late
+
+
+def _check_track_except(table: TableConfig, columns: dict[str, str]) -> None:
+    missing = [c for c in table.history_track_except if c not in columns]
+    if missing:
+        raise ConfigError(f"table {table.name}: field 'history.track_except' names {missing[0]!r}, which is not "
+                          f"a column of the table (its columns: {', '.join(repr(c) for c in columns)})")
+
+
+def _rules(table: TableConfig, truncates: tuple[versions.Truncate, ...]) -> versions.Rules:
+    return versions.Rules(partial=table.partial_updates, track_except=frozenset(table.history_track_except),
+                          truncates=truncates)
+
+
+def _truncates(table_dir: str, table: TableConfig, through: int) -> tuple[versions.Truncate, ...]:
+    """Every truncate (rule 9) `changes` holds through batch `through`."""
+    if table.format != "debezium-json" and not table.options.get("truncates"):
+        return ()  # the format has none
+    found = delta.query(path(table_dir, CHANGES), "SELECT _cdc_order, _cdc_batch, _cdc_event_id FROM t "
+                                                  f"WHERE _cdc_op = '{TRUNCATE}' AND _cdc_batch_seq <= {through}")
+    if found is None:
+        return ()
+    text = [[None if v is None else str(v) for v in found.column(n).to_pylist()] for n in range(3)]
+    return tuple(versions.Truncate(str(o), b, e) for o, b, e in zip(*text))
+
+
+def _live_at(history_path: str, orders: list[str]) -> set[str]:
+    """The keys with a live version at any of `orders` (new truncates: each closes those versions)."""
+    keys: set[str] = set()
+    for order in orders:
+        at = delta.sql_text(order)
+        found = delta.query(history_path, f"SELECT DISTINCT _cdc_key FROM t WHERE {versions.OPERATION} <> 'delete' "
+                                          f"AND {versions.VALID_FROM} < {at} AND ({versions.VALID_TO} IS NULL OR "
+                                          f"{versions.VALID_TO} > {at})")
+        if found is not None:
+            keys.update(str(k) for k in found.column(0).to_pylist())
+    return keys
+
+
+def _gone(existing: pa.Table, rows: pa.Table) -> pa.Table:
+    """The versions of `existing` that `rows` no longer has (a truncate's delete that another
+    delete now precedes, a change folded into the version before it), as MERGE rows that
+    delete them: their operation null."""
+    now = set(zip(rows["_cdc_key"].to_pylist(), rows[versions.VALID_FROM].to_pylist()))
+    was = zip(existing["_cdc_key"].to_pylist(), existing[versions.VALID_FROM].to_pylist())
+    gone = existing.filter(pa.array([k not in now for k in was], pa.bool_()))
+    gone = gone.set_column(gone.schema.get_field_index(versions.OPERATION), versions.OPERATION,
+                           pa.nulls(gone.num_rows, pa.string()))
+    return gone.select(rows.schema.names).cast(rows.schema)
+
+
+def _with_unset(records: pa.Table) -> pa.Table:
+    """`records` with UNSET: the JSON list of the columns each change leaves out (TOAST placeholders)."""
+    hits = marked(records["_cdc_row"]).to_pylist()
+    texts = records["_cdc_row"].to_pylist() if any(hits) else []
+    unset = [json.dumps(sorted(decode_image(texts[i])[1])) if hit else None for i, hit in enumerate(hits)]
+    return records.append_column(versions.UNSET, pa.array(unset, pa.string()))
+
+
+def _typed(records: pa.Table, columns: dict[str, str]) -> pa.Table:
+    """Records as typed rows with the meta columns, `_cdc_op` and UNSET."""
+    records = _with_unset(records)
+    imaged = pc.is_valid(records["_cdc_row"])
+    image_rows = records.filter(imaged).to_pylist()
+    meta = shape.META_COLUMNS + _OP
+    return pa.concat_tables([_target_rows(image_rows, columns, [decode_row(r["_cdc_row"]) for r in image_rows],
+                                          extra=_OP),
+                             _cast_typed(records.filter(pc.invert(imaged)), columns, meta).cast(
+                                 _target_schema(columns, meta))])
+
+
+def _changes_of(table_dir: str, table: TableConfig, keys: list[str], through: int,
+                columns: dict[str, str]) -> pa.Table:
+    """Every change (and base row) of `keys` through batch `through`, typed."""
+    where = f"_cdc_batch_seq <= {through} AND _cdc_op <> '{TRUNCATE}'"
+    if len(keys) <= delta.IN_LIST_LIMIT:
+        where += f" AND _cdc_key IN ({', '.join(delta.sql_text(k) for k in keys) or 'NULL'})"
+    parts = []
+    for name in [CHANGES] + ([BASE] if table.base_snapshot else []):
+        found = read_records(path(table_dir, name), where)
+        if found is None:
+            continue
+        if len(keys) > delta.IN_LIST_LIMIT:
+            found = found.filter(pc.is_in(found["_cdc_key"], value_set=pa.array(keys, pa.string())))
+        parts.append(_typed(found, columns))
+    return pa.concat_tables(parts) if parts else _target_schema(columns, shape.META_COLUMNS + _OP).empty_table()
 
 
 def rebuild(spark, cfg: Config, table: TableConfig) -> dict:
@@ -199,7 +319,9 @@ def _build(spark, cfg: Config, table: TableConfig, dt_, through: int, columns: d
         records = frame if records is None else records.unionByName(frame)
     if records is None:
         raise OutOfOrder(f"table {table.name}: no changes or base snapshot to build the history from yet")
-    records = records.where((F.col("_cdc_batch_seq") <= through) & (F.col("_cdc_op") != TRUNCATE))
+    _check_track_except(table, columns)
+    records = records.where((F.col("_cdc_batch_seq") <= through) & (F.col("_cdc_op") != TRUNCATE)) \
+        .withColumn(versions.UNSET, F.get_json_object(F.col("_cdc_row"), f"$.{UNSET_KEY}"))
     meta = shape.META_COLUMNS + _OP
     typed = _typed_frame(records, columns, _spark_columns(columns) + ", " + ", ".join(f"`{m}` string" for m in meta),
                          extra=_OP)
@@ -212,6 +334,7 @@ def _build(spark, cfg: Config, table: TableConfig, dt_, through: int, columns: d
     # a re-delivery: the same key, source order, operation and values; its first delivery stays
     same = Window.partitionBy(F.col("_cdc_key"), F.substring_index(order, "|", 1), op, *data).orderBy(order)
     first = typed.withColumn("_n", F.row_number().over(same)).where("_n = 1").drop("_n")
+    first = _spark_rules(first, table, columns, _truncates(table_dir, table, through))
     per_key = Window.partitionBy("_cdc_key").orderBy(order)
     following, previous = F.lead(order).over(per_key), F.lag(op).over(per_key)
     operation = (F.when(op == DELETE, "delete").when(order.startswith(BASE_TIER), versions.SNAPSHOT)
@@ -235,6 +358,66 @@ def _build(spark, cfg: Config, table: TableConfig, dt_, through: int, columns: d
         raise
     return {"history_batch": through, "built": step, "files_added": len(adds), "rows": final.count(),
             "delta_version": final.version()}
+
+
+def _spark_rules(first, table: TableConfig, columns: dict[str, str], truncates: tuple[versions.Truncate, ...]):
+    """core/history.versions' rules beyond ordering, on Spark: each truncate that finds a key live
+    placed as a delete of it, each upsert's row combined with the key's earlier changes (rule 10),
+    and a change of only `track_except` columns folded into the version before it."""
+    from functools import reduce
+
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    order, op = F.col("_cdc_order"), F.col("_cdc_op")
+    per_key = Window.partitionBy("_cdc_key").orderBy(order)
+    so_far = per_key.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    keys = set(table.keys)
+    if truncates:
+        by_order = {t.order: t for t in truncates}
+        closing = F.array_min(F.filter(F.array(*[F.lit(o) for o in sorted(by_order)]), lambda t: t > order))
+        about = F.create_map(*[x for t in by_order.values() for x in (
+            F.lit(t.order), F.struct(F.lit(t.batch).cast("string").alias("b"), F.lit(t.event_id).cast("string").alias("e")))])
+        found = first.withColumn("_t", closing).withColumn("_next", F.lead(order).over(per_key))
+        closes = found.where((op != DELETE) & F.col("_t").isNotNull() & (F.col("_next").isNull() | (F.col("_next") > F.col("_t"))))
+        deletes = closes.select(
+            *[F.col(spark_name(c)) if c in keys else F.lit(None).cast(spark_type(t)).alias(c) for c, t in columns.items()],
+            F.col("_cdc_key"), F.col("_t").alias("_cdc_order"), F.element_at(about, F.col("_t"))["b"].alias("_cdc_batch"),
+            F.element_at(about, F.col("_t"))["e"].alias("_cdc_event_id"), F.lit(DELETE).alias("_cdc_op"),
+            F.lit(None).cast("string").alias(versions.UNSET))
+        first = first.unionByName(deletes.select(*first.columns))
+    others = [F.col(c) for c in first.columns if c not in columns]
+    if combines(table):
+        # each column from the latest change since the key's last delete that carried it
+        first = first.withColumn("_seg", F.sum((op == DELETE).cast("int")).over(so_far))
+        run = Window.partitionBy("_cdc_key", "_seg").orderBy(order).rowsBetween(Window.unboundedPreceding,
+                                                                                   Window.currentRow)
+        unset = F.from_json(F.col(versions.UNSET), "array<string>")
+        filled = []
+        for c in columns:
+            value = F.col(spark_name(c))
+            if c in keys:
+                filled.append(value)
+                continue
+            carried = (op != DELETE) & ~F.coalesce(F.array_contains(unset, F.lit(c)), F.lit(False))
+            if table.partial_updates:
+                carried = carried & value.isNotNull()
+            kept = F.last(F.when(carried, F.struct(value.alias("v"))), ignorenulls=True).over(run)["v"]
+            filled.append(F.when(op == DELETE, value).otherwise(kept).alias(c))
+        first = first.select(*filled, *others)
+    if table.history_track_except:
+        tracked = [c for c in columns if c not in keys and c not in table.history_track_except]
+        same = reduce(lambda a, b: a & b, [F.col(spark_name(c)).eqNullSafe(F.lag(F.col(spark_name(c))).over(per_key))
+                                           for c in tracked], F.lit(True))
+        previous = F.lag(op).over(per_key)
+        first = first.withColumn("_fold", (op != DELETE) & previous.isNotNull() & (previous != DELETE) & same)
+        first = first.withColumn("_grp", F.sum((~F.col("_fold")).cast("int")).over(so_far))
+        whole = Window.partitionBy("_cdc_key", "_grp").orderBy(order).rowsBetween(Window.unboundedPreceding,
+                                                                                    Window.unboundedFollowing)
+        # the version takes the values of the last change folded into it
+        first = first.select(*[F.last(F.col(spark_name(c))).over(whole).alias(c) for c in columns], *others,
+                             F.col("_fold")).where(~F.col("_fold")).drop("_fold")
+    return first
 
 
 __all__ = ["HistoryError", "update", "rebuild", "pending", "reached", "data_columns"]

@@ -123,7 +123,7 @@ def test_history_needs_every_change_kept():
     with pytest.raises(ConfigError, match="table 'E'.*field 'history' needs every change kept"):
         parse_config(raw, "/etc/cdc/cdc.yaml")
     raw["tables"][0].update(history="yes", maintenance={})
-    with pytest.raises(ConfigError, match="field 'history' must be true or false"):
+    with pytest.raises(ConfigError, match="field 'history' must be true, false or a mapping"):
         parse_config(raw, "/etc/cdc/cdc.yaml")
 
 
