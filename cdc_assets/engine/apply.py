@@ -29,7 +29,7 @@ from ..core import target as shape
 from ..core.changes import DELETE, RECORD_FIELDS, REFILL, TRUNCATE, TRUNCATE_KEY, UPSERT
 from ..core.config import Config, TableConfig
 from ..core.errors import OutOfOrder
-from ..core.values import DATE, DOUBLE, INT, LONG, STRING, Misfit, convert, decimal_parts, decode_row
+from ..core.values import DATE, DOUBLE, INT, LONG, STRING, Misfit, convert, decimal_parts, decode_row, same
 from . import combine, delta, faults, rewrite, spark_apply, spark_files, storage
 from .ingest import column_types
 from .records import read_committed_records, read_records, stored_columns
@@ -467,7 +467,7 @@ def _histories(table_dir: str, table: TableConfig, keys: list[str], reached: int
 def _same_row(image: dict, row: dict, columns: dict[str, str]) -> bool:
     """Whether a row image holds the target row's values (each converted to its column's type)."""
     try:
-        return all(convert(image.get(c), t) == row.get(c) for c, t in columns.items())
+        return all(same(convert(image.get(c), t), row.get(c)) for c, t in columns.items())
     except Misfit:
         return False
 

@@ -1,0 +1,125 @@
+"""A double keeps its IEEE value at its edges (SPEC 3: a value keeps its type): NaN, +Infinity,
+-Infinity and -0.0 in double and float columns land in the target as the same doubles through
+every path a user has (base export, snapshot exports, change files of each format, the fresh
+read, the checks); text spellings ("NaN", "Infinity", JSON writers' quoted forms) fill a double
+column; a NaN key is one key (every NaN equals every NaN, as PostgreSQL and Spark compare them),
+and a number no double holds goes to quarantine naming its column and line."""
+from __future__ import annotations
+
+import io
+import json
+import math
+import struct
+
+import fastavro
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cdc_assets.cli.main import main
+from cdc_assets.engine import fresh
+from cdc_assets_tests.helpers import by_key, jsonl, land, target_rows, target_version, write_config
+
+from .records import MARKS, bq_cdc, delta_rows, mysql, run_ok
+
+pytestmark = MARKS
+
+CHANGESET = {"op_column": "op", "inserts": ["I"], "updates": ["U"], "deletes": ["D"], "sequence_by": ["seq"]}
+NAN, INF = float("nan"), float("inf")
+EDGES = [NAN, INF, -INF, -0.0, 5e-324, 0.1 + 0.2]  # by id 0..5
+FLOAT32_EDGES = [NAN, INF, -INF, -0.0, 1.401298464324817e-45, 0.5]  # what a float column holds at its edges
+
+
+def bits(x) -> bytes | None:
+    return None if x is None else struct.pack(">d", x)
+
+
+def parquet(table: pa.Table) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    return buf.getvalue()
+
+
+def edge_table(**more) -> pa.Table:
+    n = len(EDGES)
+    return pa.table({"id": pa.array(range(n), pa.int64()), "d": pa.array(EDGES, pa.float64()),
+                     "f": pa.array(FLOAT32_EDGES, pa.float32()), **{k: v(n) for k, v in more.items()}})
+
+
+def assert_edges(rows: list[dict], columns=("d", "f")) -> None:
+    got = by_key(rows, "id")
+    assert sorted(k for (k,) in got) == list(range(len(EDGES)))
+    for i in range(len(EDGES)):
+        if "d" in columns:
+            assert bits(got[(i,)]["d"]) == bits(EDGES[i]), (i, got[(i,)]["d"])
+        if "f" in columns:
+            assert bits(got[(i,)]["f"]) == bits(FLOAT32_EDGES[i]), (i, got[(i,)]["f"])
+
+
+def test_parquet_and_avro_doubles_land_as_the_same_ieee_values(workdir):
+    nested = {"tags": lambda n: pa.array([[1.5, NAN]] * n)}  # a nested column: the export is read row by row
+    (workdir / "typed.parquet").write_bytes(parquet(edge_table()))
+    (workdir / "rows.parquet").write_bytes(parquet(edge_table(**nested)))
+    cfg = write_config(workdir, [
+        {"name": "BASE_TYPED", "keys": ["id"], "format": "changeset", "options": CHANGESET,
+         "base_snapshot": str(workdir / "typed.parquet")},
+        {"name": "BASE_ROWS", "keys": ["id"], "format": "changeset", "options": CHANGESET,
+         "base_snapshot": str(workdir / "rows.parquet")},
+        {"name": "SNAP", "keys": ["id"], "format": "snapshot"},
+        {"name": "PQ", "keys": ["id"], "format": "changeset", "options": CHANGESET},
+        {"name": "AV", "keys": ["id"], "format": "datastream-avro"},
+    ])
+    n = len(EDGES)
+    land(cfg, "SNAP", "batch-1", {"export.parquet": parquet(edge_table())})
+    land(cfg, "PQ", "batch-1", {"c.parquet": parquet(edge_table(op=lambda n: pa.array(["I"] * n),
+                                                                seq=lambda n: pa.array([1] * n)))})
+    schema = {"type": "record", "name": "event", "fields": [
+        {"name": "uuid", "type": "string"}, {"name": "read_method", "type": "string"},
+        {"name": "source_timestamp", "type": "long"},
+        {"name": "source_metadata", "type": {"type": "record", "name": "meta", "fields": [
+            {"name": "change_type", "type": "string"}, {"name": "log_file", "type": "string"},
+            {"name": "log_position", "type": "long"}]}},
+        {"name": "payload", "type": {"type": "record", "name": "row", "fields": [
+            {"name": "id", "type": "long"}, {"name": "d", "type": ["null", "double"]},
+            {"name": "f", "type": ["null", "float"]}]}}]}
+    buf = io.BytesIO()
+    fastavro.writer(buf, fastavro.parse_schema(schema), [{
+        "uuid": f"u{i}", "read_method": "mysql-cdc-binlog", "source_timestamp": 1709287200000,
+        "source_metadata": {"change_type": "INSERT", "log_file": "mysql-bin.000001", "log_position": i},
+        "payload": {"id": i, "d": EDGES[i], "f": FLOAT32_EDGES[i]}} for i in range(n)])
+    land(cfg, "AV", "batch-1", {"events.avro": buf.getvalue()})
+    for table in ("BASE_TYPED", "BASE_ROWS", "SNAP", "PQ", "AV"):
+        run_ok(cfg, table)
+        assert_edges(target_rows(cfg, table))
+    (row,) = {r["tags"] for r in target_rows(cfg, "BASE_ROWS")}
+    assert json.loads(row) == [1.5, "NaN"]  # nested values stay valid JSON
+
+    # the same export again, and the same changes again: every row unchanged (NaN equals NaN)
+    version = target_version(cfg, "SNAP")
+    land(cfg, "SNAP", "batch-2", {"export.parquet": parquet(edge_table())})
+    run_ok(cfg, "SNAP")
+    assert target_version(cfg, "SNAP") == version
+    assert_edges(target_rows(cfg, "SNAP"))
+    land(cfg, "PQ", "batch-2", {"again.parquet": parquet(edge_table(op=lambda n: pa.array(["I"] * n),
+                                                                    seq=lambda n: pa.array([1] * n)))})
+    version = target_version(cfg, "PQ")
+    run_ok(cfg, "PQ")
+    assert target_version(cfg, "PQ") == version
+    assert_edges(target_rows(cfg, "PQ"))
+
+
+def test_a_late_change_that_leaves_a_nan_row_as_it_is_rewrites_nothing(workdir):
+    # partial updates: a change arriving after a newer one is folded into the key's history; the
+    # result is the row as it is (NaN equals NaN), so the target gets no new version
+    cfg = write_config(workdir, [{"name": "P", "keys": ["id"], "format": "changeset", "options": CHANGESET,
+                                  "partial_updates": True}])
+    land(cfg, "P", "batch-1", {"c.parquet": parquet(pa.table({
+        "op": ["I", "I"], "id": [1, 2], "seq": [2, 2], "d": [NAN, -0.0], "e": ["new", "new"]}))})
+    run_ok(cfg, "P")
+    version = target_version(cfg, "P")
+    land(cfg, "P", "batch-2", {"c.parquet": parquet(pa.table({
+        "op": ["U", "U"], "id": [1, 2], "seq": [1, 1], "d": pa.array([None, None], pa.float64()), "e": ["old", "old"]}))})
+    run_ok(cfg, "P")
+    assert target_version(cfg, "P") == version
+    rows = by_key(target_rows(cfg, "P"), "id")
+    assert math.isnan(rows[(1,)]["d"]) and bits(rows[(2,)]["d"]) == bits(-0.0)
+    assert rows[(1,)]["e"] == rows[(2,)]["e"] == "new"
