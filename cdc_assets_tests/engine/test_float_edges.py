@@ -123,3 +123,68 @@ def test_a_late_change_that_leaves_a_nan_row_as_it_is_rewrites_nothing(workdir):
     rows = by_key(target_rows(cfg, "P"), "id")
     assert math.isnan(rows[(1,)]["d"]) and bits(rows[(2,)]["d"]) == bits(-0.0)
     assert rows[(1,)]["e"] == rows[(2,)]["e"] == "new"
+
+
+SPELLED = ["NaN", "Infinity", "-Infinity", "-0.0", "4.9E-324", "0.30000000000000004"]  # EDGES, as JSON writers quote them
+
+
+def debezium(i: int, after: dict) -> dict:
+    """A Debezium event as Kafka Connect's JsonConverter writes it (schemas.enable=true): Jackson
+    quotes NaN and the infinities of a float64 column."""
+    fields = [{"type": "int64", "optional": False, "field": "id"}, {"type": "float64", "optional": True, "field": "d"},
+              {"type": "float32", "optional": True, "field": "f"}]
+    value = {"type": "struct", "optional": True, "name": "pg.public.t.Value", "fields": fields}
+    schema = {"type": "struct", "name": "pg.public.t.Envelope", "fields": [
+        {**value, "field": "before"}, {**value, "field": "after"},
+        {"type": "struct", "field": "source", "fields": []}, {"type": "string", "field": "op"}]}
+    return {"schema": schema, "payload": {"before": None, "after": after, "op": "c", "ts_ms": 1709287200250,
+                                          "source": {"connector": "postgresql", "ts_ms": 1709287200000, "lsn": 100 + i}}}
+
+
+def test_text_formats_fill_double_columns_from_the_spellings_of_their_values(workdir):
+    declared = {"d": "double", "f": "double"}
+    cfg = write_config(workdir, [
+        {"name": "DS", "keys": ["id"], "format": "datastream-json", "columns": declared},
+        {"name": "DS_BARE", "keys": ["id"], "format": "datastream-json"},
+        {"name": "DBZ", "keys": ["id"], "format": "debezium-json"},
+        {"name": "BQ", "keys": ["id"], "format": "bigquery-cdc", "columns": declared},
+        {"name": "CSV", "keys": ["id"], "format": "changeset", "options": CHANGESET, "columns": declared},
+    ])
+    n = len(EDGES)
+    f_spelled = ["NaN", "Infinity", "-Infinity", "-0.0", "1.401298464324817E-45", "0.5"]
+    land(cfg, "DS", "batch-1", {"e.jsonl": jsonl(
+        [mysql("INSERT", {"id": i, "d": SPELLED[i], "f": f_spelled[i]}, 1, i) for i in range(n)])})
+    # Python's json module writes bare NaN and Infinity tokens: a double without declaring it
+    land(cfg, "DS_BARE", "batch-1", {"e.jsonl": jsonl(
+        [mysql("INSERT", {"id": i, "d": EDGES[i]}, 1, i) for i in range(n)])})
+    land(cfg, "DBZ", "batch-1", {"e.jsonl": jsonl(
+        [debezium(i, {"id": i, "d": SPELLED[i], "f": f_spelled[i]}) for i in range(n)])})
+    land(cfg, "BQ", "batch-1", {"e.jsonl": jsonl(
+        [bq_cdc("UPSERT", {"id": i, "d": SPELLED[i], "f": f_spelled[i]}, f"{i + 1:x}") for i in range(n)])})
+    # CSV as Arrow and pandas write doubles (nan, inf, -inf), and as Java and Spark do
+    csv = "op,id,seq,d,f\n" + "".join(f"I,{i},1,{d},{f}\n" for i, (d, f) in enumerate(zip(
+        ["nan", "inf", "-inf", "-0", "5e-324", "0.30000000000000004"], f_spelled)))
+    land(cfg, "CSV", "batch-1", {"c.csv": csv})
+    for table in ("DS", "DBZ", "BQ", "CSV"):
+        run_ok(cfg, table)
+        assert_edges(target_rows(cfg, table))
+    run_ok(cfg, "DS_BARE")
+    assert_edges(target_rows(cfg, "DS_BARE"), columns=("d",))
+
+
+def test_a_number_no_double_holds_goes_to_quarantine_naming_column_and_line(workdir):
+    cfg = write_config(workdir, [{"name": "DS", "keys": ["id"], "format": "datastream-json",
+                                  "columns": {"d": "double"}}])
+    land(cfg, "DS", "batch-1", {"e.jsonl": "".join([
+        json.dumps(mysql("INSERT", {"id": 1, "d": 1.5}, 1, 1)) + "\n",
+        json.dumps(mysql("INSERT", {"id": 2, "d": 0}, 1, 2)).replace('"d": 0', '"d": 1e400') + "\n",
+        json.dumps(mysql("INSERT", {"id": 3, "d": "-1e999"}, 1, 3)) + "\n",
+        json.dumps(mysql("INSERT", {"id": 4, "d": "NaN"}, 1, 4)) + "\n",
+    ])})
+    run_ok(cfg, "DS")
+    rows = by_key(target_rows(cfg, "DS"), "id")
+    assert sorted(rows) == [(1,), (4,)] and math.isnan(rows[(4,)]["d"])
+    quarantined = sorted((q["_cdc_line"], q["_cdc_reason"]) for q in delta_rows(cfg, "DS", "quarantine"))
+    assert [line for line, _ in quarantined] == [2, 3]
+    for _, reason in quarantined:
+        assert "'d'" in reason and "double" in reason and "1e400" not in reason and "999" not in reason
