@@ -188,3 +188,58 @@ def test_a_number_no_double_holds_goes_to_quarantine_naming_column_and_line(work
     assert [line for line, _ in quarantined] == [2, 3]
     for _, reason in quarantined:
         assert "'d'" in reason and "double" in reason and "1e400" not in reason and "999" not in reason
+
+
+def test_a_nan_key_is_one_key_and_zero_is_one_key_whatever_the_file_spells(workdir):
+    # every NaN is the same key (as in PostgreSQL's float8 keys and Spark's grouping), and so are
+    # 0.0 and -0.0; a Parquet double and a CSV text of one value are one key
+    negative_nan = struct.unpack(">d", bytes.fromhex("fff8000000000001"))[0]
+    cfg = write_config(workdir, [{"name": "K", "keys": ["k"], "format": "changeset", "options": CHANGESET,
+                                  "columns": {"k": "double"}}])
+    land(cfg, "K", "batch-1", {"c.parquet": parquet(pa.table({
+        "op": ["I"] * 5, "seq": [1] * 5, "k": [NAN, INF, -INF, 0.0, 5e-324], "v": ["a"] * 5}))})
+    out = run_ok(cfg, "K")
+    assert out.checks and all(out.checks.values()), out.checks
+    land(cfg, "K", "batch-2", {"c.parquet": parquet(pa.table({
+        "op": ["U", "U"], "seq": [2, 2], "k": [negative_nan, -0.0], "v": ["b", "b"]})),
+        "d.csv": "op,seq,k,v\nU,3,Infinity,c\nU,3,-inf,c\nU,3,4.9e-324,c\n"})
+    out = run_ok(cfg, "K")
+    assert out.checks and all(out.checks.values()), out.checks
+    rows = target_rows(cfg, "K")
+    assert len(rows) == 5
+    got = {struct.pack(">d", r["k"]) if not math.isnan(r["k"]) else "NaN": r["v"] for r in rows}
+    assert got == {"NaN": "b", bits(INF): "c", bits(-INF): "c", bits(-0.0): "b", bits(5e-324): "c"}
+    land(cfg, "K", "batch-3", {"d.csv": "op,seq,k,v\nD,4,NaN,\nD,4,0,\n"})
+    run_ok(cfg, "K")
+    assert sorted(r["k"] for r in target_rows(cfg, "K")) == [-INF, 5e-324, INF]
+
+
+def test_the_fresh_read_and_the_reconciliation_see_the_same_doubles(workdir, capsys):
+    # the export the target must match, as a CSV (Java's spellings) and as Parquet; a merge that
+    # waits leaves the second batch staged, which the fresh read lays over the target
+    csv_export, pq_export = workdir / "export.csv", workdir / "export.parquet"
+    csv_export.write_text("id,d\n" + "".join(f"{i},{SPELLED[i]}\n" for i in range(len(EDGES))), encoding="utf-8")
+    pq_export.write_bytes(parquet(edge_table().drop_columns(["f"])))
+    tables = [{"name": name, "keys": ["id"], "format": "changeset", "options": CHANGESET, "reconcile_with": str(export),
+               "columns": {"d": "double"}} for name, export in (("CSV_EXPORT", csv_export), ("PQ_EXPORT", pq_export))]
+    cfg = write_config(workdir, tables)
+    first = parquet(edge_table(op=lambda n: pa.array(["I"] * n), seq=lambda n: pa.array([1] * n)).drop_columns(["f"]))
+    for name in ("CSV_EXPORT", "PQ_EXPORT"):
+        land(cfg, name, "batch-1", {"c.parquet": first})
+        out = run_ok(cfg, name)
+        assert out.checks["reconciles_with_source"], (name, out.checks)
+
+    # a merge that waits: the fresh read (and `cdc-assets read`) shows the staged doubles
+    cfg = write_config(workdir, [{**tables[1], "apply": {"min_changes": 10**9}}])
+    land(cfg, "PQ_EXPORT", "batch-2", {"c.csv": "op,id,seq,d\nU,0,2,-Infinity\nU,1,2,NaN\nU,3,2,0\n"})
+    version = target_version(cfg, "PQ_EXPORT")
+    run_ok(cfg, "PQ_EXPORT")
+    assert target_version(cfg, "PQ_EXPORT") == version
+    expected = [-INF, NAN, -INF, 0.0, 5e-324, 0.1 + 0.2]
+    shown = by_key(fresh.fresh_table(cfg, cfg.table("PQ_EXPORT")).to_pylist(), "id")
+    assert [bits(shown[(i,)]["d"]) for i in range(len(EDGES))] == [bits(x) for x in expected]
+    out_file = workdir / "read.parquet"
+    assert main(["read", "PQ_EXPORT", "--config", cfg.path, "--out", str(out_file)]) == 0
+    read = by_key(pq.read_table(out_file).to_pylist(), "id")
+    assert [bits(read[(i,)]["d"]) for i in range(len(EDGES))] == [bits(x) for x in expected]
+    capsys.readouterr()
