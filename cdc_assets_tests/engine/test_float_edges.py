@@ -243,3 +243,34 @@ def test_the_fresh_read_and_the_reconciliation_see_the_same_doubles(workdir, cap
     read = by_key(pq.read_table(out_file).to_pylist(), "id")
     assert [bits(read[(i,)]["d"]) for i in range(len(EDGES))] == [bits(x) for x in expected]
     capsys.readouterr()
+
+
+def test_the_spark_apply_keeps_the_same_doubles_and_nan_keys(spark, workdir, monkeypatch):
+    from cdc_assets.engine import ingest, spark_apply, spark_files
+
+    monkeypatch.setattr(spark_apply, "LOCAL_ROWS", 0)  # every build and apply on Spark executors
+    monkeypatch.setattr(spark_files, "LOCAL_ROWS", 0)
+    monkeypatch.setattr(ingest, "LOCAL_PARSE_BYTES", 0)
+    (workdir / "base.parquet").write_bytes(parquet(edge_table()))
+    cfg = write_config(workdir, [
+        {"name": "SP", "keys": ["id"], "format": "changeset", "options": CHANGESET, "columns": {"d": "double"},
+         "base_snapshot": str(workdir / "base.parquet")},
+        {"name": "SK", "keys": ["d"], "format": "changeset", "options": CHANGESET, "columns": {"d": "double"}},
+    ])
+    run_ok(cfg, "SP")
+    assert_edges(target_rows(cfg, "SP"))
+    land(cfg, "SP", "batch-1", {"c.csv": "op,id,seq,d\nU,0,2,-Infinity\nU,1,2,NaN\nU,3,2,0\nU,4,2,-0.0\n"})
+    assert run_ok(cfg, "SP").figures["target"]["applied_on"].startswith("spark")
+    got = by_key(target_rows(cfg, "SP"), "id")
+    assert [bits(got[(i,)]["d"]) for i in range(len(EDGES))] == \
+        [bits(x) for x in [-INF, NAN, -INF, 0.0, -0.0, 0.1 + 0.2]]
+
+    land(cfg, "SK", "batch-1", {"c.parquet": parquet(pa.table({
+        "op": ["I"] * 4, "seq": [1] * 4, "d": [NAN, INF, -INF, 0.0], "v": ["a"] * 4}))})
+    run_ok(cfg, "SK")
+    land(cfg, "SK", "batch-2", {"c.csv": "op,seq,d,v\nU,2,NaN,b\nU,2,-0,b\nD,2,-Infinity,\n"})
+    out = run_ok(cfg, "SK")
+    assert out.checks and all(out.checks.values()), out.checks
+    assert out.figures["target"]["applied_on"].startswith("spark")
+    got = {"NaN" if math.isnan(r["d"]) else bits(r["d"]): r["v"] for r in target_rows(cfg, "SK")}
+    assert got == {"NaN": "b", bits(INF): "a", bits(-0.0): "b"}
