@@ -274,3 +274,24 @@ def test_the_spark_apply_keeps_the_same_doubles_and_nan_keys(spark, workdir, mon
     assert out.figures["target"]["applied_on"].startswith("spark")
     got = {"NaN" if math.isnan(r["d"]) else bits(r["d"]): r["v"] for r in target_rows(cfg, "SK")}
     assert got == {"NaN": "b", bits(INF): "a", bits(-0.0): "b"}
+
+
+def test_a_double_partition_column_keeps_nan_and_both_zeros_apart(workdir):
+    # each row lands once, in the partition of its value: NaN's (spelled as the Delta protocol and
+    # Spark spell it), -0.0's and 0.0's apart
+    cfg = write_config(workdir, [{"name": "P", "keys": ["id"], "format": "changeset", "options": CHANGESET,
+                                  "partition_by": ["d"]}])
+    values = [NAN, INF, -INF, -0.0, 0.0, 1.5]
+    n = len(values)
+    for batch, (seq, v) in enumerate([(1, "a"), (2, "b")], start=1):
+        land(cfg, "P", f"batch-{batch}", {"c.parquet": parquet(pa.table({
+            "op": ["I"] * n, "id": list(range(n)), "seq": [seq] * n, "d": values, "v": [v] * n}))})
+        out = run_ok(cfg, "P")
+        assert out.checks and all(out.checks.values()), out.checks
+        got = by_key(target_rows(cfg, "P"), "id")
+        assert len(target_rows(cfg, "P")) == n and sorted(got) == [(i,) for i in range(n)]
+        assert [bits(got[(i,)]["d"]) for i in range(n)] == [bits(x) for x in values]
+        assert {r["v"] for r in got.values()} == {v}
+    from deltalake import DeltaTable
+    spelled = {p["d"] for p in DeltaTable(str(workdir / "warehouse" / "P" / "target")).partitions()}
+    assert spelled == {"NaN", "Infinity", "-Infinity", "-0.0", "0.0", "1.5"}
