@@ -30,6 +30,7 @@ from .errors import TerminalError
 _INT = re.compile(r"[+-]?(0|[1-9]\d*)", re.ASCII)
 _FLOAT = re.compile(r"[+-]?(\d+\.\d+)", re.ASCII)
 _DIGITS = re.compile(r"[+-]?\d+", re.ASCII)
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)  # a number's text, as JSON and CSV writers spell it
 
 NULL, BOOLEAN, INT, LONG, DOUBLE, STRING = "null", "boolean", "int", "long", "double", "string"
 DATE, TIMESTAMP, TIMESTAMP_NTZ, BINARY = "date", "timestamp", "timestamp_ntz", "binary"
@@ -320,11 +321,13 @@ def _exact_decimal(value: object) -> Decimal | None:
     if isinstance(value, float):
         return Decimal(repr(value)) if math.isfinite(value) else None
     if isinstance(value, str):
+        text = value.strip()
+        if not _NUMBER.fullmatch(text):
+            return None  # Decimal also reads '1_000' and any Unicode digit; no number writer does
         try:
-            d = Decimal(value.strip())
+            return Decimal(text)
         except InvalidOperation:
             return None
-        return d if d.is_finite() else None
     return None
 
 
@@ -406,8 +409,11 @@ def convert(value: object, type_: str) -> Value:
         if parts and d is not None:
             precision, scale = parts
             with localcontext(prec=2 * MAX_PRECISION + 2):  # the default 28 digits would round a decimal(38,s)
-                q = d.quantize(Decimal(1).scaleb(-scale))
-                if q == d and len(q.as_tuple().digits) <= precision:
+                try:
+                    q = d.quantize(Decimal(1).scaleb(-scale))
+                except InvalidOperation:  # more digits than the context holds (1e400): no decimal(p,s) does
+                    q = None
+                if q is not None and q == d and len(q.as_tuple().digits) <= precision:
                     return q
     raise Misfit(f"a {value_type(value) if not isinstance(value, str) else 'text'} value does not fit {type_}")
 

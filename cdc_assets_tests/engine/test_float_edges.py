@@ -295,3 +295,25 @@ def test_a_double_partition_column_keeps_nan_and_both_zeros_apart(workdir):
     from deltalake import DeltaTable
     spelled = {p["d"] for p in DeltaTable(str(workdir / "warehouse" / "P" / "target")).partitions()}
     assert spelled == {"NaN", "Infinity", "-Infinity", "-0.0", "0.0", "1.5"}
+
+
+def test_a_number_past_its_decimal_or_long_column_goes_to_quarantine_and_the_rest_applies(workdir):
+    cfg = write_config(workdir, [{"name": "N", "keys": ["id"], "format": "datastream-json",
+                                  "columns": {"a": "decimal(38,0)", "n": "long", "x": "double"}}])
+    payloads = ['{"id": 1, "a": 1e37, "n": 9223372036854775807, "x": 1}',
+                '{"id": 2, "a": 1e400, "n": 1, "x": 1}',
+                '{"id": 3, "a": 1, "n": 9223372036854775808, "x": 1}',
+                '{"id": 4, "a": "1_000", "n": 1, "x": 1}',
+                '{"id": 5, "a": 1, "n": 1, "x": "\\u0661\\u0662"}',
+                '{"id": 6, "a": -99999999999999999999999999999999999999, "n": -9223372036854775808, "x": -0.0}']
+    land(cfg, "N", "batch-1", {"e.jsonl": "".join(
+        json.dumps(mysql("INSERT", {"PAYLOAD": 0}, 1, i)).replace('{"PAYLOAD": 0}', p) + "\n"
+        for i, p in enumerate(payloads, start=1))})
+    run_ok(cfg, "N")
+    rows = by_key(target_rows(cfg, "N"), "id")
+    assert sorted(rows) == [(1,), (6,)]
+    assert rows[(1,)]["n"] == 2**63 - 1 and rows[(6,)]["n"] == -2**63 and bits(rows[(6,)]["x"]) == bits(-0.0)
+    assert str(rows[(6,)]["a"]) == "-" + "9" * 38
+    quarantined = {q["_cdc_line"]: q["_cdc_reason"] for q in delta_rows(cfg, "N", "quarantine")}
+    assert sorted(quarantined) == [2, 3, 4, 5]
+    assert "'a'" in quarantined[2] and "'n'" in quarantined[3] and "'a'" in quarantined[4] and "'x'" in quarantined[5]
