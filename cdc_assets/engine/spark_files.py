@@ -187,10 +187,11 @@ def partition_text(value) -> str | None:
 _FLOAT_BITS = {16: pa.int16(), 32: pa.int32(), 64: pa.int64()}
 
 
-def _by_bits(column: pa.ChunkedArray) -> pa.Array:
-    """A column as values that are equal only when they are the same value: a float column as
-    its bits, so NaN matches NaN and -0.0 does not match 0.0 (they are two partition values)."""
-    values = column.combine_chunks()
+def by_bits(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Values that are equal only when they are the same value: a float column as its bits, so
+    -0.0 does not match 0.0 (two partition values) and one NaN matches another with its bits."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
     return values.view(_FLOAT_BITS[values.type.bit_width]) if pa.types.is_floating(values.type) else values
 
 
@@ -199,7 +200,7 @@ def split_by_partition(table: pa.Table, partition_by: list[str]):
     if not partition_by:
         yield (), table
         return
-    keys = pa.table({c: _by_bits(table.column(c)) for c in partition_by})
+    keys = pa.table({c: by_bits(table.column(c)) for c in partition_by})
     for combo in keys.group_by(partition_by, use_threads=False).aggregate([]).to_pylist():
         mask = None
         for c in partition_by:

@@ -317,3 +317,18 @@ def test_a_number_past_its_decimal_or_long_column_goes_to_quarantine_and_the_res
     quarantined = {q["_cdc_line"]: q["_cdc_reason"] for q in delta_rows(cfg, "N", "quarantine")}
     assert sorted(quarantined) == [2, 3, 4, 5]
     assert "'a'" in quarantined[2] and "'n'" in quarantined[3] and "'a'" in quarantined[4] and "'x'" in quarantined[5]
+
+
+def test_a_snapshot_that_flips_a_zeros_sign_updates_the_row(workdir):
+    # -0.0 is another double than 0.0 (1 / -0.0 is -Infinity): a snapshot that changes one into the
+    # other changes the row; NaN again, and each zero again, change nothing
+    cfg = write_config(workdir, [{"name": "S", "keys": ["id"], "format": "snapshot"}])
+    exports = [[0.0, -0.0, NAN], [-0.0, 0.0, NAN], [-0.0, 0.0, NAN]]
+    versions = []
+    for n, export in enumerate(exports, start=1):
+        land(cfg, "S", f"batch-{n}", {"e.parquet": parquet(pa.table({"id": [1, 2, 3], "d": export}))})
+        run_ok(cfg, "S")
+        got = by_key(target_rows(cfg, "S"), "id")
+        assert [bits(got[(i,)]["d"]) for i in (1, 2, 3)] == [bits(x) for x in export], n
+        versions.append(target_version(cfg, "S"))
+    assert versions[2] == versions[1] > versions[0]
