@@ -380,9 +380,9 @@ def convert(value: object, type_: str) -> Value:
             return n
     elif type_ == DOUBLE:
         if isinstance(value, (int, float, NumberText, str)) and not isinstance(value, bool):
-            d = _double(value)
-            if d is not None:
-                return d
+            double = _double(value)
+            if double is not None:
+                return double
     elif type_ == DATE:
         if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
             return value
