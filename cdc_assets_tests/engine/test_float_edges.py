@@ -254,7 +254,7 @@ def test_the_spark_apply_keeps_the_same_doubles_and_nan_keys(spark, workdir, mon
     (workdir / "base.parquet").write_bytes(parquet(edge_table()))
     cfg = write_config(workdir, [
         {"name": "SP", "keys": ["id"], "format": "changeset", "options": CHANGESET, "columns": {"d": "double"},
-         "base_snapshot": str(workdir / "base.parquet")},
+         "base_snapshot": str(workdir / "base.parquet"), "partition_by": ["d"]},  # rows move between partitions
         {"name": "SK", "keys": ["d"], "format": "changeset", "options": CHANGESET, "columns": {"d": "double"}},
     ])
     run_ok(cfg, "SP")
@@ -264,6 +264,7 @@ def test_the_spark_apply_keeps_the_same_doubles_and_nan_keys(spark, workdir, mon
     got = by_key(target_rows(cfg, "SP"), "id")
     assert [bits(got[(i,)]["d"]) for i in range(len(EDGES))] == \
         [bits(x) for x in [-INF, NAN, -INF, 0.0, -0.0, 0.1 + 0.2]]
+    assert len(target_rows(cfg, "SP")) == len(EDGES)
 
     land(cfg, "SK", "batch-1", {"c.parquet": parquet(pa.table({
         "op": ["I"] * 4, "seq": [1] * 4, "d": [NAN, INF, -INF, 0.0], "v": ["a"] * 4}))})
