@@ -168,14 +168,23 @@ def _double(value: object) -> float | None:
     return d if math.isfinite(d) and (d != 0 or exact == 0) else None
 
 
+_E18 = Decimal(10) ** 18
+
+
 def _number_text(d: Decimal) -> str:
     """A decimal's canonical text, the same as a float's of equal value (1.5 and 1.50 alike)."""
-    if d == d.to_integral_value() and abs(d) < Decimal(10) ** 18:
+    if d.copy_abs() < _E18 and d == d.to_integral_value():  # copy_abs: abs() rounds to 28 digits
         return str(int(d))
     f = float(d)
     if math.isfinite(f) and Decimal(repr(f)) == d:
         return repr(f)
-    return str(d.normalize())
+    # without trailing zeros, exactly: Decimal.normalize rounds to its context's digits (28 by
+    # default, making two decimal(38,s) keys one) and exponent range (making 1e-9999999 zero)
+    sign, digits, exp = d.as_tuple()
+    exponent = cast(int, exp)  # a finite decimal's: the caller's decimals are finite
+    while len(digits) > 1 and digits[-1] == 0:
+        digits, exponent = digits[:-1], exponent + 1
+    return str(Decimal((sign, digits, exponent)))
 
 
 def same(a: object, b: object) -> bool:

@@ -387,3 +387,18 @@ def test_number_columns_read_number_text_at_their_edges(text, type_, expected):
 def test_a_number_past_its_columns_range_or_scale_does_not_fit(text, type_):
     with pytest.raises(values.Misfit, match="does not fit"):
         values.convert(text, type_)
+
+
+def test_decimal_keys_past_28_digits_stay_distinct():
+    # a decimal(38,s) key is exact: Python's default 28-digit context must not round its key text
+    wide = [Decimal("1234567890123456789012345678.1"), Decimal("1234567890123456789012345678.2"),
+            Decimal("0." + "1" * 37 + "1"), Decimal("0." + "1" * 37 + "2"), Decimal("-" + "9" * 38),
+            Decimal("-" + "9" * 37 + "8")]
+    assert len({values.key_text([d]) for d in wide}) == len(wide)
+    assert len({values.canonical_text(d) for d in wide}) == len(wide)
+    for d in wide:  # and a key is the same whichever trailing zeros a reader keeps
+        assert values.key_text([d]) == values.key_text([Decimal(str(d) + ("0" if "." in str(d) else ".0"))])
+        assert values.key_text([d]) == values.key_text([values.NumberText(str(d))])
+    # numbers past any context's exponent range are keys too, never zero or an error
+    huge, tiny = values.NumberText("1e9999999"), values.NumberText("1e-9999999")
+    assert len({values.key_text([huge]), values.key_text([tiny]), values.key_text([0])}) == 3

@@ -10,6 +10,7 @@ import io
 import json
 import math
 import struct
+from decimal import Decimal
 
 import fastavro
 import pyarrow as pa
@@ -333,3 +334,16 @@ def test_a_snapshot_that_flips_a_zeros_sign_updates_the_row(workdir):
         assert [bits(got[(i,)]["d"]) for i in (1, 2, 3)] == [bits(x) for x in export], n
         versions.append(target_version(cfg, "S"))
     assert versions[2] == versions[1] > versions[0]
+
+
+def test_decimal_keys_that_differ_past_28_digits_are_two_rows(workdir):
+    # a decimal(38,s) key is its exact value: keys one digit apart at the 38th digit are two keys
+    keys = [Decimal("1234567890123456789012345678.1234567891"), Decimal("1234567890123456789012345678.1234567892"),
+            Decimal("-9999999999999999999999999999.9999999999"), Decimal("-9999999999999999999999999999.9999999998")]
+    cfg = write_config(workdir, [{"name": "W", "keys": ["k"], "format": "changeset", "options": CHANGESET}])
+    land(cfg, "W", "batch-1", {"c.parquet": parquet(pa.table({
+        "op": ["I"] * 4, "seq": [1] * 4, "k": pa.array(keys, pa.decimal128(38, 10)), "v": ["a", "b", "c", "d"]}))})
+    run_ok(cfg, "W")
+    land(cfg, "W", "batch-2", {"c.csv": "op,seq,k,v\nU,2,1234567890123456789012345678.1234567892,B\n"})
+    run_ok(cfg, "W")
+    assert {r["k"]: r["v"] for r in target_rows(cfg, "W")} == dict(zip(keys, ["a", "B", "c", "d"]))
