@@ -781,6 +781,8 @@ def _connect_column(field: Mapping[str, Any]) -> tuple[str | None, Callable[[obj
         return TIMESTAMP, lambda v: convert(v, TIMESTAMP)
     if field.get("type") == "bytes":
         return BINARY, lambda v: convert(v, BINARY)
+    if field.get("type") in ("float64", "float32"):  # Jackson writes NaN and the infinities as text
+        return None, lambda v: convert(v, DOUBLE) if isinstance(v, str) else v
     return None, None
 
 

@@ -7,7 +7,7 @@ from decimal import Decimal
 from typing import NotRequired, TypedDict
 
 from .ordering import origin
-from .values import Misfit, Row, Value, canonical_text, convert, key_text, value_type
+from .values import Misfit, Row, Value, canonical_text, convert, key_text, same, value_type
 
 SAMPLE = 10
 
@@ -72,15 +72,18 @@ def _as_key(value: Value, type_: str | None) -> Value:
 
 def same_value(source: Value, target: Value) -> bool:
     """Equal by meaning: an export's text equals a typed target value it converts to exactly
-    ('2024-01-01 10:00:00' and that instant, '12.50' and Decimal('12.5'))."""
+    ('2024-01-01 10:00:00' and that instant, '12.50' and Decimal('12.5')), or to the same
+    double ('4.9E-324' and 5e-324, 'nan' and NaN)."""
     if canonical_text(source) == canonical_text(target):
         return True
-    if source is None or not isinstance(target, (dt.date, Decimal, bytes)):
+    if source is None or not isinstance(target, (dt.date, Decimal, bytes, float)):
         return False
     try:
-        return convert(source, value_type(target)) == target
+        value = convert(source, value_type(target))
     except Misfit:
         return False
+    # a double by meaning: NaN is NaN, and -0.0 is 0.0 (as the export's text compares)
+    return value == target or (isinstance(target, float) and same(value, target))
 
 
 def discrepancies(report: Report) -> int:

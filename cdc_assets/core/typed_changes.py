@@ -10,7 +10,7 @@ change that cannot be stored in typed columns.
 
 A file takes the record-at-a-time path instead when any of its records would be rejected
 (a null key, an unknown op), when a column has no column type of its own (nested values,
-time of day, nanosecond timestamps, unsigned 64-bit integers, a non-finite float) or when a
+time of day, nanosecond timestamps, unsigned 64-bit integers) or when a
 sequence column cannot order changes: that path names each bad record in quarantine.
 """
 from __future__ import annotations
@@ -77,10 +77,6 @@ def _usable(table: pa.Table) -> bool:
             continue
         if scalar_column_type(t) is None or pt.is_uint64(t) or (pt.is_timestamp(t) and t.unit == "ns"):
             return False
-        if pt.is_floating(t):
-            column = table.column(f.name)
-            if pc.any(pc.invert(pc.is_finite(column))).as_py():  # NaN and infinities become text
-                return False
     return True
 
 

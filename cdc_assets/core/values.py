@@ -30,6 +30,7 @@ from .errors import TerminalError
 _INT = re.compile(r"[+-]?(0|[1-9]\d*)", re.ASCII)
 _FLOAT = re.compile(r"[+-]?(\d+\.\d+)", re.ASCII)
 _DIGITS = re.compile(r"[+-]?\d+", re.ASCII)
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)  # a number's text, as JSON and CSV writers spell it
 
 NULL, BOOLEAN, INT, LONG, DOUBLE, STRING = "null", "boolean", "int", "long", "double", "string"
 DATE, TIMESTAMP, TIMESTAMP_NTZ, BINARY = "date", "timestamp", "timestamp_ntz", "binary"
@@ -112,6 +113,8 @@ def _jsonable(value: object) -> object:
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
     value = _plain(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return _float_text(value)  # JSON has no NaN or infinity: the text Spark's to_json writes
     if isinstance(value, Decimal):
         if not value.is_finite():
             return str(value)
@@ -126,26 +129,70 @@ def _jsonable(value: object) -> object:
 
 
 def source_value(value: object) -> Value:
-    """A reader's value as held in a row image: nested structures become JSON text; a
-    non-finite number becomes text (no column type holds it)."""
+    """A reader's value as held in a row image: nested structures become JSON text; a float
+    stays the IEEE double it is (NaN, the infinities and -0.0 included: a double column holds
+    them); a non-finite decimal becomes text (no decimal type holds it)."""
     if isinstance(value, (dict, list, tuple)):
         return json.dumps(_jsonable(value), sort_keys=True, ensure_ascii=False, default=str)
     value = _plain(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
     if isinstance(value, Decimal) and not value.is_finite():
         return str(value)
     return cast(Value, value)  # readers (JSON, CSV, Arrow, fastavro) give no other scalar type
 
 
+# NaN and the infinities as text, spelled as Java (Jackson, Kafka Connect, Spark) and BigQuery's
+# JSON spell them; a double column also reads Python's and Arrow's spellings (nan, inf, -inf).
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+_NON_FINITE_TEXT = re.compile(r"[+-]?(nan|inf|infinity)", re.ASCII | re.IGNORECASE)
+
+
+def _float_text(value: float) -> str:
+    return repr(value) if math.isfinite(value) else _NON_FINITE[repr(value)]
+
+
+def _double(value: object) -> float | None:
+    """A number, or the text of one, as the double nearest to it; None when no double is near
+    (a number whose double would be an infinity, or zero while the number is not)."""
+    if isinstance(value, float):
+        return value
+    text = value.strip() if isinstance(value, str) else None
+    if text is not None and _NON_FINITE_TEXT.fullmatch(text):
+        return math.nan if text[-1] in "nN" else float(text)  # "-NaN" is NaN, as Java reads it
+    exact = _exact_decimal(value) if not isinstance(value, (bool, float)) else None
+    if exact is None:
+        return None
+    try:
+        d = float(exact)
+    except OverflowError:
+        return None
+    return d if math.isfinite(d) and (d != 0 or exact == 0) else None
+
+
+_E18 = Decimal(10) ** 18
+
+
 def _number_text(d: Decimal) -> str:
     """A decimal's canonical text, the same as a float's of equal value (1.5 and 1.50 alike)."""
-    if d == d.to_integral_value() and abs(d) < Decimal(10) ** 18:
+    if d.copy_abs() < _E18 and d == d.to_integral_value():  # copy_abs: abs() rounds to 28 digits
         return str(int(d))
     f = float(d)
     if math.isfinite(f) and Decimal(repr(f)) == d:
         return repr(f)
-    return str(d.normalize())
+    # without trailing zeros, exactly: Decimal.normalize rounds to its context's digits (28 by
+    # default, making two decimal(38,s) keys one) and exponent range (making 1e-9999999 zero)
+    sign, digits, exp = d.as_tuple()
+    exponent = cast(int, exp)  # a finite decimal's: the caller's decimals are finite
+    while len(digits) > 1 and digits[-1] == 0:
+        digits, exponent = digits[:-1], exponent + 1
+    return str(Decimal((sign, digits, exponent)))
+
+
+def same(a: object, b: object) -> bool:
+    """Whether two values of one column are the same value: as `==`, but a NaN is the same as
+    a NaN and -0.0 is not the same as 0.0 (a row holding either is unchanged only by itself)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
+    return a == b
 
 
 def canonical_text(value: object) -> str | None:
@@ -157,8 +204,8 @@ def canonical_text(value: object) -> str | None:
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
-    if isinstance(value, float):
-        return str(int(value)) if value.is_integer() and abs(value) < 1e18 else repr(value)
+    if isinstance(value, float):  # every NaN is one NaN; -0.0 equals 0.0
+        return str(int(value)) if value.is_integer() and abs(value) < 1e18 else _float_text(value)
     if isinstance(value, Decimal):
         return _number_text(value) if value.is_finite() else str(value)
     if isinstance(value, str):
@@ -292,11 +339,13 @@ def _exact_decimal(value: object) -> Decimal | None:
     if isinstance(value, float):
         return Decimal(repr(value)) if math.isfinite(value) else None
     if isinstance(value, str):
+        text = value.strip()
+        if not _NUMBER.fullmatch(text):
+            return None  # Decimal also reads '1_000' and any Unicode digit; no number writer does
         try:
-            d = Decimal(value.strip())
+            return Decimal(text)
         except InvalidOperation:
             return None
-        return d if d.is_finite() else None
     return None
 
 
@@ -336,7 +385,7 @@ def convert(value: object, type_: str) -> Value:
         if isinstance(value, NumberText):
             return str(value)
         if isinstance(value, float):
-            return repr(value)
+            return _float_text(value)
         return canonical_text(value)
     if type_ == BOOLEAN:
         if isinstance(value, bool):
@@ -348,10 +397,10 @@ def convert(value: object, type_: str) -> Value:
         if n is not None and -_INT_RANGE[type_] <= n < _INT_RANGE[type_]:
             return n
     elif type_ == DOUBLE:
-        if isinstance(value, (int, float, NumberText)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str) and _exact_decimal(value) is not None:
-            return float(value)
+        if isinstance(value, (int, float, NumberText, str)) and not isinstance(value, bool):
+            double = _double(value)
+            if double is not None:
+                return double
     elif type_ == DATE:
         if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
             return value
@@ -378,8 +427,11 @@ def convert(value: object, type_: str) -> Value:
         if parts and d is not None:
             precision, scale = parts
             with localcontext(prec=2 * MAX_PRECISION + 2):  # the default 28 digits would round a decimal(38,s)
-                q = d.quantize(Decimal(1).scaleb(-scale))
-                if q == d and len(q.as_tuple().digits) <= precision:
+                try:
+                    q = d.quantize(Decimal(1).scaleb(-scale))
+                except InvalidOperation:  # more digits than the context holds (1e400): no decimal(p,s) does
+                    q = None
+                if q is not None and q == d and len(q.as_tuple().digits) <= precision:
                     return q
     raise Misfit(f"a {value_type(value) if not isinstance(value, str) else 'text'} value does not fit {type_}")
 

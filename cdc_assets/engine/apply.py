@@ -42,6 +42,7 @@ from ..core.values import (
     convert,
     decimal_parts,
     decode_row,
+    same,
 )
 from . import combine, delta, faults, retype, rewrite, spark_apply, spark_files, storage
 from .ingest import column_types
@@ -480,7 +481,7 @@ def _histories(table_dir: str, table: TableConfig, keys: list[str], reached: int
 def _same_row(image: dict, row: dict, columns: dict[str, str]) -> bool:
     """Whether a row image holds the target row's values (each converted to its column's type)."""
     try:
-        return all(convert(image.get(c), t) == row.get(c) for c, t in columns.items())
+        return all(same(convert(image.get(c), t), row.get(c)) for c, t in columns.items())
     except Misfit:
         return False
 

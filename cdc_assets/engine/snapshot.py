@@ -80,11 +80,15 @@ def deletes_order(seq: int, n_files: int) -> str:
 
 def _same(a: pa.Array, b: pa.Array) -> pa.Array:
     """Per row, whether two values of one column type are the same value (null equals null, a
-    NaN equals a NaN: a row holding either is unchanged when the export holds it again)."""
-    same = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
+    NaN equals a NaN: a row holding either is unchanged when the export holds it again; -0.0 is
+    not 0.0, so a double is compared by its bits)."""
     if pa.types.is_floating(a.type):
-        same = pc.or_(same, pc.and_(pc.fill_null(pc.is_nan(a), False), pc.fill_null(pc.is_nan(b), False)))
-    return same
+        nan = pc.and_(pc.fill_null(pc.is_nan(a), False), pc.fill_null(pc.is_nan(b), False))
+        a, b = spark_files.by_bits(a), spark_files.by_bits(b)
+    else:
+        nan = None
+    same = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
+    return same if nan is None else pc.or_(same, nan)
 
 
 def derive(state: pa.Table, export: pa.Table, columns: dict[str, str], table: TableConfig, seq: int,

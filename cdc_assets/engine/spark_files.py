@@ -22,6 +22,7 @@ from deltalake import DeltaTable, Schema
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from ..core import names
+from ..core.values import canonical_text
 from . import delta, faults, storage
 from .spark import map_in_arrow
 
@@ -178,7 +179,20 @@ def partition_text(value) -> str | None:
         return text.rstrip("0").rstrip(".") if value.microsecond else text[:19]
     if isinstance(value, dt.date):
         return value.isoformat()
+    if isinstance(value, float) and not math.isfinite(value):
+        return canonical_text(value)  # NaN, Infinity, -Infinity: as Spark writes and reads them
     return str(value)
+
+
+_FLOAT_BITS = {16: pa.int16(), 32: pa.int32(), 64: pa.int64()}
+
+
+def by_bits(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Values that are equal only when they are the same value: a float column as its bits, so
+    -0.0 does not match 0.0 (two partition values) and one NaN matches another with its bits."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    return values.view(_FLOAT_BITS[values.type.bit_width]) if pa.types.is_floating(values.type) else values
 
 
 def split_by_partition(table: pa.Table, partition_by: list[str]):
@@ -186,13 +200,15 @@ def split_by_partition(table: pa.Table, partition_by: list[str]):
     if not partition_by:
         yield (), table
         return
-    for combo in table.select(partition_by).group_by(partition_by, use_threads=False).aggregate([]).to_pylist():
+    keys = pa.table({c: by_bits(table.column(c)) for c in partition_by})
+    for combo in keys.group_by(partition_by, use_threads=False).aggregate([]).to_pylist():
         mask = None
         for c in partition_by:
             v = combo[c]
-            m = pc.is_null(table.column(c)) if v is None else pc.fill_null(pc.equal(table.column(c), v), False)
+            m = pc.is_null(keys.column(c)) if v is None else pc.fill_null(pc.equal(keys.column(c), v), False)
             mask = m if mask is None else pc.and_(mask, m)
-        yield tuple(combo[c] for c in partition_by), table.filter(mask)
+        part = table.filter(mask)
+        yield tuple(part.column(c)[0].as_py() for c in partition_by), part
 
 
 # Columns that hold a different value in every row: a dictionary for them is built, then dropped.
@@ -216,22 +232,23 @@ def _writer_task(table_path: str, folder: str, schema: pa.Schema, partition_by: 
             for batch in batches:
                 rows = pa.Table.from_batches([batch]).cast(schema)
                 for values, part in split_by_partition(rows, partition_by):
-                    if values not in writers:
+                    # by the log's text of each value: -0.0 and 0.0 are two partitions, every NaN one
+                    texts = tuple(partition_text(v) for v in values)
+                    if texts not in writers:
                         location = storage.join(folder, f"part-{task}-{len(writers):05d}.snappy.parquet")
                         stream = fs.open_output_stream(storage.filesystem(location, settings)[1])
-                        writers[values] = (pq.ParquetWriter(stream, data_schema, compression="snappy",
-                                                            use_dictionary=dictionary_columns(data_schema),
-                                                            coerce_timestamps="us"), location, stream)
-                    writers[values][0].write_table(part.select(data_schema.names))
+                        writers[texts] = (pq.ParquetWriter(stream, data_schema, compression="snappy",
+                                                           use_dictionary=dictionary_columns(data_schema),
+                                                           coerce_timestamps="us"), location, stream)
+                    writers[texts][0].write_table(part.select(data_schema.names))
             written = []
-            for values, (writer, location, stream) in writers.items():
+            for texts, (writer, location, stream) in writers.items():
                 writer.close()
                 stream.close()
                 meta = writer.writer.metadata
                 size = fs.get_file_info(storage.filesystem(location, settings)[1]).size
                 written.append({"path": location[len(table_path.rstrip("/")) + 1:], "size": size,
-                                "partition_values": json.dumps({c: partition_text(v)
-                                                                for c, v in zip(partition_by, values)}),
+                                "partition_values": json.dumps(dict(zip(partition_by, texts))),
                                 "stats": file_stats(meta, data_schema)})
             writers.clear()
         finally:

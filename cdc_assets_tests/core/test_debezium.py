@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import gzip
+import math
 from decimal import Decimal
 
 import pytest
@@ -342,3 +343,12 @@ def test_config_accepts_debezium_json_without_options():
     table["options"] = {"op_column": "op"}
     with pytest.raises(ConfigError, match="takes no options"):
         parse_config(raw, "/etc/cdc/cdc.yaml")
+
+
+def test_float_columns_take_the_text_jackson_writes_for_nan_and_the_infinities():
+    columns = [connect_field("id", "int32"), connect_field("d", "float64"), connect_field("f", "float32")]
+    c = change(with_schema(debezium("c", {"id": 1, "d": "NaN", "f": "-Infinity"}), columns))
+    assert math.isnan(c.row["d"]) and c.row["f"] == float("-inf")
+    assert change(with_schema(debezium("c", {"id": 1, "d": 1.5, "f": None}), columns)).row["d"] == 1.5
+    bad = parse(jsonl(with_schema(debezium("c", {"id": 1, "d": "lots", "f": None}), columns)))
+    assert summary(bad) == [("Rejection", 1)] and "'d'" in bad[0].reason and "lots" not in bad[0].reason

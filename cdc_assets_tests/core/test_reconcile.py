@@ -34,3 +34,18 @@ def test_a_text_key_of_the_export_matches_the_target_by_its_spelling():
 def test_origin_of_a_base_snapshot_row():
     order = ordering.BASE_TIER + ordering.u64(12) + "|" + ordering.arrival(0, 0, 12)
     assert ordering.origin(order) == "base snapshot line 12"
+
+
+def test_an_export_matches_target_doubles_however_it_spells_them():
+    # NaN equals NaN; Java and Spark write NaN and Infinity, Arrow and pandas nan and inf; a
+    # writer may print more digits than the shortest that give back the double
+    doubles = [float("nan"), float("inf"), float("-inf"), -0.0, 0.1 + 0.2, 5e-324, 1.0]
+    target = [target_row(i, d, 1, i + 1) for i, d in enumerate(doubles)]
+    for spelled in (["NaN", "Infinity", "-Infinity", "-0.0", "0.30000000000000004", "4.9E-324", "1.0"],
+                    ["nan", "inf", "-inf", "-0", "0.3000000000000000444089209850062616169452667236328125",
+                     "5e-324", "1"],
+                    doubles):
+        export = [{"id": i, "v": v} for i, v in enumerate(spelled)]
+        assert discrepancies(compare(target, export, ["id"])) == 0, spelled
+    export = [{"id": i, "v": v} for i, v in enumerate(["NaN", "NaN", "Infinity", "0.1", "0.3", "0", "1.5"])]
+    assert compare(target, export, ["id"])["differing_rows"] == 6  # only -0.0 and 0 are equal by meaning

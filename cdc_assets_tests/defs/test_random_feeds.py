@@ -95,6 +95,7 @@ import gzip
 import hashlib
 import io
 import json
+import math
 import os
 import random
 import re
@@ -186,6 +187,8 @@ COMPOSITE_FAMILIES = [
 # ---- comparing by meaning ---------------------------------------------------------------
 
 _NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?", re.ASCII)
+_NON_FINITE_TEXT = re.compile(r"[+-]?(nan|inf|infinity)", re.ASCII | re.IGNORECASE)
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
 _TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})?", re.ASCII)
 TYPED = (Decimal, dt.date)  # values of typed target columns (decimal, date, timestamp; datetime is a date)
@@ -220,8 +223,8 @@ def meaning(value, *, empty_is_null: bool = True):
         return ("bool", value)
     if isinstance(value, int):
         return ("number", Decimal(value))
-    if isinstance(value, float):
-        return ("number", Decimal(repr(value)))
+    if isinstance(value, float):  # NaN is NaN; -0.0 means 0, as 5.0 means 5
+        return ("number", Decimal(repr(value))) if math.isfinite(value) else ("number", _NON_FINITE[repr(value)])
     if isinstance(value, Decimal):
         return ("number", value)
     if isinstance(value, dt.datetime):
@@ -236,6 +239,8 @@ def meaning(value, *, empty_is_null: bool = True):
                 return ("number", Decimal(value))
             except InvalidOperation:
                 pass
+        if _NON_FINITE_TEXT.fullmatch(value):  # a double's text, as a column widened to text holds it
+            return ("number", _NON_FINITE[repr(float(value))])
         if _DATE.fullmatch(value):
             try:
                 return ("date", dt.date.fromisoformat(value))
@@ -389,9 +394,9 @@ def pools(draw) -> Pools:
     texts = draw(st.lists(st.text(max_size=8), min_size=1, max_size=8))
     names = draw(st.lists(st.text(min_size=1, max_size=6), max_size=6, unique=True))
     ints = draw(st.lists(st.integers(-(2 ** 63), 2 ** 63 - 1), min_size=1, max_size=6))
-    floats = draw(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=6))
+    floats = draw(st.lists(st.floats(), min_size=1, max_size=6))  # NaN and the infinities too
     return Pools(FIXED_TEXTS + texts, sorted(set(FIXED_NAMES + names)), [0, 1, -1, 7, 2 ** 63 - 1, -(2 ** 63)] + ints,
-                 [0.5, -0.0, 1e300, 5e-324, 3.25] + floats)
+                 [0.5, -0.0, 1e300, 5e-324, 3.25, math.nan, math.inf, -math.inf] + floats)
 
 
 # ---- source histories -------------------------------------------------------------------
