@@ -208,8 +208,16 @@ def _greatest(*orders: str | None) -> str | None:
 
 
 def flagged_columns(columns: dict[str, str], table: TableConfig) -> dict[str, str]:
-    """A soft-delete table's target columns end with its `_cdc_deleted` flag (rule 12)."""
-    return {**columns, shape.DELETED: "boolean"} if table.soft_deletes and shape.DELETED not in columns else columns
+    """A soft-delete table's target columns end with its `_cdc_deleted` flag (rule 12); another
+    table has none (one switched back to hard deletes loses it)."""
+    if not table.soft_deletes:
+        return {c: t for c, t in columns.items() if c != shape.DELETED}
+    return {**columns, shape.DELETED: "boolean"} if shape.DELETED not in columns else columns
+
+
+def _switched_to_hard(dt_: DeltaTable, table: TableConfig) -> bool:
+    """Whether a hard-delete table's target still has a soft-delete table's flag column."""
+    return not table.soft_deletes and shape.DELETED in _existing_columns(dt_)
 
 
 FLAG = "F"  # a MERGE source row that only sets `_cdc_deleted` (a soft-delete table's truncated row)
@@ -538,6 +546,13 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
         # The first apply (or a target from before `tombstones` existed): the whole state at once.
         figures = _build(spark, cfg, table, dt_, reached, None, first=True)
         figures["seconds"] = round(time.time() - t0, 2)
+        return figures
+
+    if _switched_to_hard(dt_, table):
+        # Switched from soft deletes: a flagged row is a deleted key, no row of a hard-delete
+        # table, and the flag is no column of one: the target is built again without either.
+        figures = _build(spark, cfg, table, dt_, reached, None, first=True)
+        figures.update({"seconds": round(time.time() - t0, 2), "applied_on": "a whole build: deletes are hard now"})
         return figures
 
     on_spark = None  # why a batch large enough for Spark is applied in this process

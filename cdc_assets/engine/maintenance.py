@@ -17,11 +17,10 @@ What each part keeps:
   the applied batches registered before `trim_staging_after`, only each key's latest change:
   the row every rebuild, backfill, restore and publish would pick for that key from those
   batches anyway (`_trim_staging`), but for a key with a change that leaves a column out (a TOAST
-  placeholder), which keeps them all, and but for a soft-delete table, whose keys keep their latest
+  placeholder), which keeps them all, and in a soft-delete table, whose keys keep their latest
   upsert and what ranks above it (a delete keeps that upsert's row). A key's delete stays as its
-  latest change, and `tombstones`
-  keep every deleted key's ordering key forever, so a late change older than a delete never
-  brings its row back.
+  latest change, and `tombstones` keep every deleted key's ordering key forever, so a late change
+  older than a delete never brings its row back.
 - The vacuum removes files that no version newer than `retention` references; the versions older
   than that can no longer be read or restored.
 """

@@ -137,3 +137,28 @@ def test_a_delete_carrying_only_the_key_keeps_the_last_live_row(spark, workdir, 
     assert _kept(target_rows(cfg, "SK", source_only=False)) == final
     rebuild(spark, cfg, cfg.table("SK"), ["region=eu"])  # a backfill of one partition
     assert _kept(target_rows(cfg, "SK", source_only=False)) == final
+
+
+def test_a_table_switched_back_to_hard_deletes_drops_its_flagged_rows(spark, workdir):
+    soft = {"name": "SH", "keys": ["k"], "format": "changeset", "deletes": "soft", "columns": {"v": "string"},
+            "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],
+                        "sequence_by": ["SEQ"]}}
+    cfg = write_config(workdir, [soft])
+    land(cfg, "SH", "b0", {"c.jsonl": jsonl([cs("I", 1, 1, v="a"), cs("I", 1, 2, v="a"), cs("D", 2, 1)])})
+    run_ok(cfg, "SH")
+    assert _state([{**r, "id": r["k"]} for r in target_rows(cfg, "SH", source_only=False)]) == \
+        {1: ("a", True), 2: ("a", False)}
+    hard = {**soft, "deletes": "hard"}
+    cfg = write_config(workdir, [{**hard, "apply": {"min_changes": 10**9}}])
+    land(cfg, "SH", "b1", {"c.jsonl": jsonl([cs("I", 3, 3, v="a"), cs("U", 1, 1, v="late")])})  # 1's is stale
+    run_ok(cfg, "SH")
+    # the deleted key is no row of a hard-delete table: not in the fresh read, gone at the next apply
+    assert sorted(r["k"] for r in fresh.fresh_table(cfg, cfg.table("SH")).to_pylist()) == [2, 3]
+    cfg = write_config(workdir, [hard])
+    run_ok(cfg, "SH")
+    rows = target_rows(cfg, "SH", source_only=False)
+    assert sorted((r["k"], r["v"]) for r in rows) == [(2, "a"), (3, "a")]
+    assert all("_cdc_deleted" not in r for r in rows)  # the flag column goes with the flagged rows
+    assert table_status(cfg, cfg.table("SH"))["rows"] == 2
+    rebuild(spark, cfg, cfg.table("SH"), None)
+    assert sorted((r["k"], r["v"]) for r in target_rows(cfg, "SH", source_only=False)) == [(2, "a"), (3, "a")]
