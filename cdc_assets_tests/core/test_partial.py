@@ -186,3 +186,16 @@ def test_a_soft_delete_with_only_the_key_keeps_the_last_live_row():
     assert combine(again, partial=False, soft=True).row == {"id": 1, "a": "a2", "b": "b4"}
     # a truncate between two upserts: the later partial one starts from nothing
     assert combine(pieces[:2], partial=True, cuts=["15"]).row == {"id": 1, "a": "a2"}
+
+
+def test_a_placeholder_in_a_deletes_image_is_not_carried():
+    """A soft-delete table keeps a deleted key's row from what the delete's image carries: a TOAST
+    placeholder there is no value (the row keeps the stored one), as in an update."""
+    event = {"before": {"id": 1, "doc": UNAVAILABLE, "v": "x"}, "after": None, "op": "d",
+             "source": {"connector": "postgresql", "ts_ms": 1_709_287_200_000, "lsn": 100}}
+    (item,) = parse_file("debezium-json", {}, ["id"], "f.jsonl", json.dumps(event).encode())
+    assert isinstance(item, Change) and item.op == DELETE
+    assert item.unset == {"doc"} and item.row == {"id": 1, "v": "x"}
+    kept = combine([Piece("1", UPSERT, {"id": 1, "doc": "long", "v": "a"}),
+                    Piece("2", DELETE, item.row, item.unset)], partial=False, soft=True)
+    assert kept.row == {"id": 1, "doc": "long", "v": "x"}

@@ -8,10 +8,10 @@ import base64
 
 import pytest
 
-from cdc_assets.engine import apply, fresh, spark_apply, spark_files
+from cdc_assets.engine import apply, spark_apply, spark_files
 from cdc_assets_tests.helpers import by_key, jsonl, land, target_rows, write_config
 
-from .records import MARKS, run_ok
+from .records import MARKS, run_batches, run_ok
 
 pytestmark = MARKS
 
@@ -100,18 +100,7 @@ def test_partial_updates_combine_columns_whatever_the_arrival_order(spark, workd
     table = {"name": "P", "keys": ["k"], "format": "changeset", "partial_updates": True, "partition_by": ["region"],
              "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],
                          "sequence_by": ["SEQ"]}}
-    cfg = write_config(workdir, [table])
-    for n, (records, expected) in enumerate(PARTIAL_BATCHES):
-        if n == len(PARTIAL_BATCHES) - 1:  # the last batch waits: the fresh read shows it
-            cfg = write_config(workdir, [{**table, "apply": {"min_changes": 10**9}}])
-        land(cfg, "P", f"b{n}", {"c.jsonl": jsonl(records)})
-        run_ok(cfg, "P")
-        if n < len(PARTIAL_BATCHES) - 1:
-            assert state(target_rows(cfg, "P")) == expected, f"after batch {n}"
-    assert state(fresh.fresh_table(cfg, cfg.table("P")).to_pylist()) == PARTIAL_BATCHES[-1][1]
-    cfg = write_config(workdir, [table])
-    run_ok(cfg, "P")
-    assert state(target_rows(cfg, "P")) == PARTIAL_BATCHES[-1][1]
+    cfg = run_batches(workdir, table, PARTIAL_BATCHES, state)  # the last batch waits: the fresh read shows it
     apply.rebuild(spark, cfg, cfg.table("P"), None)
     assert state(target_rows(cfg, "P")) == PARTIAL_BATCHES[-1][1]
     apply.rebuild(spark, cfg, cfg.table("P"), ["region=eu"])  # a backfill of one partition
@@ -141,18 +130,6 @@ def test_partial_updates_start_from_nothing_after_a_truncate(spark, workdir):
              "columns": {"a": "long", "b": "long", "region": "string"},
              "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],
                          "truncates": ["T"], "sequence_by": ["SEQ"]}}
-    cfg = write_config(workdir, [table])
-    for n, (records, expected) in enumerate(TRUNCATED_BATCHES):
-        if n == len(TRUNCATED_BATCHES) - 1:  # the last batch waits: the fresh read shows it
-            cfg = write_config(workdir, [{**table, "apply": {"min_changes": 10**9}}])
-        land(cfg, "PT", f"b{n}", {"c.jsonl": jsonl(records)})
-        run_ok(cfg, "PT")
-        if n < len(TRUNCATED_BATCHES) - 1:
-            assert state(target_rows(cfg, "PT")) == expected, f"after batch {n}"
-    final = TRUNCATED_BATCHES[-1][1]
-    assert state(fresh.fresh_table(cfg, cfg.table("PT")).to_pylist()) == final
-    cfg = write_config(workdir, [table])
-    run_ok(cfg, "PT")
-    assert state(target_rows(cfg, "PT")) == final
+    cfg = run_batches(workdir, table, TRUNCATED_BATCHES, state)  # the last batch waits: the fresh read shows it
     apply.rebuild(spark, cfg, cfg.table("PT"), None)
-    assert state(target_rows(cfg, "PT")) == final
+    assert state(target_rows(cfg, "PT")) == TRUNCATED_BATCHES[-1][1]

@@ -11,7 +11,7 @@ from cdc_assets.engine.apply import apply_pending, rebuild
 from cdc_assets.engine.status import table_status
 from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
 
-from .records import MARKS, delta_rows, run_ok
+from .records import MARKS, delta_rows, run_batches, run_ok
 from .test_debezium_feed import lines
 from .test_rule9_truncate import pg
 
@@ -115,20 +115,9 @@ def test_a_delete_carrying_only_the_key_keeps_the_last_live_row(spark, workdir, 
              "columns": {"v": "string", "w": "string", "region": "string"},
              "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],
                          "sequence_by": ["SEQ"]}}
-    cfg = write_config(workdir, [table])
-    for n, (records, expected) in enumerate(KEY_ONLY):
-        if n == len(KEY_ONLY) - 1:  # the last batch waits: the fresh read shows it
-            cfg = write_config(workdir, [{**table, "apply": {"min_changes": 10**9}}])
-        land(cfg, "SK", f"b{n}", {"c.jsonl": jsonl(records)})
-        run_ok(cfg, "SK")
-        if n < len(KEY_ONLY) - 1:
-            assert _kept(target_rows(cfg, "SK", source_only=False)) == expected, f"after batch {n}"
+    cfg = run_batches(workdir, table, KEY_ONLY, _kept)  # the last batch waits: the fresh read shows it
     final = KEY_ONLY[-1][1]
-    assert _kept(fresh.fresh_table(cfg, cfg.table("SK")).to_pylist()) == final
-    cfg = write_config(workdir, [table])
-    run_ok(cfg, "SK")
     rows = target_rows(cfg, "SK", source_only=False)
-    assert _kept(rows) == final
     flagged = next(r for r in rows if r["k"] == 1)
     deletes = [r["_cdc_order"] for r in delta_rows(cfg, "SK", "staging")
                if (r["_cdc_key"], r["_cdc_op"]) == (flagged["_cdc_key"], "D")]
