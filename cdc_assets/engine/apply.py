@@ -450,10 +450,8 @@ def _combined_winners(table_dir: str, table: TableConfig, dt_: DeltaTable, pendi
     cuts = [r["_cdc_order"] for r in histories.pop(TRUNCATE_KEY, [])]
     for k, records in histories.items():
         done = combine.combined_record(records, partial, table.partition_by, soft, cuts)
-        row = current.get(k)
-        if row is None:  # a key with no row (a hard delete's tombstone) and a late change
-            out.append(done)
-        elif done["_cdc_op"] != UPSERT and not soft:
+        row = current[k]  # every such key has a row
+        if done["_cdc_op"] != UPSERT and not soft:
             out.append(done)
         elif done["_cdc_order"] != row["_cdc_order"]:
             out.append(done)  # a newer pending change: replaces the row as any newer one does
