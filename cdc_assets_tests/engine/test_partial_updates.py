@@ -125,7 +125,11 @@ TRUNCATED_BATCHES = [
 ]
 
 
-def test_partial_updates_start_from_nothing_after_a_truncate(spark, workdir):
+@pytest.mark.parametrize("on_spark", [False, True], ids=["in-process", "on-spark"])
+def test_partial_updates_start_from_nothing_after_a_truncate(spark, workdir, monkeypatch, on_spark):
+    if on_spark:  # every apply and build on Spark executors
+        monkeypatch.setattr(spark_apply, "LOCAL_ROWS", 0)
+        monkeypatch.setattr(spark_files, "LOCAL_ROWS", 0)
     table = {"name": "PT", "keys": ["k"], "format": "changeset", "partial_updates": True, "partition_by": ["region"],
              "columns": {"a": "long", "b": "long", "region": "string"},
              "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],
