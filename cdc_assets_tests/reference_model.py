@@ -12,13 +12,14 @@ changes). The reference replays what was delivered so far by that position:
 - a change delivered again with the same event id counts once (rule 4);
 - a truncate (op TRUNCATE, no key) removes every key whose latest change ranks at or below
   it, and the greatest one delivered stays the whole table's tombstone (rule 9);
-- in a soft-delete table (`soft_state`), a key whose latest change is a delete, or ranks at or
-  below a truncate, keeps a row flagged deleted: the image of that latest change (a delete's
-  image is the row as the source deleted it) (rule 12).
 - a column a change does not carry keeps the key's value: each column takes the
   value of the latest delivered change that carried it since the key's last
-  delete (rule 10). A change leaves out its `unset` columns (TOAST
-  placeholders), and on a `partial` table also its null or absent ones.
+  delete or the table's last truncate before it (rule 10). A change leaves out its
+  `unset` columns (TOAST placeholders), and on a `partial` table also its null or absent ones;
+- in a soft-delete table (`soft_state`), a key whose latest change is a delete, or ranks at or
+  below a truncate, keeps its last live row flagged deleted, each column a later delete's image
+  carries (not null, not a placeholder: the row as the source deleted it) laid over it; a
+  key-only delete image carries nothing (rule 12).
 
 The formats' own ordering fields (timestamps, SCNs, LSNs, CSNs...) never
 appear here: the generator derives them from `seq`, and the product must
@@ -53,6 +54,7 @@ class ReferenceTable:
         self._changes: dict[tuple, list[tuple[tuple, str, dict, frozenset]]] = {}
         self._seen: dict[str, SourceChange] = {}
         self._truncated: tuple = (-1,)  # the greatest truncate's rank: below every row
+        self._cuts: list[tuple] = []  # every truncate's rank
         for i, (key, row) in enumerate((base_rows or {}).items()):
             self._changes[key] = [((_BASE, i), UPSERT, dict(row), frozenset())]
 
@@ -70,6 +72,7 @@ class ReferenceTable:
         rank = (_CHANGE, change.seq)
         if change.op == TRUNCATE:
             self._truncated = max(self._truncated, rank)
+            self._cuts.append(rank)
             return True
         self._changes.setdefault(change.key, []).append((rank, change.op, dict(change.row), frozenset(change.unset)))
         return True
@@ -81,15 +84,19 @@ class ReferenceTable:
         return op == UPSERT and rank > self._truncated
 
     def _row(self, key: tuple) -> dict:
-        """The key's columns, each from the latest change since the last delete (or truncate) that carried it."""
+        """The key's columns, each from the latest change that carried it since the last delete or
+        truncate before the key's last upsert; the deletes after that upsert carry their non-null
+        columns (they matter only to a soft-delete table's flagged row)."""
         changes = sorted(self._changes[key], key=lambda c: c[0])
-        since = max([rank for rank, op, _, _ in changes if op == DELETE] + [self._truncated])
-        upserts = [c for c in changes if c[1] == UPSERT and c[0] > since]
-        columns = {col for _, _, row, _ in upserts for col in row}
+        last_upsert = max((rank for rank, op, _, _ in changes if op == UPSERT), default=None)
+        ends = [rank for rank, op, _, _ in changes if op == DELETE] + self._cuts
+        since = max((r for r in ends if last_upsert is not None and r < last_upsert), default=(-1,))
+        used = [c for c in changes if c[0] > since]
+        columns = {col for _, _, row, _ in used for col in row}
         out = {}
-        for _, _, row, unset in upserts:  # ascending rank: a later carrier overwrites
+        for _, op, row, unset in used:  # ascending rank: a later carrier overwrites
             for col in columns:
-                if col in unset or (self.partial and row.get(col) is None):
+                if col in unset or ((self.partial or op == DELETE) and row.get(col) is None):
                     continue
                 out[col] = row.get(col)
         return out
@@ -100,13 +107,8 @@ class ReferenceTable:
 
     def soft_state(self) -> dict[tuple, tuple[dict, bool]]:
         """A soft-delete table's rows: key -> (row, flagged deleted) of every key ever changed; a
-        flagged key's row is the image of its latest change (a delete's: the row as the source deleted it)."""
-        out = {}
-        for k in self._changes:
-            rank, op, row, _ = self._latest(k)
-            live = self._live(rank, op)
-            out[k] = (self._row(k) if live else dict(row), not live)
-        return out
+        flagged key's row is its last live row, with what its later deletes' images carry."""
+        return {k: (self._row(k), not self._live(*self._latest(k)[:2])) for k in self._changes}
 
     def tombstones(self) -> set[tuple]:
         return {k for k in self._changes if not self._live(*self._latest(k)[:2])}

@@ -90,10 +90,11 @@ KEYS: tuple[Key, ...] = (
     Key("tables[].maintenance.schedule", CRON, f"`{DEFAULT_SCHEDULE}`", "When the maintenance schedule runs (it starts stopped)."),
     Key("tables[].insert_only", "`true` or `false`", "`false`", "Append batches without a MERGE; an update or delete goes to quarantine."),
     Key("tables[].deletes", "`hard` or `soft`", "`hard`",
-        "`soft`: a deleted key keeps its row in the target, `_cdc_deleted` true, with the delete's ordering key."),
+        "`soft`: a deleted key keeps its last live row in the target, `_cdc_deleted` true, with the delete's "
+        "ordering key."),
     Key("tables[].partial_updates", "`true` or `false`", "`false`",
         "An update carries only what changed: a null or absent column keeps the key's value (the latest non-null "
-        "one by ordering key since the key's last delete, whatever the arrival order)."),
+        "one by ordering key since the key's last delete or truncate, whatever the arrival order)."),
     Key("tables[].history", "`true`, `false` or a mapping", "`false`",
         "A `history` table keeps every version of each key (SCD type 2)."),
     Key("tables[].history.track_except", NAMES, "none (every change opens a version)",

@@ -652,7 +652,8 @@ def _debezium(record: Record, keys: Sequence[str], options: ChangesetOptions, li
     image = record.get(image_name)
     if not isinstance(image, dict):
         raise RecordError(f"op {op!r} event has no {image_name!r} row image")
-    unset = frozenset(c for c, v in image.items() if _unavailable(v)) if op != "d" else frozenset()
+    # a placeholder is no value in a delete's image either: a soft delete keeps the stored one (rule 12)
+    unset = frozenset(c for c, v in image.items() if _unavailable(v))
     if unset:  # a TOAST placeholder: the column is not carried (rule 10)
         image = {c: v for c, v in image.items() if c not in unset}
         rename = dict(typing.rename) if typing else {}

@@ -222,22 +222,31 @@ def _greatest(*orders: str | None) -> str | None:
 
 
 def flagged_columns(columns: dict[str, str], table: TableConfig) -> dict[str, str]:
-    """A soft-delete table's target columns end with its `_cdc_deleted` flag (rule 12)."""
-    return {**columns, shape.DELETED: "boolean"} if table.soft_deletes and shape.DELETED not in columns else columns
+    """A soft-delete table's target columns end with its `_cdc_deleted` flag (rule 12); another
+    table has none (one switched back to hard deletes loses it)."""
+    if not table.soft_deletes:
+        return {c: t for c, t in columns.items() if c != shape.DELETED}
+    return {**columns, shape.DELETED: "boolean"} if shape.DELETED not in columns else columns
+
+
+def _switched_to_hard(dt_: DeltaTable, table: TableConfig) -> bool:
+    """Whether a hard-delete table's target still has a soft-delete table's flag column."""
+    return not table.soft_deletes and shape.DELETED in _existing_columns(dt_)
 
 
 FLAG = "F"  # a MERGE source row that only sets `_cdc_deleted` (a soft-delete table's truncated row)
 
 
 def with_flags(rows: pa.Table, floor: str | None) -> pa.Table:
-    """A soft-delete table's MERGE rows: each an upsert of its row image, `_cdc_deleted` set
-    when it is a delete or ranks at or below the truncate `floor` (rule 12)."""
-    deleted = pc.equal(rows["_cdc_apply"], DELETE)
+    """A soft-delete table's MERGE rows: each an upsert of its row image (a REFILL stays one),
+    `_cdc_deleted` set when its change (`_cdc_op`, dropped) is a delete or ranks at or below the
+    truncate `floor` (rule 12)."""
+    deleted = pc.equal(rows["_cdc_op"], DELETE)
     if floor:
         deleted = pc.or_(deleted, pc.less_equal(rows["_cdc_order"], floor))
     rows = rows.set_column(rows.schema.get_field_index(shape.DELETED), shape.DELETED, deleted)
-    return rows.set_column(rows.schema.get_field_index("_cdc_apply"), "_cdc_apply",
-                           pa.array([UPSERT] * rows.num_rows, pa.string()))
+    applies = pc.if_else(pc.equal(rows["_cdc_apply"], REFILL), REFILL, pa.scalar(UPSERT, pa.string()))
+    return rows.set_column(rows.schema.get_field_index("_cdc_apply"), "_cdc_apply", applies).drop_columns(["_cdc_op"])
 
 
 def truncated_deletes(dt_: DeltaTable, truncate: str, source: pa.Table, soft: bool = False) -> pa.Table:
@@ -392,7 +401,7 @@ def merge_source(table_dir: str, table: TableConfig, dt_: DeltaTable, applied: i
     live = live.append_column("_cdc_apply", applies)
     images = [decode_row(r) for r in live["_cdc_row"].to_pylist() if r is not None]
     columns = flagged_columns(_columns(dt_, images, table_dir, table), table)
-    source = _as_target_rows(live, columns, extra=("_cdc_apply",), images=images)
+    source = _as_target_rows(live, columns, extra=("_cdc_apply",) + (("_cdc_op",) if soft else ()), images=images)
     if soft:
         source = with_flags(source, floor)
     return MergeSource(pending, winners, keys, ops, tombs, columns, source, truncate)
@@ -401,27 +410,42 @@ def merge_source(table_dir: str, table: TableConfig, dt_: DeltaTable, applied: i
 def _combined_winners(table_dir: str, table: TableConfig, dt_: DeltaTable, pending: pa.Table, winners: pa.Table,
                       reached: int) -> tuple[pa.Table, set[str]]:
     """The winners where a key's latest pending change alone is not its state (engine/combine.py):
-    a partial_updates table's keys, and keys with a change that leaves a column out. Such a key's
-    pending changes are combined with its state before them, its target row (or its tombstone),
-    every column of which ranks below them. A key with a pending change ranking below its row
-    (arrived late) is combined from its whole history (staging up to `reached`, and base) instead:
-    it may carry a column the row's newer changes left out, so the result replaces the row even
-    at the row's own ordering key (REFILL), unless it is the row as it is. Returns the winners
-    and the REFILL keys."""
-    partial = table.partial_updates
+    a partial_updates table's keys, keys with a change that leaves a column out, and a soft-delete
+    table's deleted keys. Such a key's pending changes are combined with its state before them,
+    its target row (or its tombstone), every column of which ranks below them, and with the
+    truncates ranking between (the last applied one and the pending ones). A key is combined from
+    its whole history (staging up to `reached`, and base, with every truncate there) instead when
+    that state is not enough: a pending change ranking below its row (arrived late: it may carry a
+    column the row's newer changes left out), a pending truncate ranking below its row (the row may
+    hold a column only a change below the truncate carried), or a row a soft delete flagged (a
+    re-insert must not take its values, a delete keeps them). The result replaces the row even at
+    the row's own ordering key (REFILL), unless it is the row as it is. Returns the winners and
+    the REFILL keys."""
+    partial, soft = table.partial_updates, table.soft_deletes
     marks = combine.marked(pending["_cdc_row"])
-    all_keys = winners["_cdc_key"].to_pylist()
+    all_keys = [k for k in winners["_cdc_key"].to_pylist() if k != TRUNCATE_KEY]
     existing = {c: t for c, t in _existing_columns(dt_).items() if c not in shape.META_COLUMNS}
+    values = {c: t for c, t in existing.items() if c != shape.DELETED}
     wanted = set(all_keys) if partial else set(pc.filter(pending["_cdc_key"], marks).to_pylist())
-    orders = delta.rows_with_keys(dt_, (("_cdc_key", "string"), ("_cdc_order", "string")), all_keys)
-    row_order = dict(zip(orders["_cdc_key"].to_pylist(), orders["_cdc_order"].to_pylist()))
+    if soft:
+        wanted |= set(pc.filter(pending["_cdc_key"], pc.equal(pending["_cdc_op"], DELETE)).to_pylist())
+    flag = soft and shape.DELETED in existing
+    seen = delta.rows_with_keys(dt_, (("_cdc_key", "string"), ("_cdc_order", "string"))
+                                + (((shape.DELETED, "boolean"),) if flag else ()), all_keys)
+    row_order = dict(zip(seen["_cdc_key"].to_pylist(), seen["_cdc_order"].to_pylist()))
     lowest = pa.table({"k": pending["_cdc_key"], "o": pending["_cdc_order"]}).group_by("k").aggregate([("o", "min")])
     late = {k for k, o in zip(lowest["k"].to_pylist(), lowest["o_min"].to_pylist()) if k in row_order and o < row_order[k]}
+    if flag:
+        late |= {k for k, d in zip(seen["_cdc_key"].to_pylist(), seen[shape.DELETED].to_pylist()) if d}
+    pending_cuts = combine.cut_orders(pending)
+    if pending_cuts and (partial or _leaves_columns_out(table_dir, reached)):
+        late |= _keys_above(dt_, min(pending_cuts))
     fold = wanted - late
     if not fold and not late:
         return winners, set()
     current = {r["_cdc_key"]: r for r in _rows_of(dt_, _target_schema(existing), sorted(fold | late)).to_pylist()}
-    tombs = _tombstone_orders(table_dir, sorted(fold - set(current)))
+    tombs = _tombstone_orders(table_dir, sorted(fold - set(current)) + [TRUNCATE_KEY])
+    cuts = [o for o in [tombs.pop(TRUNCATE_KEY, None)] + pending_cuts if o is not None]
     by_key: dict[str, list[dict]] = {}
     for r in pending.filter(pc.is_in(pending["_cdc_key"], value_set=pa.array(sorted(fold), pa.string()))).to_pylist():
         by_key.setdefault(r["_cdc_key"], []).append(r)
@@ -431,18 +455,21 @@ def _combined_winners(table_dir: str, table: TableConfig, dt_: DeltaTable, pendi
         start = {**before, "_cdc_op": UPSERT, "_cdc_row": None} if before is not None else \
             {"_cdc_key": k, "_cdc_op": DELETE, "_cdc_order": tombs[k], "_cdc_row": None} if k in tombs else None
         if start is None:
-            out.append(combine.combined_record(records, partial, table.partition_by))
+            out.append(combine.combined_record(records, partial, table.partition_by, soft, cuts))
             continue
-        done = combine.combined_record([start] + records, partial, table.partition_by)
+        done = combine.combined_record([start] + records, partial, table.partition_by, soft, cuts)
         if done["_cdc_order"] != start["_cdc_order"]:  # else every pending change ranks below a tombstone: stale
             out.append(done)
-    for k, records in _histories(table_dir, table, sorted(late), reached).items():
-        done = combine.combined_record(records, partial, table.partition_by)
-        if done["_cdc_op"] != UPSERT:
+    histories = _histories(table_dir, table, sorted(late) + [TRUNCATE_KEY], reached)
+    cuts = [r["_cdc_order"] for r in histories.pop(TRUNCATE_KEY, [])]
+    for k, records in histories.items():
+        done = combine.combined_record(records, partial, table.partition_by, soft, cuts)
+        row = current[k]  # every such key has a row
+        if done["_cdc_op"] != UPSERT and not soft:
             out.append(done)
-        elif done["_cdc_order"] != current[k]["_cdc_order"]:
+        elif done["_cdc_order"] != row["_cdc_order"]:
             out.append(done)  # a newer pending change: replaces the row as any newer one does
-        elif not _same_row(decode_row(done["_cdc_row"]), current[k], existing):
+        elif not _same_row(decode_row(done["_cdc_row"]), row, values):
             out.append(done)
             refill.add(k)
     if not out:
@@ -450,6 +477,14 @@ def _combined_winners(table_dir: str, table: TableConfig, dt_: DeltaTable, pendi
     combined = pa.Table.from_pylist(out, schema=winners.schema)
     others = winners.filter(pc.invert(pc.is_in(winners["_cdc_key"], value_set=combined["_cdc_key"])))
     return pa.concat_tables([others, combined]), refill
+
+
+def _keys_above(dt_: DeltaTable, order: str) -> set[str]:
+    """The keys of the target rows ranking above `order` (one pass over two columns)."""
+    import pyarrow.dataset as ds
+
+    rows = dt_.to_pyarrow_dataset().to_table(columns=["_cdc_key"], filter=ds.field("_cdc_order") > order)
+    return set(rows["_cdc_key"].to_pylist())
 
 
 def _rows_of(dt_: DeltaTable, schema: pa.Schema, keys: list[str]) -> pa.Table:
@@ -525,15 +560,24 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
         figures["seconds"] = round(time.time() - t0, 2)
         return figures
 
+    if _switched_to_hard(dt_, table):
+        # Switched from soft deletes: a flagged row is a deleted key, no row of a hard-delete
+        # table, and the flag is no column of one: the target is built again without either.
+        figures = _build(spark, cfg, table, dt_, reached, None, first=True)
+        figures.update({"seconds": round(time.time() - t0, 2), "applied_on": "a whole build: deletes are hard now"})
+        return figures
+
     on_spark = None  # why a batch large enough for Spark is applied in this process
     if spark_apply.runs_on_spark(table_dir, applied):
         if table.insert_only:
             on_spark = "this process: an insert_only table's rows are appended by delta-rs"
         elif table.change_feed:
             on_spark = "this process: the change data feed's files are written by delta-rs' MERGE"
-        elif combine.combines(table) and (table.partial_updates or _leaves_columns_out(table_dir, reached)):
-            # Each key's changes are combined column by column, with its earlier ones too: Spark
-            # builds the whole state from staging and base, as a first apply does.
+        elif combine.combines(table) and (table.partial_updates or table.soft_deletes or
+                                           _leaves_columns_out(table_dir, reached)):
+            # Each key's changes are combined column by column, with its earlier ones too (a soft
+            # delete keeps the key's last live row, which a late change may set): Spark builds
+            # the whole state from staging and base, as a first apply does.
             figures = _build(spark, cfg, table, dt_, reached, None, first=True)
             figures.update({"seconds": round(time.time() - t0, 2),
                             "applied_on": "spark: the whole state, each key's changes combined column by column"})
@@ -702,7 +746,10 @@ class _SparkHistory:
         if self.distinct:
             self.latest = history
         elif combine.combines(table):
-            self.latest = combine.spark_latest_or_combined(history, table.partial_updates, table.partition_by).cache()
+            cuts = [r[0] for r in history.where(F.col("_cdc_op") == TRUNCATE).select("_cdc_order").collect()] \
+                if cut is not None else []
+            self.latest = combine.spark_latest_or_combined(history, table.partial_updates, table.partition_by,
+                                                           table.soft_deletes, cuts).cache()
         else:
             self.latest = latest_per_key(history).cache()
         self.truncate = cut  # the greatest truncate: the rows ranking at or below it are gone (rule 9)
@@ -764,7 +811,8 @@ class _LocalHistory:
         if self.keys == history.num_rows:
             self.latest = history
         elif combine.combines(table):
-            self.latest = combine.latest_or_combined(history, table.partial_updates, table.partition_by)
+            self.latest = combine.latest_or_combined(history, table.partial_updates, table.partition_by,
+                                                     table.soft_deletes)
         else:
             self.latest = latest_of_batch(history)
         self.truncate = truncate_order(self.latest)  # rule 9, as _SparkHistory
@@ -781,7 +829,7 @@ class _LocalHistory:
             live = _where(live, pc.is_in(live["_cdc_partition"], value_set=pa.array(wanted, pa.string())))
         if table.soft_deletes:
             typed = _as_target_rows(live.append_column("_cdc_apply", live["_cdc_op"]), self.columns,
-                                    extra=("_cdc_apply",))
+                                    extra=("_cdc_apply", "_cdc_op"))
             typed = with_flags(typed, self.truncate).drop_columns(["_cdc_apply"])
         else:
             typed = _as_target_rows(live, self.columns)

@@ -117,8 +117,13 @@ def fresh_read(cfg: Config, table: TableConfig, with_metadata: bool = False) -> 
     keep = list(columns) + (list(shape.META_COLUMNS) if with_metadata else [])
     out_schema = pa.schema([schema.field(c) for c in keep])
 
+    # a table switched from soft to hard deletes: its flagged rows go at the next apply
+    unflag = not table.soft_deletes and shape.DELETED in dt_.schema().to_arrow().names
+
     def batches() -> Iterator[pa.RecordBatch]:
         for b in dt_.to_pyarrow_dataset().to_batches():
+            if unflag:
+                b = b.filter(pc.invert(pc.fill_null(b.column(shape.DELETED), False)))
             if not b.num_rows:
                 continue
             b = _cast_typed(b, columns).cast(schema)

@@ -17,9 +17,10 @@ What each part keeps:
   the applied batches registered before `trim_staging_after`, only each key's latest change:
   the row every rebuild, backfill, restore and publish would pick for that key from those
   batches anyway (`_trim_staging`), but for a key with a change that leaves a column out (a TOAST
-  placeholder), which keeps them all. A key's delete stays as its latest change, and `tombstones`
-  keep every deleted key's ordering key forever, so a late change older than a delete never
-  brings its row back.
+  placeholder), which keeps them all, and in a soft-delete table, whose keys keep their latest
+  upsert and what ranks above it (a delete keeps that upsert's row). A key's delete stays as its
+  latest change, and `tombstones` keep every deleted key's ordering key forever, so a late change
+  older than a delete never brings its row back.
 - The vacuum removes files that no version newer than `retention` references; the versions older
   than that can no longer be read or restored.
 """
@@ -33,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable
 
+from ..core.changes import UPSERT
 from ..core.config import Config, TableConfig
 from ..core.values import UNSET_KEY
 from . import delta
@@ -139,7 +141,7 @@ def _trim_changes(table_dir: str, through: int) -> int:
     return int(result.get("num_deleted_rows", 0))
 
 
-def _trim_staging(table_dir: str, through: int) -> int:
+def _trim_staging(table_dir: str, through: int, soft: bool = False) -> int:
     """Keep, of staging's batches up to `through`, only each key's latest change; the rows deleted.
 
     A deleted row is one that some change of its key in a batch up to `through` outranks. Every
@@ -153,13 +155,15 @@ def _trim_staging(table_dir: str, through: int) -> int:
     older than the trim: that state is gone from staging, so the rebuild builds the whole target
     as of the last staged batch instead (apply._build), never a partition of the older state.
     Each window of batches is one commit carrying the batch it trimmed through (STAGING_TRIM), so
-    a trim stopped midway goes on from there."""
+    a trim stopped midway goes on from there. In a soft-delete table (`soft`) a key keeps its
+    latest upsert and every change ranking above it: a delete keeps the row that upsert made."""
     staging_path = path(table_dir, STAGING)
     staging = delta.open_table(staging_path)
     done = delta.txn_version(staging, STAGING_TRIM)
     if staging is None or done >= through:
         return 0
-    return sum(_trim_staging_window(staging_path, start, end) for start, end in _windows(staging_path, done, through))
+    return sum(_trim_staging_window(staging_path, start, end, soft)
+               for start, end in _windows(staging_path, done, through))
 
 
 def _windows(table_path: str, done: int, through: int) -> list[tuple[int, int]]:
@@ -180,7 +184,7 @@ def _windows(table_path: str, done: int, through: int) -> list[tuple[int, int]]:
     return windows
 
 
-def _trim_staging_window(staging_path: str, after: int, through: int) -> int:
+def _trim_staging_window(staging_path: str, after: int, through: int, soft: bool = False) -> int:
     """Delete the staged rows of batches up to `through` that a later-ranked change of their key
     in those batches outranks, looking only at the keys batches after..through staged (earlier
     batches were trimmed already: they hold one row per key)."""
@@ -190,11 +194,16 @@ def _trim_staging_window(staging_path: str, after: int, through: int) -> int:
     # with each of them column by column (engine/combine.py).
     scope += f" AND _cdc_key NOT IN (SELECT _cdc_key FROM t WHERE _cdc_row LIKE '%{UNSET_KEY}%')"
     staging = delta.load(staging_path)
-    # staging holds one row per key and batch: (key, batch) names a row
+    # a key's change is named by its key, batch and ordering key (a batch may stage several of a key)
+    if soft:  # below the key's latest upsert (a truncate, which has none, stays)
+        outranked = f"_cdc_order < max(CASE WHEN _cdc_op = '{UPSERT}' THEN _cdc_order END) OVER (PARTITION BY _cdc_key)"
+    else:
+        outranked = "row_number() OVER (PARTITION BY _cdc_key ORDER BY _cdc_order DESC) > 1"
     losers = delta.query(staging, (
-        "SELECT _cdc_key, _cdc_batch_seq FROM (SELECT _cdc_key, _cdc_batch_seq, row_number() OVER "
-        f"(PARTITION BY _cdc_key ORDER BY _cdc_order DESC) AS n FROM t WHERE {older}{scope}) WHERE n > 1"))
-    losers = losers.cast(delta.arrow_schema((("_cdc_key", "string"), ("_cdc_batch_seq", "long"))))
+        "SELECT _cdc_key, _cdc_batch_seq, _cdc_order FROM (SELECT _cdc_key, _cdc_batch_seq, _cdc_order, "
+        f"{outranked} AS gone FROM t WHERE {older}{scope}) WHERE gone"))
+    losers = losers.cast(delta.arrow_schema((("_cdc_key", "string"), ("_cdc_batch_seq", "long"),
+                                             ("_cdc_order", "string"))))
     props = delta.commit_props(STAGING_TRIM, through, {"through_batch": through, "rows_trimmed": losers.num_rows})
     if losers.num_rows == 0:
         # nothing to delete: a commit of the mark alone spares the next trim these batches
@@ -202,6 +211,7 @@ def _trim_staging_window(staging_path: str, after: int, through: int) -> int:
         return 0
     bounds = pc.min_max(losers["_cdc_batch_seq"]).as_py()
     result = staging.merge(losers, "t._cdc_key = s._cdc_key AND t._cdc_batch_seq = s._cdc_batch_seq AND "
+                                   "t._cdc_order = s._cdc_order AND "
                                    f"t._cdc_batch_seq >= {bounds['min']} AND t._cdc_batch_seq <= {bounds['max']}",
                            source_alias="s", target_alias="t", commit_properties=props) \
         .when_matched_delete().execute()
@@ -231,7 +241,8 @@ def maintain(cfg: Config, table: TableConfig, now: dt.datetime | None = None,
     applied = delta.txn_version(target, TARGET)
     trims = {}
     for table_name, after, trim in ((CHANGES, policy.trim_changes_after, _trim_changes),
-                                    (STAGING, policy.trim_staging_after, _trim_staging)):
+                                    (STAGING, policy.trim_staging_after,
+                                     lambda d, t: _trim_staging(d, t, table.soft_deletes))):
         through = trimmable_through(table_dir, applied, now - dt.timedelta(seconds=after)) \
             if after is not None and applied >= 1 else None
         trims[table_name] = (through, trim(table_dir, through) if through is not None else 0)

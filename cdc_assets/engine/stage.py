@@ -2,7 +2,8 @@
 
 Staging keeps one row per key and batch, so a rebuild or backfill never needs
 to re-read the change files; changes a batch superseded itself are counted. A key
-whose changes leave columns out keeps every change of the batch (engine/combine.py).
+whose changes leave columns out, or a soft-delete table's key with a delete and another
+change, keeps every change of the batch (engine/combine.py).
 """
 from __future__ import annotations
 

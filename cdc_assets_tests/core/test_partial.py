@@ -122,3 +122,80 @@ def test_permutations_of_a_late_fill():
               Piece("2", UPSERT, {"id": 1, "a": "a2", "b": "b2"})]
     for order in itertools.permutations(pieces):
         assert combine(list(order), partial=False).row == {"id": 1, "a": "a2", "b": "b3"}
+
+
+def replayed(pieces: list[Piece], partial: bool, soft: bool, cuts: list[str]) -> tuple[bool, dict]:
+    """Rules 9, 10 and 12 as written, replayed in true order: a delete or truncate ends the live
+    row; a soft-delete table keeps that row, each column a delete's image carries (not null, not a
+    placeholder) laid over it. Returns whether the key is live and its row (the kept one if not)."""
+    events = sorted([(p.order, p) for p in pieces] + [(c, None) for c in cuts], key=lambda e: e[0])
+    live: dict | None = None
+    kept: dict = {}
+    for _, p in events:
+        if p is None or p.op == DELETE:
+            if live is not None:
+                kept, live = live, None
+            if p is not None and soft:
+                kept = {**kept, **{c: v for c, v in p.row.items() if v is not None and c not in p.unset}}
+            continue
+        live = dict(live or {})
+        for c in ("id", "a", "b", "c"):
+            if c in p.unset or (partial and p.row.get(c) is None):
+                continue
+            live[c] = p.row.get(c)
+    return (True, live) if live is not None else (False, kept)
+
+
+def with_images(pieces: list[Piece], rnd: random.Random) -> list[Piece]:
+    """Some deletes carry a row image (REPLICA IDENTITY FULL), some only the key."""
+    out = []
+    for p in pieces:
+        if p.op == DELETE and rnd.random() < 0.5:
+            p = Piece(p.order, DELETE, {"id": 1, **{c: rnd.choice([None, f"{c}-{p.order}"]) for c in ("a", "b", "c")}})
+        out.append(p)
+    return out
+
+
+@pytest.mark.parametrize("partial", [False, True])
+@pytest.mark.parametrize("soft", [False, True])
+def test_truncates_and_soft_deletes_combine_as_the_rules_replay(partial, soft):
+    rnd = random.Random(f"{partial}{soft}")
+    for _ in range(400):
+        pieces = with_images(history(rnd, rnd.randint(1, 7)), rnd)
+        # a truncate ranks just after change i; only those below the key's latest change concern its row
+        top = max(p.order for p in pieces)
+        cuts = [f"{i:04d}~" for i in range(len(pieces)) if rnd.random() < 0.2 and f"{i:04d}~" < top]
+        live, want = replayed(pieces, partial, soft, cuts)
+        shuffled = pieces[:]
+        rnd.shuffle(shuffled)
+        done = combine(shuffled, partial, soft=soft, cuts=cuts)
+        assert (done.op(shuffled) == UPSERT) == live
+        if live or soft:
+            assert {c: done.row.get(c) for c in ("id", "a", "b", "c")} == {c: want.get(c) for c in ("id", "a", "b", "c")}
+
+
+def test_a_soft_delete_with_only_the_key_keeps_the_last_live_row():
+    pieces = [Piece("1", UPSERT, {"id": 1, "a": "a1", "b": "b1"}),
+              Piece("2", UPSERT, {"id": 1, "a": "a2", "b": None}),
+              Piece("3", DELETE, {"id": 1, "a": None, "b": None})]
+    for order in itertools.permutations(pieces):
+        assert combine(list(order), partial=False, soft=True).row == {"id": 1, "a": "a2", "b": None}
+        assert combine(list(order), partial=True, soft=True).row == {"id": 1, "a": "a2", "b": "b1"}
+    # a second delete keeps it; its image's non-null values are the row as the source deleted it
+    again = pieces + [Piece("4", DELETE, {"id": 1, "b": "b4"})]
+    assert combine(again, partial=False, soft=True).row == {"id": 1, "a": "a2", "b": "b4"}
+    # a truncate between two upserts: the later partial one starts from nothing
+    assert combine(pieces[:2], partial=True, cuts=["15"]).row == {"id": 1, "a": "a2"}
+
+
+def test_a_placeholder_in_a_deletes_image_is_not_carried():
+    """A soft-delete table keeps a deleted key's row from what the delete's image carries: a TOAST
+    placeholder there is no value (the row keeps the stored one), as in an update."""
+    event = {"before": {"id": 1, "doc": UNAVAILABLE, "v": "x"}, "after": None, "op": "d",
+             "source": {"connector": "postgresql", "ts_ms": 1_709_287_200_000, "lsn": 100}}
+    (item,) = parse_file("debezium-json", {}, ["id"], "f.jsonl", json.dumps(event).encode())
+    assert isinstance(item, Change) and item.op == DELETE
+    assert item.unset == {"doc"} and item.row == {"id": 1, "v": "x"}
+    kept = combine([Piece("1", UPSERT, {"id": 1, "doc": "long", "v": "a"}),
+                    Piece("2", DELETE, item.row, item.unset)], partial=False, soft=True)
+    assert kept.row == {"id": 1, "doc": "long", "v": "x"}

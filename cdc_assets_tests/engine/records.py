@@ -7,7 +7,7 @@ import uuid as _uuid
 import pytest
 from deltalake import DeltaTable
 
-from cdc_assets_tests.helpers import run_table
+from cdc_assets_tests.helpers import jsonl, land, run_table, target_rows, write_config
 
 TS = "2024-03-01T10:00:00"  # one second: every event below may share it (1-second ties)
 
@@ -87,3 +87,27 @@ def run_ok(cfg, table: str):
     outcome = run_table(cfg, table)
     assert outcome.ok, outcome
     return outcome
+
+
+def run_batches(workdir, table: dict, batches: list, state) -> object:
+    """Land each of `batches` (change records, the state expected after them) as a JSON lines file
+    and run the table: after each but the last the target's `state` (rows -> comparable) is the
+    batch's; the last waits (`apply.min_changes`), the fresh read shows it, then it is applied.
+    Returns the table's config."""
+    from cdc_assets.engine import fresh
+
+    name = table["name"]
+    cfg = write_config(workdir, [table])
+    for n, (records, expected) in enumerate(batches):
+        if n == len(batches) - 1:
+            cfg = write_config(workdir, [{**table, "apply": {"min_changes": 10**9}}])
+        land(cfg, name, f"b{n}", {"c.jsonl": jsonl(records)})
+        run_ok(cfg, name)
+        if n < len(batches) - 1:
+            assert state(target_rows(cfg, name, source_only=False)) == expected, f"after batch {n}"
+    final = batches[-1][1]
+    assert state(fresh.fresh_table(cfg, cfg.table(name)).to_pylist()) == final
+    cfg = write_config(workdir, [table])
+    run_ok(cfg, name)
+    assert state(target_rows(cfg, name, source_only=False)) == final
+    return cfg

@@ -8,10 +8,10 @@ import base64
 
 import pytest
 
-from cdc_assets.engine import apply, fresh, spark_apply, spark_files
+from cdc_assets.engine import apply, spark_apply, spark_files
 from cdc_assets_tests.helpers import by_key, jsonl, land, target_rows, write_config
 
-from .records import MARKS, run_ok
+from .records import MARKS, run_batches, run_ok
 
 pytestmark = MARKS
 
@@ -100,19 +100,40 @@ def test_partial_updates_combine_columns_whatever_the_arrival_order(spark, workd
     table = {"name": "P", "keys": ["k"], "format": "changeset", "partial_updates": True, "partition_by": ["region"],
              "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],
                          "sequence_by": ["SEQ"]}}
-    cfg = write_config(workdir, [table])
-    for n, (records, expected) in enumerate(PARTIAL_BATCHES):
-        if n == len(PARTIAL_BATCHES) - 1:  # the last batch waits: the fresh read shows it
-            cfg = write_config(workdir, [{**table, "apply": {"min_changes": 10**9}}])
-        land(cfg, "P", f"b{n}", {"c.jsonl": jsonl(records)})
-        run_ok(cfg, "P")
-        if n < len(PARTIAL_BATCHES) - 1:
-            assert state(target_rows(cfg, "P")) == expected, f"after batch {n}"
-    assert state(fresh.fresh_table(cfg, cfg.table("P")).to_pylist()) == PARTIAL_BATCHES[-1][1]
-    cfg = write_config(workdir, [table])
-    run_ok(cfg, "P")
-    assert state(target_rows(cfg, "P")) == PARTIAL_BATCHES[-1][1]
+    cfg = run_batches(workdir, table, PARTIAL_BATCHES, state)  # the last batch waits: the fresh read shows it
     apply.rebuild(spark, cfg, cfg.table("P"), None)
     assert state(target_rows(cfg, "P")) == PARTIAL_BATCHES[-1][1]
     apply.rebuild(spark, cfg, cfg.table("P"), ["region=eu"])  # a backfill of one partition
     assert state(target_rows(cfg, "P")) == PARTIAL_BATCHES[-1][1]
+
+
+# A partial-update change set with truncates: after a truncate a key starts from nothing, so a
+# column no later change carries is null, also when the truncate arrives after the changes
+# around it (batch 2), and a change ranking below a truncate is stale.
+TRUNCATED_BATCHES = [
+    ([cs("I", 1, 1, a=1, b=1, region="eu"), cs("I", 1, 2, a=1, b=1, region="us"),
+      cs("T", 5, 0), cs("U", 6, 1, a=6),  # the same batch: the truncate forgets b and region
+      cs("I", 10, 3, a=10, b=10, region="eu")],
+     {1: (6, None, None), 3: (10, 10, "eu")}),
+    ([cs("U", 7, 2, b=7, region="us"), cs("U", 4, 1, b=4),  # below the truncate, arriving later: stale
+      cs("U", 12, 3, a=12)],
+     {1: (6, None, None), 2: (None, 7, "us"), 3: (12, 10, "eu")}),
+    ([cs("T", 11, 0)],  # ranks below 3's last update: 3 keeps only what that update carried
+     {3: (12, None, None)}),
+    ([cs("U", 13, 3, b=13), cs("I", 9, 4, a=9)],  # 4 ranks below the truncate: stale
+     {3: (12, 13, None)}),
+]
+
+
+@pytest.mark.parametrize("on_spark", [False, True], ids=["in-process", "on-spark"])
+def test_partial_updates_start_from_nothing_after_a_truncate(spark, workdir, monkeypatch, on_spark):
+    if on_spark:  # every apply and build on Spark executors
+        monkeypatch.setattr(spark_apply, "LOCAL_ROWS", 0)
+        monkeypatch.setattr(spark_files, "LOCAL_ROWS", 0)
+    table = {"name": "PT", "keys": ["k"], "format": "changeset", "partial_updates": True, "partition_by": ["region"],
+             "columns": {"a": "long", "b": "long", "region": "string"},
+             "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],
+                         "truncates": ["T"], "sequence_by": ["SEQ"]}}
+    cfg = run_batches(workdir, table, TRUNCATED_BATCHES, state)  # the last batch waits: the fresh read shows it
+    apply.rebuild(spark, cfg, cfg.table("PT"), None)
+    assert state(target_rows(cfg, "PT")) == TRUNCATED_BATCHES[-1][1]

@@ -4,12 +4,14 @@ The fresh read, a rebuild, `keys_unique`, the reconciliation with a source expor
 understand it (live rows exclude flagged ones); a table without the setting deletes rows."""
 from __future__ import annotations
 
-from cdc_assets.engine import checks, fresh
+import pytest
+
+from cdc_assets.engine import checks, fresh, spark_apply, spark_files
 from cdc_assets.engine.apply import apply_pending, rebuild
 from cdc_assets.engine.status import table_status
-from cdc_assets_tests.helpers import land, target_rows, write_config
+from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
 
-from .records import MARKS, delta_rows, run_ok
+from .records import MARKS, delta_rows, run_batches, run_ok
 from .test_debezium_feed import lines
 from .test_rule9_truncate import pg
 
@@ -74,3 +76,78 @@ def test_a_fresh_read_of_a_soft_delete_table_equals_the_next_apply(spark, workdi
     shown = sorted(map(repr, fresh.fresh_table(cfg, table, with_metadata=True).to_pylist()))
     apply_pending(spark, cfg, table)
     assert sorted(map(repr, target_rows(cfg, "SD", source_only=False))) == shown
+
+
+def cs(flag: str, seq: int, key: int, **values) -> dict:
+    """A change set row; a delete's columns but the key are null, as a source without the deleted
+    row's image (PostgreSQL without REPLICA IDENTITY FULL, GoldenGate) sends it."""
+    return {"FLAG": flag, "SEQ": seq, "k": key, **({c: None for c in ("v", "w", "region")} if flag == "D" else values)}
+
+
+# Each batch's change set rows and the rows after it: a key-only delete keeps the key's last live
+# row (its values, its partition), flagged, at the delete's ordering key.
+KEY_ONLY = [
+    ([cs("I", 1, 1, v="a", w="p", region="eu"), cs("I", 1, 2, v="a", w="q", region="us"),
+      cs("U", 2, 1, v="b", w="p", region="eu"), cs("D", 3, 1)],  # the same batch
+     {1: ("b", "p", "eu", True), 2: ("a", "q", "us", False)}),
+    ([cs("D", 5, 2),  # its row is in the target
+      cs("D", 4, 3)],  # a key never seen: nothing to keep but the key
+     {1: ("b", "p", "eu", True), 2: ("a", "q", "us", True), 3: (None, None, None, True)}),
+    ([cs("U", 4, 2, v="late", w="late", region="eu"),  # older than the delete, arriving later: the last live row
+      cs("I", 3, 3, v="c", w="r", region="us")],
+     {1: ("b", "p", "eu", True), 2: ("late", "late", "eu", True), 3: ("c", "r", "us", True)}),
+    ([cs("D", 6, 1),  # deleted again: keeps the row it kept
+      cs("I", 7, 3, v="again", w="s", region="eu")],  # live again
+     {1: ("b", "p", "eu", True), 2: ("late", "late", "eu", True), 3: ("again", "s", "eu", False)}),
+]
+
+
+def _kept(rows: list[dict]) -> dict:
+    return {r["k"]: (r["v"], r["w"], r["region"], r["_cdc_deleted"]) for r in rows}
+
+
+@pytest.mark.parametrize("on_spark", [False, True], ids=["in-process", "on-spark"])
+def test_a_delete_carrying_only_the_key_keeps_the_last_live_row(spark, workdir, monkeypatch, on_spark):
+    if on_spark:  # every apply and build on Spark executors
+        monkeypatch.setattr(spark_apply, "LOCAL_ROWS", 0)
+        monkeypatch.setattr(spark_files, "LOCAL_ROWS", 0)
+    table = {"name": "SK", "keys": ["k"], "format": "changeset", "deletes": "soft", "partition_by": ["region"],
+             "columns": {"v": "string", "w": "string", "region": "string"},
+             "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],
+                         "sequence_by": ["SEQ"]}}
+    cfg = run_batches(workdir, table, KEY_ONLY, _kept)  # the last batch waits: the fresh read shows it
+    final = KEY_ONLY[-1][1]
+    rows = target_rows(cfg, "SK", source_only=False)
+    flagged = next(r for r in rows if r["k"] == 1)
+    deletes = [r["_cdc_order"] for r in delta_rows(cfg, "SK", "staging")
+               if (r["_cdc_key"], r["_cdc_op"]) == (flagged["_cdc_key"], "D")]
+    assert len(deletes) == 2 and flagged["_cdc_order"] == max(deletes)  # the latest delete's ordering key
+    rebuild(spark, cfg, cfg.table("SK"), None)
+    assert _kept(target_rows(cfg, "SK", source_only=False)) == final
+    rebuild(spark, cfg, cfg.table("SK"), ["region=eu"])  # a backfill of one partition
+    assert _kept(target_rows(cfg, "SK", source_only=False)) == final
+
+
+def test_a_table_switched_back_to_hard_deletes_drops_its_flagged_rows(spark, workdir):
+    soft = {"name": "SH", "keys": ["k"], "format": "changeset", "deletes": "soft", "columns": {"v": "string"},
+            "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],
+                        "sequence_by": ["SEQ"]}}
+    cfg = write_config(workdir, [soft])
+    land(cfg, "SH", "b0", {"c.jsonl": jsonl([cs("I", 1, 1, v="a"), cs("I", 1, 2, v="a"), cs("D", 2, 1)])})
+    run_ok(cfg, "SH")
+    assert _state([{**r, "id": r["k"]} for r in target_rows(cfg, "SH", source_only=False)]) == \
+        {1: ("a", True), 2: ("a", False)}
+    hard = {**soft, "deletes": "hard"}
+    cfg = write_config(workdir, [{**hard, "apply": {"min_changes": 10**9}}])
+    land(cfg, "SH", "b1", {"c.jsonl": jsonl([cs("I", 3, 3, v="a"), cs("U", 1, 1, v="late")])})  # 1's is stale
+    run_ok(cfg, "SH")
+    # the deleted key is no row of a hard-delete table: not in the fresh read, gone at the next apply
+    assert sorted(r["k"] for r in fresh.fresh_table(cfg, cfg.table("SH")).to_pylist()) == [2, 3]
+    cfg = write_config(workdir, [hard])
+    run_ok(cfg, "SH")
+    rows = target_rows(cfg, "SH", source_only=False)
+    assert sorted((r["k"], r["v"]) for r in rows) == [(2, "a"), (3, "a")]
+    assert all("_cdc_deleted" not in r for r in rows)  # the flag column goes with the flagged rows
+    assert table_status(cfg, cfg.table("SH"))["rows"] == 2
+    rebuild(spark, cfg, cfg.table("SH"), None)
+    assert sorted((r["k"], r["v"]) for r in target_rows(cfg, "SH", source_only=False)) == [(2, "a"), (3, "a")]

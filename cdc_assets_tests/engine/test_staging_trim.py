@@ -172,3 +172,36 @@ def test_a_widening_after_a_restore_older_than_the_trim_commits_only_clean_state
     states = [shown(target_rows_at(table_dir, v))
               for v in range(restored + 1, delta.table_version(path(table_dir, TARGET)) + 1)]
     assert states and all(state in clean + [final] for state in states), states
+
+
+def test_a_trim_keeps_what_a_soft_deleted_key_keeps(spark, workdir):
+    """A soft-delete table's key deleted by a key-only image keeps its last live row from its
+    upserts: a trim keeps that upsert and the deletes after it, so a rebuild and a later delete
+    of the same key still show the row."""
+    table = {"name": "SK", "keys": ["k"], "format": "changeset", "deletes": "soft",
+             "columns": {"v": "string"}, "maintenance": {"trim_staging_after": "1h"},
+             "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],
+                         "sequence_by": ["SEQ"]}}
+    cfg = write_config(workdir, [table])
+
+    def cs(flag: str, seq: int, k: int, v: str | None = None) -> dict:
+        return {"FLAG": flag, "SEQ": seq, "k": k, "v": v}
+
+    batches = [[cs("I", 1, 1, "a"), cs("I", 1, 2, "a")],
+               [cs("U", 2, 1, "b"), cs("D", 3, 1), cs("U", 2, 2, "b")],
+               [cs("D", 4, 2)]]
+    for n, records in enumerate(batches):
+        land(cfg, "SK", f"b{n}", {"c.jsonl": jsonl(records)})
+        run_ok(cfg, "SK")
+
+    def kept() -> dict:
+        return {r["k"]: (r["v"], r["_cdc_deleted"]) for r in target_rows(cfg, "SK", source_only=False)}
+
+    assert kept() == {1: ("b", True), 2: ("b", True)}
+    report = maintain(cfg, cfg.table("SK"), now=dt.datetime.now(dt.UTC) + dt.timedelta(hours=2))
+    assert report.staging_rows_trimmed == 2  # each key's insert, which its update outranks
+    rebuild(spark, cfg, cfg.table("SK"), None)
+    assert kept() == {1: ("b", True), 2: ("b", True)}
+    land(cfg, "SK", "b3", {"c.jsonl": jsonl([cs("D", 5, 1), cs("D", 6, 2)])})  # deleted again
+    run_ok(cfg, "SK")
+    assert kept() == {1: ("b", True), 2: ("b", True)}
