@@ -31,9 +31,9 @@ def staging_check_specs(staging: dg.AssetKey, batches: dg.PartitionsDefinition) 
                                           "or quarantined: the counts add up.")]
 
 
-def batch_accounted(cfg: Config, table: TableConfig, partition_key: str) -> dg.AssetCheckResult:
+def batch_accounted(cfg: Config, table: TableConfig, partition_key: str, staging: dg.AssetKey) -> dg.AssetCheckResult:
     figures = checks.batch_accounting(cfg, table, Batch.seq_of(partition_key))
-    return dg.AssetCheckResult(check_name=BATCH_ACCOUNTED, passed=bool(figures.get("adds_up")),
+    return dg.AssetCheckResult(asset_key=staging, check_name=BATCH_ACCOUNTED, passed=bool(figures.get("adds_up")),
                                metadata=as_metadata(figures))
 
 

@@ -41,7 +41,7 @@ from .pool_watch import (
 from .pools import release_abandoned
 from .publish import publish_job_name
 from .sensors import apply_request_tags
-from .table_assets import TableNames, sync_target_partitions
+from .table_assets import STEP_ASSETS, TableNames, sync_target_partitions
 
 # What makes the Dagster definitions of a configuration (defs/definitions.build_definitions): handed
 # in, since those definitions hold the cycle jobs that run this loop.
@@ -94,7 +94,10 @@ def _record(outcome: TableOutcome, result) -> None:
         failure = next((e for e in result.all_events if e.is_step_failure), None)
         if failure is not None and outcome.error is None:
             err = failure.step_failure_data.error
-            outcome.error = f"step {failure.step_key}: {root_cause_of_info(err) if err else 'failed'}"
+            # a step that computes two assets names the one it failed on: the first not materialized
+            left = [a for a in STEP_ASSETS.get(failure.step_key.rsplit("__", 1)[-1], ()) if a not in outcome.figures]
+            where = f" ({left[0]})" if left else ""
+            outcome.error = f"step {failure.step_key}{where}: {root_cause_of_info(err) if err else 'failed'}"
 
 
 @dataclass

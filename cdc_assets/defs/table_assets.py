@@ -40,6 +40,12 @@ def batch_partitions(table: TableConfig) -> dg.DynamicPartitionsDefinition:
     return dg.DynamicPartitionsDefinition(name=TableNames(table.name).batches)
 
 
+# The assets a step computes, by the step's name after the table's: a batch's one step takes its files
+# into `changes` and stages them.
+BATCH_STEP = "batch"
+STEP_ASSETS = {BATCH_STEP: ("changes", "staging")}
+
+
 def target_partitions(table: TableConfig) -> dg.DynamicPartitionsDefinition | None:
     if not table.partition_by:
         return None
@@ -88,8 +94,8 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
         """Definition metadata: the catalog names each table before its first materialization."""
         return {"dagster/table_name": f"{table.name}.{step}", "dagster/storage_kind": "delta"}
 
-    def take_batch(context: dg.AssetExecutionContext, pyspark: CdcSparkResource, storage_client=None):
-        batch = _batch(cfg, table, context.partition_key)
+    def take_batch(context: dg.AssetExecutionContext, batch: Batch, pyspark: CdcSparkResource,
+                   storage_client=None) -> dg.MaterializeResult:
         spark = lambda: spark_session(pyspark)  # noqa: E731 - a small batch never starts Spark
         # on a gs:// landing, the GCSResource's client reads the objects this run takes
         with gcs.provided(storage_client) if storage_client is not None else contextlib.nullcontext():
@@ -100,44 +106,55 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
 
             figures = _write(context, table_dir, f"{table.name}/changes {batch.id}", ingest_exact)
         metadata = {**as_metadata(figures), **table_metadata("changes", figures.get("changes_new"))}
-        return dg.MaterializeResult(metadata=metadata)
+        return dg.MaterializeResult(asset_key=names.key("changes"), metadata=metadata)
 
-    changes_asset = dg.asset(
-        key=names.key("changes"), partitions_def=batches, group_name=table.name, kinds={"spark", "delta"},
-        metadata=named("changes"),
-        tags=tags, pool=names.pool,
-        description=f"Every distinct change record of {table.name}, one partition per landed batch; "
-                    "rejected records go to quarantine.")
-    if gcs.is_gcs(cfg.landing):
-        from dagster_gcp import GCSResource  # imported only where used: it costs about a second
-
-        @changes_asset
-        def changes(context: dg.AssetExecutionContext, pyspark: CdcSparkResource,
-                    gcs: GCSResource) -> dg.MaterializeResult:
-            return take_batch(context, pyspark, gcs.get_client())
-    else:
-        @changes_asset
-        def changes(context: dg.AssetExecutionContext, pyspark: CdcSparkResource) -> dg.MaterializeResult:
-            return take_batch(context, pyspark)
-
-    @dg.asset(key=names.key("staging"), partitions_def=batches, group_name=table.name, kinds={"spark", "delta"},
-              metadata=named("staging"),
-              deps=[changes], tags=tags, pool=names.pool,
-              check_specs=staging_check_specs(names.key("staging"), batches),
-              description=f"The consolidated change history of {table.name}: per key, each batch's latest change "
-                          "(deletes included, as tombstones); rebuilds and backfills read it.")
-    def staging(context: dg.AssetExecutionContext):
-        batch = _batch(cfg, table, context.partition_key)
+    def stage_batch(context: dg.AssetExecutionContext, batch: Batch):
         figures = _write(context, table_dir, f"{table.name}/staging {batch.id}",
                          lambda: stage.stage_batch(cfg, table, batch))
         _register_target_partitions(context, cfg, table)
         metadata = {**as_metadata(figures), **table_metadata("staging", figures.get("staged"))}
         # the materialization first: a check that cannot be evaluated fails the step, not the batch's record
-        yield dg.MaterializeResult(metadata=metadata)
-        yield batch_accounted(cfg, table, context.partition_key)
+        yield dg.MaterializeResult(asset_key=names.key("staging"), metadata=metadata)
+        yield batch_accounted(cfg, table, context.partition_key, names.key("staging"))
 
-    out = [changes, staging]
-    target_deps = [dg.AssetDep(staging, partition_mapping=dg.AllPartitionMapping())]
+    def take_and_stage(context: dg.AssetExecutionContext, pyspark: CdcSparkResource, storage_client=None):
+        # One step for both assets: a batch's run pays Dagster's cost of a step (its events, its
+        # pool claim, its inputs' versions) once for the two; each asset is still materialized,
+        # checked and selectable on its own.
+        batch = _batch(cfg, table, context.partition_key)
+        if names.key("changes") in context.selected_asset_keys:
+            yield take_batch(context, batch, pyspark, storage_client)
+        if names.key("staging") in context.selected_asset_keys:
+            yield from stage_batch(context, batch)
+
+    batch_assets = dg.multi_asset(
+        name=names.key(BATCH_STEP).to_python_identifier(), partitions_def=batches, pool=names.pool,
+        can_subset=True,
+        specs=[
+            dg.AssetSpec(names.key("changes"), group_name=table.name, kinds={"spark", "delta"}, tags=tags,
+                         metadata=named("changes"), skippable=True,
+                         description=f"Every distinct change record of {table.name}, one partition per landed "
+                                     "batch; rejected records go to quarantine."),
+            dg.AssetSpec(names.key("staging"), group_name=table.name, kinds={"spark", "delta"}, tags=tags,
+                         metadata=named("staging"), deps=[names.key("changes")], skippable=True,
+                         description=f"The consolidated change history of {table.name}: per key, each batch's "
+                                     "latest change (deletes included, as tombstones); rebuilds and backfills "
+                                     "read it."),
+        ],
+        check_specs=staging_check_specs(names.key("staging"), batches))
+    if gcs.is_gcs(cfg.landing):
+        from dagster_gcp import GCSResource  # imported only where used: it costs about a second
+
+        @batch_assets
+        def batch_step(context: dg.AssetExecutionContext, pyspark: CdcSparkResource, gcs: GCSResource):
+            yield from take_and_stage(context, pyspark, gcs.get_client())
+    else:
+        @batch_assets
+        def batch_step(context: dg.AssetExecutionContext, pyspark: CdcSparkResource):
+            yield from take_and_stage(context, pyspark)
+
+    out = [batch_step]
+    target_deps = [dg.AssetDep(names.key("staging"), partition_mapping=dg.AllPartitionMapping())]
 
     if table.base_snapshot:
         @dg.asset(key=names.key("base"), group_name=table.name, kinds={"spark", "delta"}, tags=tags,

@@ -207,14 +207,14 @@ def test_each_table_writes_through_its_own_concurrency_pool(defs):
 
 
 def test_checks_are_evaluated_in_the_step_of_the_asset_they_check(defs):
-    """A step costs a run about a tenth of a second outside its work: an ingest is two steps and an
-    apply one, each asset's checks evaluated by its own step. The freshness check alone is a job of
+    """A step costs a run about a tenth of a second outside its work: an ingest (changes and staging)
+    is one step and an apply one, each asset's checks evaluated by the step that computes it. The freshness check alone is a job of
     its own (run when no apply ran), so it stays a step of its own."""
     for t in TABLES:
         name = t["name"]
         steps = {job: {n.name for n in defs.resolve_job_def(f"{name}_{job}_job").graph.nodes}
                  for job in ("ingest", "apply")}
-        assert steps["ingest"] == {f"{name}__changes", f"{name}__staging"}
+        assert steps["ingest"] == {f"{name}__batch"}
         assert steps["apply"] == {f"{name}__target"} | (
             {f"{name}__target_within_max_staleness"} if "max_staleness" in t.get("apply", {}) else set())
         staging = defs.resolve_assets_def(key(name, "staging"))

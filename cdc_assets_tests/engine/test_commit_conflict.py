@@ -193,7 +193,7 @@ def test_without_the_retry_the_losing_run_fails_and_the_next_one_finishes(spark,
     conflicts.arm("staging.before_commit",
                   lambda: stage_batch(cfg, table, registered(cfg.table_dir("ONCE"))[-1]))
     failed = run_table(cfg, "ONCE")
-    assert not failed.ok and "ONCE__staging" in failed.error
+    assert not failed.ok and "step ONCE__batch (staging)" in failed.error
     [e] = refused
     assert isinstance(e, CommitFailedError) and "Concurrent transaction failed" in str(e) and is_conflict(e)
 
