@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from ..core import history as versions
 from ..core import target as shape
-from ..core.changes import DELETE, TRUNCATE
+from ..core.changes import DELETE, TRUNCATE, TRUNCATE_KEY
 from ..core.config import Config, ConfigError, TableConfig
 from ..core.errors import OutOfOrder, TerminalError
 from ..core.names import spark as spark_name
@@ -191,8 +191,12 @@ def _truncates(table_dir: str, table: TableConfig, through: int) -> tuple[versio
     """Every truncate (rule 9) `changes` holds through batch `through`."""
     if table.format != "debezium-json" and not table.options.get("truncates"):
         return ()  # the format has none
+    # A truncate's pseudo-key sorts above every row's key ('[]' after '["'), so the files' key
+    # statistics rule out every file without one: the query reads what the truncates are in, not
+    # all of `changes`.
     found = delta.query(path(table_dir, CHANGES), "SELECT _cdc_order, _cdc_batch, _cdc_event_id FROM t "
-                                                  f"WHERE _cdc_op = '{TRUNCATE}' AND _cdc_batch_seq <= {through}")
+                                                  f"WHERE _cdc_key = {delta.sql_text(TRUNCATE_KEY)} "
+                                                  f"AND _cdc_op = '{TRUNCATE}' AND _cdc_batch_seq <= {through}")
     if found is None:
         return ()
     text = [[None if v is None else str(v) for v in found.column(n).to_pylist()] for n in range(3)]
