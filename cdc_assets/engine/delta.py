@@ -60,8 +60,8 @@ def step_version(path: str, step: str) -> int:
 
 # The newest commit seen of each local table: where the next look at its log starts.
 _newest: dict[str, int] = {}
-# Per (table, step): the log's stamp when `step`'s batch was last read, and that batch.
-_steps: dict[tuple[str, str], tuple[tuple, int]] = {}
+# Per (table, what was read of it): the log's stamp it was read at, and what it read.
+_read_at: dict[tuple[str, str], tuple[tuple, object]] = {}
 
 
 def log_stamp(path: str) -> tuple | None:
@@ -98,23 +98,28 @@ def _commit_file(log: str, version: int) -> str:
     return os.path.join(log, f"{version:020d}.json")
 
 
-def step_version_cached(path: str, step: str) -> int:
-    """`step_version`, reading the table only when its log has a commit this process has not read
-    it at (an object store's table is read each time)."""
+def _as_of_log(path: str, what: str, read):
+    """`read(table)` (None without a table), read again only when the table's log has a commit
+    this process has not read it at (an object store's table is read each time)."""
     stamp = log_stamp(path)
     if stamp is None:
-        return step_version(path, step)
+        return read(open_table(path))
     if stamp[0] < 0:
-        return -1
-    seen = _steps.get((path, step))
+        return read(None)
+    seen = _read_at.get((path, what))
     if seen is not None and seen[0] == stamp:
         return seen[1]
     try:
-        done = txn_version(load(path, version=stamp[0]), step)
+        value = read(load(path, version=stamp[0]))
     except (DeltaError, TableNotFoundError):  # replaced since the look: read as it is now, not kept
-        return step_version(path, step)
-    _steps[(path, step)] = (stamp, done)
-    return done
+        return read(open_table(path))
+    _read_at[(path, what)] = (stamp, value)
+    return value
+
+
+def step_version_cached(path: str, step: str) -> int:
+    """`step_version`, reading the table only when its log has a commit this process has not read."""
+    return _as_of_log(path, f"step {step}", lambda dt: txn_version(dt, step))
 
 
 def table_version(path: str) -> int:
@@ -126,23 +131,11 @@ def table_version(path: str) -> int:
     return -1 if dt is None else dt.version()
 
 
-_ids: dict[str, tuple[tuple, str]] = {}
-
-
 def table_id(path: str) -> str | None:
     """The table's id (a UUID, as text), None without a table; a local table is opened only when its
     log has a commit this process has not read (a new table at the same path has a new id)."""
-    stamp = log_stamp(path)
-    seen = _ids.get(path)
-    if stamp is not None and seen is not None and seen[0] == stamp:
-        return seen[1]
-    dt = open_table(path)
-    if dt is None:
-        return None
-    found = str(dt.metadata().id)  # delta-rs annotates the id as an int; it is the table's UUID
-    if stamp is not None and stamp[0] == dt.version():
-        _ids[path] = (stamp, found)
-    return found
+    # delta-rs annotates the id as an int; it is the table's UUID
+    return _as_of_log(path, "id", lambda dt: None if dt is None else str(dt.metadata().id))
 
 
 def file_stats(dt: DeltaTable | None) -> tuple[int, int, int]:
