@@ -11,11 +11,20 @@ and any filter it derives in the commit's `operationParameters`.
 A replaced row goes back into its own file of an unpartitioned table, so files keep their
 key ranges; new keys (and, in a partitioned table, every new row image, which may move its
 key to another partition) are written as new files, key-sorted, per partition.
+
+Small files (under a quarter of a full one) are merged as they are met: a small file the batch
+changes, and a small file whose key range holds a batch key, go into the new files of their
+partition with the new rows. Keys inserted all over the key range (random ids, UUIDs) make each
+batch's new file span the whole range, so without this every batch would leave one more small file
+that every later batch opens and reads, and an apply would cost more with each batch since the
+last compaction. What a batch merges is bounded (about one full file's rows), so its cost still
+follows the batch.
 """
 from __future__ import annotations
 
 import bisect
 import dataclasses
+import math
 import os
 import re
 import time
@@ -61,9 +70,11 @@ def _candidates(dt_: DeltaTable, keys: list[str] | None, partition_by: list[str]
     lows = actions[f"min.{KEY}"].to_pylist() if f"min.{KEY}" in actions.column_names else [None] * actions.num_rows
     highs = actions[f"max.{KEY}"].to_pylist() if f"max.{KEY}" in actions.column_names else [None] * actions.num_rows
     parts = [actions[f"partition.{c}"].to_pylist() for c in partition_by]
+    counts = actions["num_records"].to_pylist() if "num_records" in actions.column_names else [None] * actions.num_rows
     ordered = sorted(keys or ())
     out = []
     for n, (row, lo, hi) in enumerate(zip(actions.select(["path", "size_bytes"]).to_pylist(), lows, highs)):
+        row["rows"] = counts[n]
         if keys is not None and lo is not None and hi is not None:
             i = bisect.bisect_left(ordered, lo)
             if i == len(ordered) or ordered[i] > hi:
@@ -196,6 +207,9 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
     adds: list[AddAction] = []
     removes: list[RemoveAction] = []
     pool = [inserted]  # rows written as new files
+    small = max(1, rows_per_file // SMALL_FILE_SHARE)
+    merged = {f for f in changed_in if f not in emptied and _rows_in(chosen[at[f]]) < small}
+    spill: list[pa.Table] = []  # the rows of merged small files, written with the new rows
     placed: set[str] = set()
     try:
         for file, keys_here in sorted(changed_in.items()):
@@ -214,15 +228,33 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
             fresh_keys = sorted((keys_here & changing) - placed)
             placed.update(fresh_keys)
             back = replaced.filter(pc.is_in(replaced[KEY], pa.array(fresh_keys, pa.string())))
-            if partition_by:
+            if partition_by or file in merged:
                 pool.append(back)  # a new image may name another partition
             else:
                 rows = pa.concat_tables([rows, back.drop_columns([APPLY])])
             removes.append(spark_files.remove_action(action, partition, now))
-            if rows.num_rows:
+            if file in merged:
+                spill.append(rows)
+            elif rows.num_rows:
                 adds += _write(table_path, name, rows, data_schema, _texts(partition), len(adds), rows_per_file,
                                written)
-        new_rows = pa.concat_tables(pool).drop_columns([APPLY])
+        new_rows = pa.concat_tables([t.drop_columns([APPLY]) for t in pool] + spill)
+        # Small files the batch's keys fall in, unchanged, join the new files of their partition
+        # (only where the batch writes new files: elsewhere merging would not lessen the files).
+        writing = {_part_id(dict(zip(partition_by, values)))
+                   for values, part in spark_files.split_by_partition(new_rows, partition_by) if part.num_rows}
+        budget: float = rows_per_file  # rows merged unchanged: about one full file's, whatever the table
+        for file in sorted((f for f in at if f not in changed_in and _rows_in(chosen[at[f]]) < small
+                            and _part_id(chosen[at[f]]["partition"]) in writing),
+                           key=lambda f: _rows_in(chosen[at[f]])):
+            action = chosen[at[file]]
+            budget -= _rows_in(action)
+            if budget < 0:
+                break
+            spill.append(_with_partition(pq.read_table(file, filesystem=fs, schema=data_schema),
+                                         action["partition"], schema))
+            removes.append(spark_files.remove_action(action, action["partition"], now))
+        new_rows = pa.concat_tables([new_rows] + spill[len(merged):])
         for values, part in spark_files.split_by_partition(new_rows, partition_by):
             if part.num_rows:
                 partition = dict(zip(partition_by, values))
@@ -239,6 +271,20 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
                 pass  # never written
         raise
     return Rewritten(inserts, updates, deletes)
+
+
+# A file under 1/SMALL_FILE_SHARE of a full one is merged when a batch meets it.
+SMALL_FILE_SHARE = 4
+
+
+def _rows_in(action: dict) -> int | float:
+    """A file's rows from its statistics (a file without them counts as full: never merged)."""
+    return action["rows"] if action.get("rows") is not None else math.inf
+
+
+def _part_id(partition: dict) -> tuple:
+    """A partition's identity as the Delta log spells its values."""
+    return tuple(sorted(_texts(partition).items()))
 
 
 def _counts(values: pa.ChunkedArray) -> dict[str, int]:

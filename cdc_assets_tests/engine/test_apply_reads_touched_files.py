@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
 from deltalake import DeltaTable
 
 from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
@@ -79,3 +80,39 @@ def test_an_apply_opens_only_the_files_whose_key_range_holds_a_batch_key(workdir
                 if info:
                     text = json.dumps(info)
                     assert not any(k in text for k in ("pq2", "pq4", "rs1", "wz2")), name
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_new_keys_across_the_key_range_do_not_leave_a_small_file_per_batch(workdir, partitioned):
+    """A feed inserting keys all over the key range (random ids, UUIDs) writes its new rows as a
+    file spanning that range; the next batch's keys fall in it, so without merging, every batch
+    leaves one more small file that every later batch opens and reads: an apply whose cost grows
+    with the number of batches since the last compaction."""
+    import random
+
+    rnd = random.Random(5)
+    table = {"name": "SPREAD", "keys": ["id"], "format": "datastream-json",
+             "columns": {"id": "string", "v": "string", "region": "string"}}
+    cfg = write_config(workdir, [{**table, "partition_by": ["region"]} if partitioned else table])
+    target = os.path.join(cfg.table_dir("SPREAD"), "target")
+    expected: dict[str, str] = {}
+    position = 0
+    for n in range(1, 9):
+        events = []
+        for _ in range(6):  # new keys anywhere in the range
+            key = f"k{rnd.randrange(10**6):06d}"
+            position += 1
+            events.append(mysql("INSERT", {"id": key, "v": f"b{n}", "region": key[-1] in "01234" and "e" or "w"},
+                                1, position))
+            expected[key] = f"b{n}"
+        for key in rnd.sample(sorted(expected), 2):  # and updates of keys already there
+            position += 1
+            events.append(mysql("UPDATE", {"id": key, "v": f"u{n}", "region": key[-1] in "01234" and "e" or "w"},
+                                1, position))
+            expected[key] = f"u{n}"
+        land(cfg, "SPREAD", f"batch-{n}", {"part-1.jsonl": jsonl(events)})
+        run_ok(cfg, "SPREAD")
+    assert values(target_rows(cfg, "SPREAD"), "id", "v") == expected
+    # 48 rows: a file or two (per partition), not one per batch
+    assert len(DeltaTable(target).file_uris()) <= (4 if partitioned else 2)
+
