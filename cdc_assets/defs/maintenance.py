@@ -3,12 +3,13 @@ its restore as a job the UI launches with the version to put back.
 
 The job's op compacts, trims and vacuums (engine/maintenance.py) under the table lock and in the
 table's concurrency pool, so it never runs beside an apply of the same table; what it did is an
-observation of the target asset (files and bytes before and after), since it changes no row."""
+observation of the target asset (files and bytes before and after, the versions its log keeps),
+since it changes no row."""
 
 import dagster as dg
 
 from ..core.config import Config, TableConfig
-from ..engine import maintenance, target_versions
+from ..engine import maintenance, status, target_versions
 from ..engine.lock import table_lock
 from ..engine.retry import on_conflict
 from .table_assets import TableNames
@@ -28,7 +29,9 @@ def maintenance_definitions(cfg: Config, table: TableConfig) -> tuple[dg.JobDefi
         with table_lock(table_dir):
             report = on_conflict(lambda: maintenance.maintain(cfg, table), f"{table.name}/maintenance",
                                  log=context.log.warning)
-        context.log_event(dg.AssetObservation(asset_key=names.key("target"), metadata=metadata(report)))
+        # the versions the target's log keeps change here (and by one with each apply), so they are said here
+        context.log_event(dg.AssetObservation(asset_key=names.key("target"),
+                                              metadata={**metadata(report), **status.versions_figures(table_dir)}))
 
     job = dg.JobDefinition(graph_def=dg.GraphDefinition(name=maintenance_job_name(table), node_defs=[maintain]),
                            description=f"Maintenance of {table.name}: compaction, trim, vacuum.")

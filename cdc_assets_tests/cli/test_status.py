@@ -49,7 +49,9 @@ def test_pending_changes_their_wait_and_the_freshness_check(spark, workdir, caps
     first = run_table(cfg, "ORDERS", instance)
     assert first.ok and first.checks[CHECK.name] is True  # evaluated in the apply job, after the first build
     figures = latest_target(instance)
-    assert (figures["pending_changes"], figures["versions_kept"], figures["oldest_readable_version"]) == (0, 1, 0)
+    assert (figures["pending_changes"], figures["target_files"]) == (0, 1) and figures["target_bytes"] > 0
+    # counting the versions reads every commit of the log: `status` and maintenance say them, not each apply
+    assert "versions_kept" not in figures and "oldest_readable_version" not in figures
     assert "oldest_pending_age_seconds" not in figures  # nothing waits
 
     land(cfg, "ORDERS", "batch-2", {"p.jsonl": jsonl(SECOND)})
@@ -100,7 +102,7 @@ def test_pending_changes_their_wait_and_the_freshness_check(spark, workdir, caps
     assert (row["pending_changes"], row["pending_batches"], row["oldest_pending_age_seconds"]) == (0, 0, None)
     assert row["within_max_staleness"] is True and row["apply_decision"] is None
     assert (row["last_apply_batch"], row["versions_kept"]) == (2, 2)
-    assert latest_target(instance)["versions_kept"] == 2
+    assert latest_target(instance)["pending_changes"] == 0
 
 
 def test_target_size_and_versions_come_from_the_delta_log(spark, workdir, capsys):

@@ -116,3 +116,26 @@ def test_new_keys_across_the_key_range_do_not_leave_a_small_file_per_batch(workd
     # 48 rows: a file or two (per partition), not one per batch
     assert len(DeltaTable(target).file_uris()) <= (4 if partitioned else 2)
 
+
+def test_a_batch_reads_only_the_newest_commits_of_each_table_log(workdir, monkeypatch):
+    """A batch's run reads the commits it needs from the newest end of each Delta log: a table
+    landing a file a minute has thousands of versions within days, and reading all of them for
+    each batch would make every batch slower than the one before."""
+    cfg = write_config(workdir, [{"name": "LOGS", "keys": ["id"], "format": "datastream-json",
+                                  "columns": {"id": "string", "v": "string"}}])
+    for n in range(1, 4):
+        land(cfg, "LOGS", f"batch-{n}", {"part-1.jsonl": jsonl([mysql("INSERT", {"id": f"a{n}", "v": "x"}, 1, n)])})
+        run_ok(cfg, "LOGS")
+    limits = []
+    history = DeltaTable.history
+
+    def recorded(self, limit=None):
+        limits.append(limit)
+        return history(self, limit)
+
+    monkeypatch.setattr(DeltaTable, "history", recorded)
+    land(cfg, "LOGS", "batch-4", {"part-1.jsonl": jsonl([mysql("UPDATE", {"id": "a1", "v": "y"}, 1, 10)])})
+    run_ok(cfg, "LOGS")
+    assert limits and None not in limits
+    assert values(target_rows(cfg, "LOGS"), "id", "v") == {"a1": "y", "a2": "x", "a3": "x"}
+

@@ -97,4 +97,8 @@ def test_maintenance_compacts_trims_and_vacuums_without_changing_a_row(spark, wo
                      if e.event_type_value == "ASSET_OBSERVATION"]
     assert observation.asset_key == dg.AssetKey(["ORDERS", "target"])
     assert observation.metadata["files_after"].value == 2 and observation.metadata["bytes_after"].value > 0
+    # the versions the log keeps, and the oldest readable after the vacuum, are said where they change
+    target = DeltaTable(os.path.join(cfg.table_dir("ORDERS"), "target"))
+    assert observation.metadata["versions_kept"].value == len(target.history())
+    assert observation.metadata["oldest_readable_version"].value > 0  # the vacuum removed the first versions' files
     assert values(target_rows(cfg, "ORDERS"), "id", "v") == got
