@@ -28,7 +28,7 @@ def delta_table_metadata(table_path: str, table_name: str, keys=(), partition_ro
     UI's catalog draws the row-count chart and lists the columns from these."""
     from ..engine import delta
 
-    dt = delta.open_table(table_path)
+    dt = delta.snapshot(table_path)
     if dt is None:
         return {}
     rows = delta.file_stats(dt)[2]

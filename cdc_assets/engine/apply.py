@@ -646,7 +646,8 @@ def _applied_figures(table: TableConfig, target_path: str, applied: int, reached
                      changed: tuple[int, int, int], files_before: int, version_before: int, t0: float) -> dict:
     """An incremental apply's figures: its rows from the counts, its files from its commit."""
     inserts, updates, deletes = changed
-    final = delta.load(target_path)
+    final = delta.snapshot(target_path)
+    assert final is not None  # the apply's caller made or found the target
     adds, removes = _commit_files(target_path, final.version()) if final.version() > version_before else ([], [])
     return {
         "batches_applied": f"{applied + 1}..{reached}", "applied_batch": reached,
@@ -708,7 +709,8 @@ def _append(table: TableConfig, target_path: str, dt_: DeltaTable, m: MergeSourc
     write_deltalake(dt_, rows, mode="append", schema_mode="merge", partition_by=list(table.partition_by) or None,
                     commit_properties=props)
     faults.point("target.committed")
-    final = delta.load(target_path)
+    final = delta.snapshot(target_path)
+    assert final is not None  # the apply's caller made or found the target
     adds, _ = _commit_files(target_path, final.version())
     return {
         "batches_applied": f"{applied + 1}..{reached}", "applied_batch": reached, "appended": True,

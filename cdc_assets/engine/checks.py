@@ -23,7 +23,7 @@ def key_uniqueness(cfg: Config, table: TableConfig, spark=None) -> dict:
     session is at hand (`spark`: a function returning it)."""
     table_dir = cfg.table_dir(table.name)
     target_path = path(table_dir, TARGET)
-    dt = delta.open_table(target_path)
+    dt = delta.snapshot(target_path)
     if dt is None:
         return {"rows": 0, "keys_checked": 0, "duplicate_keys": 0, "sample_duplicates": []}
     commit = {k[4:]: v for k, v in delta.last_commit(dt).items() if k.startswith("cdc.")}
@@ -97,7 +97,7 @@ def batch_accounting(cfg: Config, table: TableConfig, batch_seq: int) -> dict:
     commits recorded, and `counted_from_commits` says which."""
     table_dir = cfg.table_dir(table.name)
     # each table's log read once: the snapshot serves the commit, the trim and the count
-    changes, staging = (delta.open_table(path(table_dir, name)) for name in (CHANGES, STAGING))
+    changes, staging = (delta.snapshot(path(table_dir, name)) for name in (CHANGES, STAGING))
     ingest = delta.step_commit(changes, CHANGES, batch_seq) if changes is not None else None
     staged = delta.step_commit(staging, STAGING, batch_seq) if staging is not None else None
     if changes is None or staging is None or ingest is None or staged is None:

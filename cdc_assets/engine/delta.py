@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from typing import overload
 
 import pyarrow as pa
@@ -48,6 +49,42 @@ def open_table(path: str | DeltaTable) -> DeltaTable | None:
         return None
 
 
+# This thread's read-only snapshots of local tables (snapshot): the log's stamp each was read at.
+_snapshots = threading.local()
+SNAPSHOTS_KEPT = 64  # per thread: a table's state is small next to opening it again
+
+
+def snapshot(path: str | DeltaTable) -> DeltaTable | None:
+    """The table's current version for reading only (None without a table): one object serves every
+    read of this thread until the table's log has a new commit, so a step reading a table in several
+    places opens it once. Never write through it (a write moves the object to its new version under
+    its other readers): writers use open_table. A DeltaTable given is that snapshot; an object
+    store's table is opened each time (its log's stamp would cost a listing)."""
+    if isinstance(path, DeltaTable):
+        return path
+    stamp = log_stamp(path)
+    if stamp is None:
+        return open_table(path)
+    if stamp[0] < 0:
+        return None
+    kept = getattr(_snapshots, "tables", None)
+    if kept is None or _snapshots.pid != os.getpid():  # a forked child never uses its parent's objects
+        kept = _snapshots.tables = {}
+        _snapshots.pid = os.getpid()
+    seen = kept.get(path)
+    if seen is not None and seen[0] == stamp:
+        return seen[1]
+    try:
+        dt = load(path, version=stamp[0])
+    except (DeltaError, TableNotFoundError):  # replaced since the look: read as it is now, not kept
+        return open_table(path)
+    kept.pop(path, None)
+    if len(kept) >= SNAPSHOTS_KEPT:
+        kept.pop(next(iter(kept)))  # the least recently opened
+    kept[path] = (stamp, dt)
+    return dt
+
+
 def txn_version(dt: DeltaTable | None, step: str) -> int:
     """The last batch `step` committed as of this snapshot, recorded atomically with its data."""
     v = dt.transaction_version(f"{APP}.{step}") if dt is not None else None
@@ -55,7 +92,7 @@ def txn_version(dt: DeltaTable | None, step: str) -> int:
 
 
 def step_version(path: str, step: str) -> int:
-    return txn_version(open_table(path), step)
+    return txn_version(snapshot(path), step)
 
 
 # The newest commit seen of each local table: where the next look at its log starts.
@@ -109,10 +146,10 @@ def _as_of_log(path: str, what: str, read):
     seen = _read_at.get((path, what))
     if seen is not None and seen[0] == stamp:
         return seen[1]
-    try:
-        value = read(load(path, version=stamp[0]))
-    except (DeltaError, TableNotFoundError):  # replaced since the look: read as it is now, not kept
-        return read(open_table(path))
+    dt = snapshot(path)
+    if dt is None or dt.version() != stamp[0]:  # replaced or moved on since the look: read, not kept
+        return read(dt)
+    value = read(dt)
     _read_at[(path, what)] = (stamp, value)
     return value
 
@@ -226,7 +263,7 @@ def compact_if_fragmented(path: str, max_files: int = 16) -> bool:
 
 
 def read_arrow(path: str, columns=None, filters=None) -> pa.Table | None:
-    dt = open_table(path)
+    dt = snapshot(path)
     if dt is None:
         return None
     return dt.to_pyarrow_table(columns=columns, filters=filters)
@@ -241,7 +278,7 @@ def query(path: str | DeltaTable, sql: str) -> pa.Table | None:
     whose statistics (or partition values) rule its conditions out; None without the table."""
     from deltalake.query import QueryBuilder
 
-    dt = open_table(path)
+    dt = snapshot(path)
     if dt is None:
         return None
     return pa.table(QueryBuilder().register("t", dt).execute(sql))
@@ -274,7 +311,7 @@ def rows_with_keys(path: str | DeltaTable, fields, keys: list[str], also: str | 
     scan of the files' `fields` columns."""
     import pyarrow.dataset as ds
 
-    dt = open_table(path)
+    dt = snapshot(path)
     if dt is None:
         return None
     files = dt.file_uris()
@@ -283,7 +320,7 @@ def rows_with_keys(path: str | DeltaTable, fields, keys: list[str], also: str | 
         return arrow_schema(fields).empty_table()
     if len(keys) <= IN_LIST_LIMIT:
         where = f"_cdc_key IN ({', '.join(sql_text(k) for k in keys)})" + (f" AND {also}" if also else "")
-        return select(path, fields, where)
+        return select(dt, fields, where)
     # The schema is given and the keys are matched batch by batch: delta-rs writes strings as
     # string_view, Spark as string, and Arrow's scan filters cannot compare the two.
     wanted = pa.array(keys, pa.string())
@@ -299,7 +336,7 @@ def sql_text(value: str) -> str:
 
 
 def last_commit(path: str | DeltaTable) -> dict:
-    dt = open_table(path)
+    dt = snapshot(path)
     if dt is None:
         return {}
     hist = dt.history(1)
@@ -312,7 +349,7 @@ def step_commit(path: str | DeltaTable, step: str, batch_seq: int | None = None)
 
     The newest commits are read first: callers ask about a recent batch, and reading the
     whole history would cost more with every batch."""
-    dt = open_table(path)
+    dt = snapshot(path)
     if dt is None:
         return None
     for limit in (16, None):

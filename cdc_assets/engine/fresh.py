@@ -51,7 +51,7 @@ def pending(cfg: Config, table: TableConfig, target: DeltaTable | None = None) -
     `target`: the target snapshot to measure against (default: the current one)."""
     table_dir = cfg.table_dir(table.name)
     if target is None:
-        target = delta.open_table(path(table_dir, TARGET))
+        target = delta.snapshot(path(table_dir, TARGET))
     applied = delta.txn_version(target, TARGET)
     staged = delta.step_version(path(table_dir, STAGING), STAGING)
     has_base = table.base_snapshot is not None and delta.step_version(path(table_dir, BASE), BASE) >= 0

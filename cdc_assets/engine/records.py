@@ -15,7 +15,7 @@ from . import delta
 
 def stored_columns(table_path: str) -> dict[str, str]:
     """The typed source columns a `changes`, `staging` or `base` table holds, by stored type."""
-    dt_ = delta.open_table(table_path)
+    dt_ = delta.snapshot(table_path)
     if dt_ is None:
         return {}
     record = {n for n, _ in RECORD_FIELDS}

@@ -41,7 +41,7 @@ KEY, ORDER, FILE = "_cdc_key", "_cdc_order", "_cdc_file_id"
 def pending_rows(table_dir: str, applied: int) -> int:
     """At most how many staged rows batches after `applied` hold: the rows of every staging
     file whose `_cdc_batch_seq` statistics reach past it (a file without them counts whole)."""
-    dt_ = delta.open_table(path(table_dir, STAGING))
+    dt_ = delta.snapshot(path(table_dir, STAGING))
     if dt_ is None:
         return 0
     actions = pa.table(dt_.get_add_actions(flatten=True))

@@ -139,3 +139,30 @@ def test_a_batch_reads_only_the_newest_commits_of_each_table_log(workdir, monkey
     assert limits and None not in limits
     assert values(target_rows(cfg, "LOGS"), "id", "v") == {"a1": "y", "a2": "x", "a3": "x"}
 
+
+def test_a_batch_opens_each_version_of_a_table_a_few_times_not_once_per_read(workdir, monkeypatch):
+    """Opening a Delta table reads its log (checkpoint and commits since): the reads of one version
+    within a batch's run share one opened snapshot instead of opening it again for each read."""
+    from collections import Counter
+
+    from cdc_assets.engine import delta
+
+    cfg = write_config(workdir, [{"name": "OPENS", "keys": ["id"], "format": "datastream-json",
+                                  "columns": {"id": "string", "v": "string"}}])
+    for n in range(1, 3):
+        land(cfg, "OPENS", f"batch-{n}", {"part-1.jsonl": jsonl([mysql("INSERT", {"id": f"a{n}", "v": "x"}, 1, n)])})
+        run_ok(cfg, "OPENS")
+    opened: Counter = Counter()
+    load = delta.load
+
+    def counted(path, version=None):
+        dt_ = load(path, version)
+        opened[(os.path.basename(path), dt_.version())] += 1
+        return dt_
+
+    monkeypatch.setattr(delta, "load", counted)
+    land(cfg, "OPENS", "batch-3", {"part-1.jsonl": jsonl([mysql("UPDATE", {"id": "a1", "v": "y"}, 1, 10),
+                                                          mysql("DELETE", {"id": "a2", "v": "x"}, 1, 11)])})
+    run_ok(cfg, "OPENS")
+    assert opened and max(opened.values()) <= 3, opened
+    assert values(target_rows(cfg, "OPENS"), "id", "v") == {"a1": "y"}
