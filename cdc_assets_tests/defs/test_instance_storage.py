@@ -37,3 +37,26 @@ def test_a_second_run_in_a_process_makes_no_new_database_engine_and_reads_no_mig
     # every run writes a dozen events and opens its storages: each database's one engine serves them all
     assert made == []
     assert read == []
+
+
+def test_a_throw_away_instance_is_stamped_at_the_head_revision_without_reading_the_migration_scripts(monkeypatch):
+    """`cdc-assets run` without DAGSTER_HOME uses a throw-away instance: its in-memory storages are
+    stamped with the newest schema revision as they are made, which read and ran every migration
+    script (about ninety files, twice a run) each time."""
+    from dagster._core.storage.sql import check_alembic_revision, get_alembic_config
+
+    with dg.DagsterInstance.ephemeral() as first:  # the scripts are read by the first instance of a process
+        assert dg.materialize([numbers], instance=first).success
+    read = []
+    from_config = ScriptDirectory.from_config
+    monkeypatch.setattr(ScriptDirectory, "from_config",
+                        classmethod(lambda cls, config: read.append(config) or from_config(config)))
+    with dg.DagsterInstance.ephemeral() as instance:
+        assert dg.materialize([numbers], instance=instance).success
+        storage = instance.event_log_storage
+        with storage.index_connection() as conn:  # the schema's revision is the newest, as stamping gives it
+            db_revision, head = check_alembic_revision(
+                get_alembic_config(dg._core.storage.event_log.sql_event_log.__file__, "sqlite/alembic/alembic.ini"),
+                conn)
+        assert db_revision == head
+    assert read == []
