@@ -26,6 +26,7 @@ from ..engine.landing import Batch, register_new_batch
 from ..engine.lock import table_lock
 from ..engine.retry import on_conflict
 from ..engine.status import record_run
+from ..engine.step_results import ApplyResult
 from .checks import WITHIN_MAX_STALENESS
 from .due import due_now
 from .history import history_job_name
@@ -68,6 +69,12 @@ class TableOutcome:
         return {"table": self.table, "ok": self.ok, "new_batch": self.new_batch, "waiting": self.waiting,
                 "warning": self.warning, "error": self.error, "checks": self.checks, "seconds": self.seconds,
                 "figures": self.figures}
+
+    @property
+    def applied(self) -> ApplyResult | None:
+        """The target step's result, read back from its materialization (None: target not materialized)."""
+        found = self.figures.get("target")
+        return ApplyResult.from_metadata(found) if found else None
 
 
 def instance() -> dg.DagsterInstance:
@@ -275,16 +282,15 @@ def run_config(cfg: Config, build: Build, only=None, echo=print, as_json=False, 
 
 
 def summary_line(o: TableOutcome) -> str:
-    ch, tg = o.figures.get("changes", {}), o.figures.get("target", {})
+    ch, tg = o.figures.get("changes", {}), o.applied
     parts = [f"{o.table}: {'ok' if o.ok else 'FAILED'}"]
     parts.append(f"new batch {o.new_batch}" if o.new_batch else o.warning or "nothing new landed")
     if ch:
         parts.append(f"{ch.get('records_read', 0)} records, {ch.get('changes_new', 0)} new changes, "
                      f"{ch.get('duplicates_skipped', 0)} duplicates, {ch.get('quarantined', 0)} quarantined")
-    if tg and not tg.get("nothing_new"):
-        parts.append(f"target {tg.get('rows')} rows (+{tg.get('inserts')} ~{tg.get('updates')} -{tg.get('deletes')}, "
-                     f"{tg.get('stale_skipped')} stale) v{tg.get('delta_version')}"
-                     + (f" in {tg['seconds']}s" if tg.get("seconds") is not None else ""))
+    if tg and not tg.nothing_new:
+        parts.append(f"target {tg.rows} rows (+{tg.inserts} ~{tg.updates} -{tg.deletes}, {tg.stale_skipped} stale) "
+                     f"v{tg.delta_version}" + (f" in {tg.seconds}s" if tg.seconds is not None else ""))
     if o.waiting:
         parts.append(o.waiting)
     hist = o.figures.get("history", {})
