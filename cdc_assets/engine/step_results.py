@@ -12,11 +12,13 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-_R = TypeVar("_R", bound="_StepResult")
+_R = TypeVar("_R", bound="Figures")
 
 
 @dataclasses.dataclass(frozen=True)
-class _StepResult:
+class Figures:
+    """Figures by name, for Dagster metadata and JSON: a field that is None is no entry."""
+
     def to_metadata(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
@@ -36,7 +38,7 @@ class _StepResult:
 
 
 @dataclasses.dataclass(frozen=True)
-class ApplyResult(_StepResult):
+class ApplyResult(Figures):
     """A `target` step: an incremental apply, a first build, a type widening or a rebuild."""
     nothing_new: bool | None = None  # every staged batch was applied already
     nothing_applied_yet: bool | None = None  # a rebuild of a target no apply has built
