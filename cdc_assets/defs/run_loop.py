@@ -25,6 +25,7 @@ from ..engine.errors import root_cause_of_exception, root_cause_of_info
 from ..engine.landing import Batch, register_new_batch
 from ..engine.lock import table_lock
 from ..engine.retry import on_conflict
+from ..engine.settings import settings
 from ..engine.status import record_run
 from ..engine.step_results import ApplyResult
 from .checks import WITHIN_MAX_STALENESS
@@ -203,7 +204,7 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
     except Exception as e:  # noqa: BLE001 - one failing table never stops the others
         outcome.ok = False
         outcome.error = root_cause_of_exception(e)
-        if os.environ.get("CDC_ASSETS_DEBUG"):
+        if settings().debug:
             traceback.print_exc()
     outcome.seconds = round(time.time() - t0, 1)
     record_run(cfg, table, outcome.ok, outcome.error)

@@ -47,6 +47,7 @@ from ..core.values import (
 from . import combine, delta, faults, retype, rewrite, spark_apply, spark_files, storage
 from .ingest import column_types
 from .records import read_committed_records, read_records, stored_columns
+from .settings import settings
 from .spark import map_in_arrow, session_of
 from .stage import latest_of_batch, latest_per_key
 from .step_results import ApplyResult
@@ -786,7 +787,7 @@ class _SparkHistory:
 
 
 class _LocalHistory:
-    """The same as _SparkHistory, for a history of at most spark_files.LOCAL_ROWS rows, in this
+    """The same as _SparkHistory, for a history of at most settings.local_build_rows rows, in this
     process with Arrow: read through delta-rs, each key's latest picked by one sort, the files
     written as Spark's tasks write them (spark_files.write_arrow)."""
 
@@ -871,7 +872,7 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
            widen: bool = False, tombstones: bool = False) -> ApplyResult:
     """Target (or some of its partitions) as of batch `reached`, from staging and base: each
     key's latest change, row images turned into typed columns, the files written (by Spark, or
-    in this process for a history of at most spark_files.LOCAL_ROWS rows); delta-rs commits
+    in this process for a history of at most settings.local_build_rows rows); delta-rs commits
     them in one version replacing the files they supersede."""
     table_dir = cfg.table_dir(table.name)
     target_path = path(table_dir, TARGET)
@@ -891,7 +892,7 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
         partition_keys = None  # a column is new or wider since: every file is rewritten with the new schema
     has_base = table.base_snapshot is not None
     history: _LocalHistory | _SparkHistory
-    if _history_rows(table_dir, has_base) <= spark_files.LOCAL_ROWS:
+    if _history_rows(table_dir, has_base) <= settings().local_build_rows:
         history = _LocalHistory(table_dir, table, columns, reached)
     else:
         history = _SparkHistory(session_of(spark), table_dir, table, columns, reached)
@@ -959,7 +960,7 @@ def _widen(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, applied: int
     changed = {c: t for c, t in columns.items() if c in existing and existing[c] != t}
     # a target above the local size is built on Spark's executors: nothing table-sized in this process
     if (any(c in table.partition_by or not _casts_exactly(existing[c], t) for c, t in changed.items())
-            or delta.file_stats(dt_)[2] > spark_files.LOCAL_ROWS):
+            or delta.file_stats(dt_)[2] > settings().local_build_rows):
         return _build(spark, cfg, table, dt_, applied, None, first=False, columns=columns, widen=True)
     files = len(dt_.file_uris())
     props = delta.CommitProperties(custom_metadata={"cdc.step": "widen", "cdc.reached": str(applied)})

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_assets.engine import checks, fresh, spark_apply, spark_files
+from cdc_assets.engine import checks, fresh
 from cdc_assets.engine.apply import apply_pending, rebuild
 from cdc_assets.engine.status import table_status
 from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
@@ -109,8 +109,8 @@ def _kept(rows: list[dict]) -> dict:
 @pytest.mark.parametrize("on_spark", [False, True], ids=["in-process", "on-spark"])
 def test_a_delete_carrying_only_the_key_keeps_the_last_live_row(spark, workdir, monkeypatch, on_spark):
     if on_spark:  # every apply and build on Spark executors
-        monkeypatch.setattr(spark_apply, "LOCAL_ROWS", 0)
-        monkeypatch.setattr(spark_files, "LOCAL_ROWS", 0)
+        monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", "0")
+        monkeypatch.setenv("CDC_ASSETS_LOCAL_BUILD_ROWS", "0")
     table = {"name": "SK", "keys": ["k"], "format": "changeset", "deletes": "soft", "partition_by": ["region"],
              "columns": {"v": "string", "w": "string", "region": "string"},
              "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],

@@ -22,7 +22,7 @@ from cdc_assets.engine.apply import rebuild
 from cdc_assets.engine.landing import register_new_batch
 from cdc_assets.engine.stage import stage_batch
 from cdc_assets.engine.tables import HISTORY, path
-from cdc_assets_tests.helpers import jsonl, land, run_table, target_rows, target_version, write_config
+from cdc_assets_tests.helpers import jsonl, land, run_table, settings_of, target_rows, target_version, write_config
 from cdc_assets_tests.reference_model import DELETE, UPSERT, ReferenceTable, SourceChange
 
 from .records import MARKS, delta_rows, delta_version, run_ok, values
@@ -174,7 +174,7 @@ def test_the_in_process_and_the_spark_comparison_give_the_same_changes_and_targe
             land(cfg, t, f"b{n}", files)
         run_ok(cfg, "HERE")
         with monkeypatch.context() as m:
-            m.setattr(snapshot, "LOCAL_PARSE_BYTES", -1)  # every batch read and compared by Spark
+            settings_of(m, snapshot, local_parse_bytes=-1)  # every batch read and compared by Spark
             run_ok(cfg, "SPARKY")
         assert delta.step_commit(os.path.join(cfg.table_dir("SPARKY"), "changes"), "changes", n)["applied_on"] == "spark"
         assert "applied_on" not in delta.step_commit(os.path.join(cfg.table_dir("HERE"), "changes"), "changes", n)
