@@ -221,7 +221,7 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
         figures = _write(context, table_dir, f"{table.name}/target", step)
         # what still waits, the files, bytes and versions: from Delta logs, so every apply affords them
         yield dg.MaterializeResult(metadata={**as_metadata(figures.to_metadata()),
-                                             **as_metadata(status.target_metadata(cfg, table)),
+                                             **as_metadata(status.target_metadata(cfg, table).to_metadata()),
                                              **table_metadata("target", None)})
         # then its checks; a failed blocking one fails this step, after the materialization it judges
         yield from checks

@@ -107,16 +107,27 @@ def target_log(table_dir: str) -> dict:
     }
 
 
-# What a target materialization carries besides the apply's own figures (defs/table_assets.py).
-TARGET_METADATA = ("pending_changes", "oldest_pending_age_seconds", "within_max_staleness", "target_files",
-                   "target_bytes", "versions_kept", "oldest_readable_version")
+@dataclasses.dataclass(frozen=True)
+class TargetFigures(Figures):
+    """What a target materialization carries besides the apply's own figures (defs/table_assets.py)."""
+    pending_changes: int | None
+    oldest_pending_age_seconds: float | None
+    within_max_staleness: bool | None
+    target_files: int
+    target_bytes: int
+    versions_kept: int
+    oldest_readable_version: int | None
 
 
-def target_metadata(cfg: Config, table: TableConfig) -> dict:
+def target_metadata(cfg: Config, table: TableConfig) -> TargetFigures:
     """The target's figures for Dagster's UI: what waits, its files and bytes, its versions; from
     Delta logs and the pending batches' statistics only, so every materialization can afford them."""
-    figures = {**dataclasses.asdict(freshness(cfg, table)), **target_log(cfg.table_dir(table.name))}
-    return {k: figures[k] for k in TARGET_METADATA}
+    waits, log = freshness(cfg, table), target_log(cfg.table_dir(table.name))
+    return TargetFigures(
+        pending_changes=waits.pending_changes, oldest_pending_age_seconds=waits.oldest_pending_age_seconds,
+        within_max_staleness=waits.within_max_staleness, target_files=log["target_files"],
+        target_bytes=log["target_bytes"], versions_kept=log["versions_kept"],
+        oldest_readable_version=log["oldest_readable_version"])
 
 
 @dataclasses.dataclass(frozen=True)
