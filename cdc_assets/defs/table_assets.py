@@ -116,7 +116,7 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
         figures = _write(context, table_dir, f"{table.name}/staging {batch.id}",
                          lambda: stage.stage_batch(cfg, table, batch))
         _register_target_partitions(context, cfg, table)
-        metadata = {**as_metadata(figures), **table_metadata("staging", figures.get("staged"))}
+        metadata = {**as_metadata(figures.to_metadata()), **table_metadata("staging", figures.staged)}
         # the materialization first: a check that cannot be evaluated fails the step, not the batch's record
         yield dg.MaterializeResult(asset_key=names.key("staging"), metadata=metadata)
         yield batch_accounted(cfg, table, context.partition_key, names.key("staging"))

@@ -38,6 +38,18 @@ class Figures:
 
 
 @dataclasses.dataclass(frozen=True)
+class StageResult(Figures):
+    """A `staging` step: each key's latest change of a batch staged."""
+    already_committed: bool | None = None  # the batch was staged before: nothing done
+    changes: int | None = None  # the batch's changes
+    staged: int | None = None
+    superseded_in_batch: int | None = None  # changes a later change of their key in the batch replaced
+    compacted: bool | None = None
+    delta_version: int | None = None
+    seconds: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class ApplyResult(Figures):
     """A `target` step: an incremental apply, a first build, a type widening or a rebuild."""
     nothing_new: bool | None = None  # every staged batch was applied already

@@ -51,6 +51,15 @@ def test_an_applys_figures_are_the_targets_metadata_and_its_summary(workdir):
                       "files_added": 1, "files_removed": 1, "files_before": 1, "partitions_rewritten": [],
                       "rows": 2, "delta_version": 1}
 
+    # the staging step's entries, the same way
+    staging = instance.get_latest_materialization_event(dg.AssetKey(["ORDERS", "staging"])).asset_materialization
+    staged = {k: v for k, v in staging.metadata.items() if not k.startswith("dagster/")}
+    assert {k: type(v) for k, v in staged.items()} == {
+        "changes": dg.IntMetadataValue, "staged": dg.IntMetadataValue, "superseded_in_batch": dg.IntMetadataValue,
+        "compacted": dg.BoolMetadataValue, "delta_version": dg.IntMetadataValue, "seconds": dg.FloatMetadataValue}
+    assert (staged["changes"].value, staged["staged"].value, staged["superseded_in_batch"].value) == (2, 2, 0)
+    assert staging.metadata["dagster/partition_row_count"].value == 2
+
     # read back into the step's result: the summary line and `run --json` say the same
     applied = second.applied
     assert applied == ApplyResult.from_metadata(second.figures["target"])
