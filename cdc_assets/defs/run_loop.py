@@ -27,7 +27,7 @@ from ..engine.lock import table_lock
 from ..engine.retry import on_conflict
 from ..engine.settings import settings
 from ..engine.status import record_run
-from ..engine.step_results import ApplyResult
+from ..engine.step_results import ApplyResult, HistoryResult
 from .checks import WITHIN_MAX_STALENESS
 from .due import due_now
 from .history import history_job_name
@@ -76,6 +76,12 @@ class TableOutcome:
         """The target step's result, read back from its materialization (None: target not materialized)."""
         found = self.figures.get("target")
         return ApplyResult.from_metadata(found) if found else None
+
+    @property
+    def history(self) -> HistoryResult | None:
+        """The history step's result, read back from its materialization (None: history not materialized)."""
+        found = self.figures.get("history")
+        return HistoryResult.from_metadata(found) if found else None
 
 
 def instance() -> dg.DagsterInstance:
@@ -294,10 +300,10 @@ def summary_line(o: TableOutcome) -> str:
                      f"v{tg.delta_version}" + (f" in {tg.seconds}s" if tg.seconds is not None else ""))
     if o.waiting:
         parts.append(o.waiting)
-    hist = o.figures.get("history", {})
-    if hist and not hist.get("nothing_new"):
-        parts.append(f"history {hist.get('rows')} versions" + (
-            f" (+{hist['versions_added']})" if "versions_added" in hist else f" ({hist.get('built')})"))
+    hist = o.history
+    if hist and not hist.nothing_new:
+        parts.append(f"history {hist.rows} versions" + (
+            f" (+{hist.versions_added})" if hist.versions_added is not None else f" ({hist.built})"))
     bq = o.figures.get("bigquery", {})
     if bq and not bq.get("nothing_new"):
         parts.append(f"published to BigQuery ({bq.get('mode')}): {bq.get('rows_sent')} rows sent, "

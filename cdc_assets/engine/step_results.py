@@ -50,6 +50,27 @@ class StageResult(Figures):
 
 
 @dataclasses.dataclass(frozen=True)
+class HistoryResult(Figures):
+    """A `history` step: an update by the new batches, or a (first) build."""
+    nothing_new: bool | None = None
+    history_batch: int | None = None  # the last batch the history holds
+    batches: str | None = None  # an update's "first..last"
+    built: str | None = None  # a build's kind: build, retype or rebuild
+    changes_read: int | None = None
+    truncates_read: int | None = None
+    keys_touched: int | None = None
+    versions_before: int | None = None  # the touched keys' versions before the update
+    versions_added: int | None = None
+    versions_relabelled: int | None = None
+    versions_removed: int | None = None
+    files_added: int | None = None
+    rows: int | None = None
+    delta_version: int | None = None
+    previous_version: int | None = None  # before a rebuild
+    seconds: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class ApplyResult(Figures):
     """A `target` step: an incremental apply, a first build, a type widening or a rebuild."""
     nothing_new: bool | None = None  # every staged batch was applied already
