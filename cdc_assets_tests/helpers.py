@@ -1,6 +1,7 @@
 """Test helpers: write a cdc.yaml, land files the way writers should, run a table in-process."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -17,6 +18,14 @@ def write_config(root, tables: list[dict], **top) -> Config:
     # as UTF-8 text: JSON's \ud83d\ude00 escapes of an astral character are two lone surrogates to YAML
     path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False), encoding="utf-8")
     return load_config(str(path))
+
+
+def settings_of(monkeypatch, module, **values) -> None:
+    """`module`'s reads of the engine's settings (engine/settings.py) give `values`: a limit for one
+    module's step, where the environment variable would set it for every module."""
+    from cdc_assets.engine.settings import settings
+
+    monkeypatch.setattr(module, "settings", lambda: dataclasses.replace(settings(), **values))
 
 
 def land(cfg: Config, table: str, batch: str, files: dict[str, bytes | str]) -> None:

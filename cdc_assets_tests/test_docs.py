@@ -46,6 +46,16 @@ def test_the_configuration_page_lists_every_key_as_config_validates_them():
     assert accepted <= listed
 
 
+def test_the_configuration_page_lists_every_environment_variable_as_settings_reads_them():
+    from cdc_assets.engine.settings import reference, variables
+
+    with open(os.path.join(REPO, "docs", "configuration.md"), encoding="utf-8") as fh:
+        text = fh.read()
+    shown = text.split("<!-- generated: `python -m cdc_assets.engine.settings`", 1)[1].split("-->\n", 1)[1]
+    assert shown.split("<!-- end of generated variables -->")[0] == reference()
+    assert re.findall(r"^\| `(CDC_ASSETS_[A-Z_]+)`", shown, re.M) == variables()
+
+
 def _blocks(language: str) -> list[tuple[str, str]]:
     """(page, body) of every fenced block in `language` in the README and the documentation pages."""
     pages = ["README.md"] + sorted(os.path.join("docs", p) for p in os.listdir(os.path.join(REPO, "docs"))

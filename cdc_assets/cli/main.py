@@ -9,6 +9,7 @@ import traceback
 
 from ..core.config import ConfigError
 from ..core.errors import CdcError
+from ..engine.settings import settings
 from . import demo, generate, init, maintain, read, rekey, run, spark, status, ui, versions
 
 
@@ -46,6 +47,7 @@ def _command(argv: list[str] | None, console: bool = False) -> int:
     args = build_parser().parse_args(argv)
     args.console = console  # the process is the command's own: it may take its signals (run, demo)
     try:
+        settings()  # a variable of the wrong kind stops the command before it does anything
         return int(args.func(args) or 0)
     except CdcError as e:  # the root cause in one line, not a traceback
         print(f"cdc-assets {args.command}: {e}", file=sys.stderr)

@@ -1,57 +1,61 @@
 """`cdc-assets status --config PATH`: per table, what has been applied and what waits."""
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..core.apply_policy import format_duration
 from .common import config_or_none
 
-
-def _plain(key: str):
-    return lambda r: "" if r.get(key) is None else str(r[key])
-
-
-def _applied(r: dict) -> str:
-    return "none" if r.get("applied_through") is None else str(r["applied_through"])  # not batch -1
+if TYPE_CHECKING:
+    from ..engine.status import TableStatus
 
 
-def _pending(r: dict) -> str:
-    if r.get("pending_changes") is None:
+def _plain(field: str) -> Callable[[TableStatus], str]:
+    return lambda r: "" if getattr(r, field) is None else str(getattr(r, field))
+
+
+def _applied(r: TableStatus) -> str:
+    return "none" if r.applied_through is None else str(r.applied_through)  # not batch -1
+
+
+def _pending(r: TableStatus) -> str:
+    if r.pending_changes is None:
         return ""
-    age = r.get("oldest_pending_age_seconds")
-    return f"{r['pending_changes']}" + (f", oldest {_duration(age)}" if r["pending_changes"] and age is not None else "")
+    age = r.oldest_pending_age_seconds
+    return f"{r.pending_changes}" + (f", oldest {_duration(age)}" if r.pending_changes and age is not None else "")
 
 
-def _policy(r: dict) -> str:
-    parts = ([f"min {r['min_changes']}"] if r.get("min_changes") is not None else []) + \
-        ([f"max {format_duration(r['max_staleness_seconds'])}"] if r.get("max_staleness_seconds") is not None else [])
+def _policy(r: TableStatus) -> str:
+    parts = ([f"min {r.min_changes}"] if r.min_changes is not None else []) + \
+        ([f"max {format_duration(r.max_staleness_seconds)}"] if r.max_staleness_seconds is not None else [])
     return ", ".join(parts) or "every batch"
 
 
-def _within(r: dict) -> str:
-    within = r.get("within_max_staleness")
-    return "" if within is None else "yes" if within else "NO"
+def _within(r: TableStatus) -> str:
+    return "" if r.within_max_staleness is None else "yes" if r.within_max_staleness else "NO"
 
 
-def _files(r: dict) -> str:
-    return f"{r['target_files']} ({_bytes(r['target_bytes'])})" if r.get("versions_kept") else ""
+def _files(r: TableStatus) -> str:
+    return f"{r.target_files} ({_bytes(r.target_bytes)})" if r.versions_kept else ""
 
 
-def _versions(r: dict) -> str:
-    return f"{r['versions_kept']} (from v{r['oldest_readable_version']})" if r.get("versions_kept") else ""
+def _versions(r: TableStatus) -> str:
+    return f"{r.versions_kept} (from v{r.oldest_readable_version})" if r.versions_kept else ""
 
 
-def _rows(r: dict) -> str:
+def _rows(r: TableStatus) -> str:
     """The live rows, and the rows a soft-delete table keeps flagged deleted when it has any."""
-    rows = "" if r.get("rows") is None else str(r["rows"])
-    return rows + (f" (+{r['soft_deleted_rows']} soft-deleted)" if r.get("soft_deleted_rows") else "")
+    return str(r.rows) + (f" (+{r.soft_deleted_rows} soft-deleted)" if r.soft_deleted_rows else "")
 
 
-def _retention(r: dict) -> str:
+def _retention(r: TableStatus) -> str:
     """Files kept (maintenance.retention), then the trims' settings when set."""
-    trims = [f"{name} {format_duration(r[key])}" for name, key in (
-        ("changes", "trim_changes_after_seconds"), ("staging", "trim_staging_after_seconds")) if r.get(key) is not None]
-    return format_duration(r["retention_seconds"]) + (f"; trim {', '.join(trims)}" if trims else "")
+    trims = [f"{name} {format_duration(after)}" for name, after in (
+        ("changes", r.trim_changes_after_seconds), ("staging", r.trim_staging_after_seconds)) if after is not None]
+    return format_duration(r.retention_seconds) + (f"; trim {', '.join(trims)}" if trims else "")
 
 
 # (header, cell): the important fields in compact columns; --json has every field.
@@ -84,12 +88,11 @@ def main(args) -> int:
     if cfg is None:
         return 2
     rows = [table_status(cfg, t) for t in cfg.tables]
-    for r in rows:
-        if r.get("staging_unreadable"):
-            r["last_change_at"] = f"staging unreadable: {r['staging_unreadable']}"
+    rows = [dataclasses.replace(r, last_change_at=f"staging unreadable: {r.staging_unreadable}")
+            if r.staging_unreadable else r for r in rows]
     if args.json:
         for r in rows:
-            print(json.dumps(r))
+            print(json.dumps(r.to_json()))
         return 0
     cells = [[h for h, _ in COLUMNS]] + [[cell(r) for _, cell in COLUMNS] for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS))]

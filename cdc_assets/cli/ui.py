@@ -13,6 +13,7 @@ import sys
 import threading
 
 from ..defs.pool_watch import ensure_settings
+from ..engine.settings import variable
 from .common import config_or_none
 
 
@@ -30,7 +31,7 @@ def register(sub) -> None:
 
 def command(cfg_path: str, host: str, port: int) -> tuple[list[str], dict]:
     env = dict(os.environ)
-    env["CDC_ASSETS_CONFIG"] = cfg_path
+    env[variable("config")] = cfg_path
     env.setdefault("DAGSTER_HOME", os.path.join(os.path.dirname(cfg_path), "dagster_home"))
     ensure_settings(env["DAGSTER_HOME"])  # the pool limit: one writer step per table at a time
     dagster = shutil.which("dagster", path=os.path.dirname(sys.executable)) or "dagster"

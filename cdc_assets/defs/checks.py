@@ -78,7 +78,7 @@ def within_max_staleness_check(cfg: Config, table: TableConfig, target: dg.Asset
         figures = status.freshness(cfg, table)
         # A warning, not an error: a late merge is stale, not wrong, and the fresh read shows
         # the pending changes meanwhile.
-        return dg.AssetCheckResult(passed=bool(figures["within_max_staleness"]), severity=dg.AssetCheckSeverity.WARN,
-                                   metadata=as_metadata({**figures, "max_staleness_seconds": max_staleness}))
+        return dg.AssetCheckResult(passed=bool(figures.within_max_staleness), severity=dg.AssetCheckSeverity.WARN,
+                                   metadata=as_metadata({**figures.to_metadata(), "max_staleness_seconds": max_staleness}))
 
     return within_max_staleness

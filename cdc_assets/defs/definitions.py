@@ -3,12 +3,12 @@ maintenance schedule per table, a cycle job and schedule per scheduled table or 
 sensor of the assets Declarative Automation keeps current."""
 from __future__ import annotations
 
-import os
 import warnings
 
 import dagster as dg
 
 from ..core.config import Config, TableConfig
+from ..engine.settings import settings, variable
 from .automation import automation_sensor
 from .checks import table_checks
 from .history import history_definitions
@@ -38,11 +38,11 @@ def table_definitions(cfg: Config, table: TableConfig) -> dg.Definitions:
     return dg.Definitions.merge(own, publish_definitions(cfg, table), history_definitions(cfg, table))
 
 
-CONFIG_ENV = "CDC_ASSETS_CONFIG"  # the `cdc.yaml` the code location loads (cdc_assets/definitions.py)
+CONFIG_ENV = variable("config")  # the `cdc.yaml` the code location loads (cdc_assets/definitions.py)
 
 
 def config_path() -> str:
-    return os.environ.get(CONFIG_ENV, "./cdc.yaml")
+    return settings().config or "./cdc.yaml"
 
 
 _built: dict[str, dg.Definitions] = {}

@@ -46,7 +46,7 @@ def history_definitions(cfg: Config, table: TableConfig) -> dg.Definitions:
             (lambda: history.update(spark, cfg, table))
         figures = _write(context, table_dir, f"{table.name}/history", step)
         return dg.MaterializeResult(metadata={
-            **as_metadata(figures), **standard,
+            **as_metadata(figures.to_metadata()), **standard,
             **delta_table_metadata(path(table_dir, HISTORY), f"{table.name}.{HISTORY}", table.keys)})
 
     job = dg.define_asset_job(history_job_name(table), selection=[names.key(HISTORY)],

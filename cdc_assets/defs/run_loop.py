@@ -25,7 +25,9 @@ from ..engine.errors import root_cause_of_exception, root_cause_of_info
 from ..engine.landing import Batch, register_new_batch
 from ..engine.lock import table_lock
 from ..engine.retry import on_conflict
+from ..engine.settings import settings
 from ..engine.status import record_run
+from ..engine.step_results import ApplyResult, HistoryResult
 from .checks import WITHIN_MAX_STALENESS
 from .due import due_now
 from .history import history_job_name
@@ -68,6 +70,18 @@ class TableOutcome:
         return {"table": self.table, "ok": self.ok, "new_batch": self.new_batch, "waiting": self.waiting,
                 "warning": self.warning, "error": self.error, "checks": self.checks, "seconds": self.seconds,
                 "figures": self.figures}
+
+    @property
+    def applied(self) -> ApplyResult | None:
+        """The target step's result, read back from its materialization (None: target not materialized)."""
+        found = self.figures.get("target")
+        return ApplyResult.from_metadata(found) if found else None
+
+    @property
+    def history(self) -> HistoryResult | None:
+        """The history step's result, read back from its materialization (None: history not materialized)."""
+        found = self.figures.get("history")
+        return HistoryResult.from_metadata(found) if found else None
 
 
 def instance() -> dg.DagsterInstance:
@@ -196,7 +210,7 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
     except Exception as e:  # noqa: BLE001 - one failing table never stops the others
         outcome.ok = False
         outcome.error = root_cause_of_exception(e)
-        if os.environ.get("CDC_ASSETS_DEBUG"):
+        if settings().debug:
             traceback.print_exc()
     outcome.seconds = round(time.time() - t0, 1)
     record_run(cfg, table, outcome.ok, outcome.error)
@@ -275,22 +289,21 @@ def run_config(cfg: Config, build: Build, only=None, echo=print, as_json=False, 
 
 
 def summary_line(o: TableOutcome) -> str:
-    ch, tg = o.figures.get("changes", {}), o.figures.get("target", {})
+    ch, tg = o.figures.get("changes", {}), o.applied
     parts = [f"{o.table}: {'ok' if o.ok else 'FAILED'}"]
     parts.append(f"new batch {o.new_batch}" if o.new_batch else o.warning or "nothing new landed")
     if ch:
         parts.append(f"{ch.get('records_read', 0)} records, {ch.get('changes_new', 0)} new changes, "
                      f"{ch.get('duplicates_skipped', 0)} duplicates, {ch.get('quarantined', 0)} quarantined")
-    if tg and not tg.get("nothing_new"):
-        parts.append(f"target {tg.get('rows')} rows (+{tg.get('inserts')} ~{tg.get('updates')} -{tg.get('deletes')}, "
-                     f"{tg.get('stale_skipped')} stale) v{tg.get('delta_version')}"
-                     + (f" in {tg['seconds']}s" if tg.get("seconds") is not None else ""))
+    if tg and not tg.nothing_new:
+        parts.append(f"target {tg.rows} rows (+{tg.inserts} ~{tg.updates} -{tg.deletes}, {tg.stale_skipped} stale) "
+                     f"v{tg.delta_version}" + (f" in {tg.seconds}s" if tg.seconds is not None else ""))
     if o.waiting:
         parts.append(o.waiting)
-    hist = o.figures.get("history", {})
-    if hist and not hist.get("nothing_new"):
-        parts.append(f"history {hist.get('rows')} versions" + (
-            f" (+{hist['versions_added']})" if "versions_added" in hist else f" ({hist.get('built')})"))
+    hist = o.history
+    if hist and not hist.nothing_new:
+        parts.append(f"history {hist.rows} versions" + (
+            f" (+{hist.versions_added})" if hist.versions_added is not None else f" ({hist.built})"))
     bq = o.figures.get("bigquery", {})
     if bq and not bq.get("nothing_new"):
         parts.append(f"published to BigQuery ({bq.get('mode')}): {bq.get('rows_sent')} rows sent, "

@@ -13,6 +13,8 @@ side by side. Each step is re-run when its Delta commit loses to another writer'
 """
 
 import contextlib
+from collections.abc import Callable
+from typing import TypeVar
 
 import dagster as dg
 
@@ -31,6 +33,8 @@ from .due import due_now, held_reason
 from .metadata import as_metadata, delta_table_metadata
 from .names import TableNames
 from .resources import CdcSparkResource, spark_session
+
+_Result = TypeVar("_Result")
 
 APPLY_TAG = "cdc/apply"
 INCREMENTAL = "incremental"
@@ -75,7 +79,7 @@ def _register_target_partitions(context, cfg: Config, table: TableConfig) -> Non
     sync_target_partitions(context.instance, cfg, table)
 
 
-def _write(context, table_dir: str, what: str, step) -> dict:
+def _write(context, table_dir: str, what: str, step: Callable[[], _Result]) -> _Result:
     """A writer step under the table lock, re-run when its Delta commit loses to another writer's."""
     with table_lock(table_dir):
         return on_conflict(step, what, log=context.log.warning)
@@ -112,7 +116,7 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
         figures = _write(context, table_dir, f"{table.name}/staging {batch.id}",
                          lambda: stage.stage_batch(cfg, table, batch))
         _register_target_partitions(context, cfg, table)
-        metadata = {**as_metadata(figures), **table_metadata("staging", figures.get("staged"))}
+        metadata = {**as_metadata(figures.to_metadata()), **table_metadata("staging", figures.staged)}
         # the materialization first: a check that cannot be evaluated fails the step, not the batch's record
         yield dg.MaterializeResult(asset_key=names.key("staging"), metadata=metadata)
         yield batch_accounted(cfg, table, context.partition_key, names.key("staging"))
@@ -216,7 +220,8 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
             step = lambda: apply.rebuild(spark, cfg, table, keys)  # noqa: E731
         figures = _write(context, table_dir, f"{table.name}/target", step)
         # what still waits, the files, bytes and versions: from Delta logs, so every apply affords them
-        yield dg.MaterializeResult(metadata={**as_metadata(figures), **as_metadata(status.target_metadata(cfg, table)),
+        yield dg.MaterializeResult(metadata={**as_metadata(figures.to_metadata()),
+                                             **as_metadata(status.target_metadata(cfg, table).to_metadata()),
                                              **table_metadata("target", None)})
         # then its checks; a failed blocking one fails this step, after the materialization it judges
         yield from checks

@@ -11,9 +11,10 @@ import os
 
 def _warm() -> None:
     from ..core.config import load_config
-    from .definitions import CONFIG_ENV, build_definitions
+    from ..engine.settings import settings
+    from .definitions import build_definitions
 
-    path = os.environ.get(CONFIG_ENV)
+    path = settings().config
     if not path or not os.path.exists(path):
         return
     try:

@@ -47,8 +47,10 @@ from ..core.values import (
 from . import combine, delta, faults, retype, rewrite, spark_apply, spark_files, storage
 from .ingest import column_types
 from .records import read_committed_records, read_records, stored_columns
+from .settings import settings
 from .spark import map_in_arrow, session_of
 from .stage import latest_of_batch, latest_per_key
+from .step_results import ApplyResult
 from .tables import BASE, STAGING, STAGING_TRIM, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
 
 _SPARK_TYPES = {"boolean": "boolean", INT: "int", LONG: "bigint", DOUBLE: "double", STRING: "string", DATE: "date",
@@ -536,7 +538,7 @@ def _as_target_rows(live: pa.Table, columns: dict[str, str], extra=(), images: l
     return pa.concat_tables([_target_rows(image_rows, columns, images, extra), typed])
 
 
-def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
+def apply_pending(spark, cfg: Config, table: TableConfig) -> ApplyResult:
     """Apply the pending batches. `spark`: a session, or a function that starts one; an
     incremental apply never calls it (only a first apply or a type widening needs Spark)."""
     t0 = time.time()
@@ -553,19 +555,18 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
         raise OutOfOrder(f"table {table.name}: base snapshot not imported yet: materialize {table.name}/base first")
     reached = max(staged, 0 if has_base else -1)
     if reached <= applied:
-        return {"nothing_new": True, "applied_batch": applied}
+        return ApplyResult(nothing_new=True, applied_batch=applied)
     if dt_ is None or delta.open_table(path(table_dir, TOMBSTONES)) is None:
         # The first apply (or a target from before `tombstones` existed): the whole state at once.
-        figures = _build(spark, cfg, table, dt_, reached, None, first=True)
-        figures["seconds"] = round(time.time() - t0, 2)
-        return figures
+        return dataclasses.replace(_build(spark, cfg, table, dt_, reached, None, first=True),
+                                   seconds=round(time.time() - t0, 2))
 
     if _switched_to_hard(dt_, table):
         # Switched from soft deletes: a flagged row is a deleted key, no row of a hard-delete
         # table, and the flag is no column of one: the target is built again without either.
-        figures = _build(spark, cfg, table, dt_, reached, None, first=True)
-        figures.update({"seconds": round(time.time() - t0, 2), "applied_on": "a whole build: deletes are hard now"})
-        return figures
+        return dataclasses.replace(_build(spark, cfg, table, dt_, reached, None, first=True),
+                                   seconds=round(time.time() - t0, 2),
+                                   applied_on="a whole build: deletes are hard now")
 
     on_spark = None  # why a batch large enough for Spark is applied in this process
     if spark_apply.runs_on_spark(table_dir, applied):
@@ -578,10 +579,9 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
             # Each key's changes are combined column by column, with its earlier ones too (a soft
             # delete keeps the key's last live row, which a late change may set): Spark builds
             # the whole state from staging and base, as a first apply does.
-            figures = _build(spark, cfg, table, dt_, reached, None, first=True)
-            figures.update({"seconds": round(time.time() - t0, 2),
-                            "applied_on": "spark: the whole state, each key's changes combined column by column"})
-            return figures
+            return dataclasses.replace(
+                _build(spark, cfg, table, dt_, reached, None, first=True), seconds=round(time.time() - t0, 2),
+                applied_on="spark: the whole state, each key's changes combined column by column")
         else:
             return _apply_on_spark(spark, cfg, table, dt_, applied, reached, t0)
 
@@ -592,9 +592,8 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
         # A column widened: the target is rewritten once with the wider type, as of the batch
         # it reached; this apply then goes on from there.
         widened = _widen(spark, cfg, table, dt_, applied, columns)
-        if widened["applied_batch"] >= reached:  # built as of this apply's batch (a trimmed staging)
-            widened["seconds"] = round(time.time() - t0, 2)
-            return widened
+        if (widened.applied_batch or 0) >= reached:  # built as of this apply's batch (a trimmed staging)
+            return dataclasses.replace(widened, seconds=round(time.time() - t0, 2))
         dt_ = delta.load(target_path)
     if table.insert_only:
         return _append(table, target_path, dt_, m, applied, reached, t0)
@@ -635,29 +634,27 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> dict:
             .execute()
         inserts, updates, deletes = (result.get(f"num_target_rows_{n}", 0) for n in ("inserted", "updated", "deleted"))
     faults.point("target.committed")
-    figures = _applied_figures(table, target_path, applied, reached, pending.num_rows, winners.num_rows,
-                               (inserts, updates, deletes), files_before, version_before, t0)
-    if on_spark:
-        figures["applied_on"] = on_spark
-    return figures
+    return _applied_figures(table, target_path, applied, reached, pending.num_rows, winners.num_rows,
+                            (inserts, updates, deletes), files_before, version_before, t0, on_spark)
 
 
 def _applied_figures(table: TableConfig, target_path: str, applied: int, reached: int, pending: int, winners: int,
-                     changed: tuple[int, int, int], files_before: int, version_before: int, t0: float) -> dict:
+                     changed: tuple[int, int, int], files_before: int, version_before: int, t0: float,
+                     applied_on: str | None = None) -> ApplyResult:
     """An incremental apply's figures: its rows from the counts, its files from its commit."""
     inserts, updates, deletes = changed
     final = delta.snapshot(target_path)
     assert final is not None  # the apply's caller made or found the target
     adds, removes = _commit_files(target_path, final.version()) if final.version() > version_before else ([], [])
-    return {
-        "batches_applied": f"{applied + 1}..{reached}", "applied_batch": reached,
-        "changes_pending": pending, "keys_changed": sum(changed),
-        "inserts": inserts, "updates": updates, "deletes": deletes, "stale_skipped": winners - sum(changed),
-        "superseded": pending - winners,
-        "files_added": len(adds), "files_removed": len(removes), "files_before": files_before,
-        "partitions_rewritten": _partitions_of(adds + removes, table.partition_by) if table.partition_by else [],
-        "rows": final.count(), "delta_version": final.version(), "seconds": round(time.time() - t0, 2),
-    }
+    return ApplyResult(
+        batches_applied=f"{applied + 1}..{reached}", applied_batch=reached,
+        changes_pending=pending, keys_changed=sum(changed),
+        inserts=inserts, updates=updates, deletes=deletes, stale_skipped=winners - sum(changed),
+        superseded=pending - winners,
+        files_added=len(adds), files_removed=len(removes), files_before=files_before,
+        partitions_rewritten=tuple(_partitions_of(adds + removes, table.partition_by) if table.partition_by else []),
+        rows=final.count(), delta_version=final.version(), seconds=round(time.time() - t0, 2), applied_on=applied_on,
+    )
 
 
 def _leaves_columns_out(table_dir: str, reached: int) -> bool:
@@ -668,7 +665,7 @@ def _leaves_columns_out(table_dir: str, reached: int) -> bool:
 
 
 def _apply_on_spark(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, applied: int, reached: int,
-                    t0: float) -> dict:
+                    t0: float) -> ApplyResult:
     """A large incremental apply, computed and written by Spark executors (engine/spark_apply.py)."""
     table_dir = cfg.table_dir(table.name)
     target_path = path(table_dir, TARGET)
@@ -679,9 +676,8 @@ def _apply_on_spark(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, app
         # reached (a commit of added files cannot change a Delta table's schema); this apply
         # then goes on from there.
         widened = _widen(spark, cfg, table, dt_, applied, columns)
-        if widened["applied_batch"] >= reached:  # built as of this apply's batch (a trimmed staging)
-            widened["seconds"] = round(time.time() - t0, 2)
-            return widened
+        if (widened.applied_batch or 0) >= reached:  # built as of this apply's batch (a trimmed staging)
+            return dataclasses.replace(widened, seconds=round(time.time() - t0, 2))
         dt_ = delta.load(target_path)
     dt_ = delta.keep_change_feed(target_path, dt_, False)
     files_before, version_before = len(dt_.file_uris()), dt_.version()
@@ -692,14 +688,12 @@ def _apply_on_spark(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, app
                              lambda figures: delta.commit_props(TARGET, reached, {"from_batch": applied + 1,
                                                                                   **figures}), ROWS_PER_FILE)
     faults.point("target.committed")
-    figures = _applied_figures(table, target_path, applied, reached, done.changes_pending, done.winners,
-                               (done.inserts, done.updates, done.deletes), files_before, version_before, t0)
-    figures["applied_on"] = "spark"
-    return figures
+    return _applied_figures(table, target_path, applied, reached, done.changes_pending, done.winners,
+                            (done.inserts, done.updates, done.deletes), files_before, version_before, t0, "spark")
 
 
 def _append(table: TableConfig, target_path: str, dt_: DeltaTable, m: MergeSource, applied: int, reached: int,
-            t0: float) -> dict:
+            t0: float) -> ApplyResult:
     """An insert_only table's batches: their rows appended, no target file read or rewritten
     (ingest quarantined every change that is not an insert)."""
     rows = m.source.filter(pc.equal(m.source["_cdc_apply"], UPSERT)).drop_columns(["_cdc_apply"])
@@ -712,14 +706,14 @@ def _append(table: TableConfig, target_path: str, dt_: DeltaTable, m: MergeSourc
     final = delta.snapshot(target_path)
     assert final is not None  # the apply's caller made or found the target
     adds, _ = _commit_files(target_path, final.version())
-    return {
-        "batches_applied": f"{applied + 1}..{reached}", "applied_batch": reached, "appended": True,
-        "changes_pending": m.pending.num_rows, "keys_changed": rows.num_rows, "inserts": rows.num_rows,
-        "updates": 0, "deletes": 0, "stale_skipped": 0, "superseded": m.pending.num_rows - m.winners.num_rows,
-        "files_added": len(adds), "files_removed": 0, "files_before": files_before,
-        "partitions_rewritten": _partitions_of(adds, table.partition_by) if table.partition_by else [],
-        "rows": final.count(), "delta_version": final.version(), "seconds": round(time.time() - t0, 2),
-    }
+    return ApplyResult(
+        batches_applied=f"{applied + 1}..{reached}", applied_batch=reached, appended=True,
+        changes_pending=m.pending.num_rows, keys_changed=rows.num_rows, inserts=rows.num_rows,
+        updates=0, deletes=0, stale_skipped=0, superseded=m.pending.num_rows - m.winners.num_rows,
+        files_added=len(adds), files_removed=0, files_before=files_before,
+        partitions_rewritten=tuple(_partitions_of(adds, table.partition_by) if table.partition_by else []),
+        rows=final.count(), delta_version=final.version(), seconds=round(time.time() - t0, 2),
+    )
 
 
 # ---- whole-state builds: on Spark executors, or in this process for a small table -------
@@ -795,7 +789,7 @@ class _SparkHistory:
 
 
 class _LocalHistory:
-    """The same as _SparkHistory, for a history of at most spark_files.LOCAL_ROWS rows, in this
+    """The same as _SparkHistory, for a history of at most settings.local_build_rows rows, in this
     process with Arrow: read through delta-rs, each key's latest picked by one sort, the files
     written as Spark's tasks write them (spark_files.write_arrow)."""
 
@@ -877,10 +871,10 @@ def _history_rows(table_dir: str, has_base: bool) -> int:
 
 def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reached: int,
            partition_keys: list[str] | None, first: bool, columns: dict[str, str] | None = None,
-           widen: bool = False, tombstones: bool = False) -> dict:
+           widen: bool = False, tombstones: bool = False) -> ApplyResult:
     """Target (or some of its partitions) as of batch `reached`, from staging and base: each
     key's latest change, row images turned into typed columns, the files written (by Spark, or
-    in this process for a history of at most spark_files.LOCAL_ROWS rows); delta-rs commits
+    in this process for a history of at most settings.local_build_rows rows); delta-rs commits
     them in one version replacing the files they supersede."""
     table_dir = cfg.table_dir(table.name)
     target_path = path(table_dir, TARGET)
@@ -900,7 +894,7 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
         partition_keys = None  # a column is new or wider since: every file is rewritten with the new schema
     has_base = table.base_snapshot is not None
     history: _LocalHistory | _SparkHistory
-    if _history_rows(table_dir, has_base) <= spark_files.LOCAL_ROWS:
+    if _history_rows(table_dir, has_base) <= settings().local_build_rows:
         history = _LocalHistory(table_dir, table, columns, reached)
     else:
         history = _SparkHistory(session_of(spark), table_dir, table, columns, reached)
@@ -934,18 +928,18 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
         history.close()
     rows = sum(json.loads(a.stats)["numRecords"] for a in adds)
     replaced = len(dt_.file_uris()) if removes is None and dt_ is not None else len(removes or [])
-    figures = {"applied_batch": reached, "rows_written": rows, "files_added": len(adds), "files_removed": replaced,
-               "rows": final.count(), "delta_version": final.version()}
+    figures = ApplyResult(applied_batch=reached, rows_written=rows, files_added=len(adds), files_removed=replaced,
+                          rows=final.count(), delta_version=final.version(),
+                          partitions_rewritten=tuple(sorted(partition_keys)) if partition_keys is not None else None)
     if first:
         applied = delta.txn_version(dt_, TARGET)
         start = applied + 1 if applied >= 0 or table.base_snapshot else 1
         # Every staged change up to the batch is pending at once; of each key's latest, the live
         # ones become rows and the deletes (of keys never in this target) change nothing.
-        figures.update({"batches_applied": f"{start}..{reached}", "changes_pending": history.history_rows,
-                        "inserts": rows, "updates": 0, "deletes": 0, "keys_changed": rows,
-                        "stale_skipped": history.keys - rows, "superseded": history.history_rows - history.keys})
-    if partition_keys is not None:
-        figures["partitions_rewritten"] = sorted(partition_keys)
+        figures = dataclasses.replace(
+            figures, batches_applied=f"{start}..{reached}", changes_pending=history.history_rows,
+            inserts=rows, updates=0, deletes=0, keys_changed=rows,
+            stale_skipped=history.keys - rows, superseded=history.history_rows - history.keys)
     return figures
 
 
@@ -958,7 +952,8 @@ def _casts_exactly(have: str, want: str) -> bool:
     return _cast_keeps(have, want) and (have, want) != (LONG, DOUBLE)
 
 
-def _widen(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, applied: int, columns: dict[str, str]) -> dict:
+def _widen(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, applied: int,
+           columns: dict[str, str]) -> ApplyResult:
     """The target as of batch `applied` with the column types `columns` (wider ones, new ones):
     its files cast to them when each changed column's values cast exactly, none is a partition
     column and the target is of a size this process builds (engine/retype.py: one streamed read
@@ -967,15 +962,15 @@ def _widen(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, applied: int
     changed = {c: t for c, t in columns.items() if c in existing and existing[c] != t}
     # a target above the local size is built on Spark's executors: nothing table-sized in this process
     if (any(c in table.partition_by or not _casts_exactly(existing[c], t) for c, t in changed.items())
-            or delta.file_stats(dt_)[2] > spark_files.LOCAL_ROWS):
+            or delta.file_stats(dt_)[2] > settings().local_build_rows):
         return _build(spark, cfg, table, dt_, applied, None, first=False, columns=columns, widen=True)
     files = len(dt_.file_uris())
     props = delta.CommitProperties(custom_metadata={"cdc.step": "widen", "cdc.reached": str(applied)})
     final = retype.rewrite(path(cfg.table_dir(table.name), TARGET), dt_, _target_schema(columns), table.partition_by,
                            props)
     faults.point("target.committed")
-    return {"applied_batch": applied, "files_added": files, "files_removed": files, "rows": final.count(),
-            "delta_version": final.version()}
+    return ApplyResult(applied_batch=applied, files_added=files, files_removed=files, rows=final.count(),
+                       delta_version=final.version())
 
 
 def _build_tombstones(history, table_dir: str, reached: int) -> None:
@@ -990,13 +985,13 @@ def _build_tombstones(history, table_dir: str, reached: int) -> None:
                        delta.commit_props(TOMBSTONES, reached))
 
 
-def rebuild_whole(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, reached: int) -> dict:
+def rebuild_whole(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, reached: int) -> ApplyResult:
     """The whole target and its tombstones again from staging as of batch `reached` (the
     tombstones table must be gone: a tombstone is a key only, rebuilt from the deletes)."""
     return _build(spark, cfg, table, dt_, reached, None, first=False, tombstones=True)
 
 
-def rebuild(spark, cfg: Config, table: TableConfig, partition_keys: list[str] | None) -> dict:
+def rebuild(spark, cfg: Config, table: TableConfig, partition_keys: list[str] | None) -> ApplyResult:
     """Rebuild partitions (or the whole target) from staging as of the batch the target reached;
     a target restored to a batch a staging trim has passed is built whole as of the last staged
     batch (`_build`)."""
@@ -1005,11 +1000,10 @@ def rebuild(spark, cfg: Config, table: TableConfig, partition_keys: list[str] | 
     dt_ = delta.open_table(path(table_dir, TARGET))  # read and committed through, as in apply_pending
     reached = delta.txn_version(dt_, TARGET)
     if dt_ is None or reached < 0:
-        return {"nothing_applied_yet": True}
+        return ApplyResult(nothing_applied_yet=True)
     before = dt_.version()
     figures = _build(spark, cfg, table, dt_, reached, partition_keys, first=False)
-    whole = figures["applied_batch"] > reached  # a target older than a staging trim's reach (`_build`)
-    figures.update({"rebuilt_as_of_batch": figures["applied_batch"], "partitions": "all" if whole else (
-                    partition_keys or "all"),
-                    "previous_version": before, "seconds": round(time.time() - t0, 2)})
-    return figures
+    whole = (figures.applied_batch or 0) > reached  # a target older than a staging trim's reach (`_build`)
+    return dataclasses.replace(figures, rebuilt_as_of_batch=figures.applied_batch,
+                               partitions="all" if whole else (tuple(partition_keys or ()) or "all"),
+                               previous_version=before, seconds=round(time.time() - t0, 2))

@@ -3,7 +3,7 @@
 Spark tasks read the export (a Parquet export in slices of its row groups), parse it and
 write the `base` files; the driver gathers only what is small (rejections, each task's
 column types, the partition list) and commits the files with delta-rs. A typed export of at
-most spark_files.LOCAL_ROWS rows runs the same tasks in this process instead.
+most settings.local_build_rows rows runs the same tasks in this process instead.
 
 A Parquet export whose columns all have column types keeps them as typed columns in
 `base` (core/typed_export.py): no row image is made or read again, and its column types
@@ -32,7 +32,6 @@ from ..core.typed_export import base_schema, export_batch, export_columns
 from . import delta, spark_files, storage
 from .ingest import (
     LEDGER,
-    LOCAL_PARSE_BYTES,
     MAX_TASKS,
     PARSED_FIELDS,
     _bytes_of,
@@ -42,6 +41,7 @@ from .ingest import (
     rejected_rows,
     snapshot_listing,
 )
+from .settings import settings
 from .spark import session_of
 from .tables import BASE, path
 
@@ -57,7 +57,7 @@ def _export_path(table: TableConfig) -> str:
 
 def import_base(spark, cfg: Config, table: TableConfig, log=None) -> dict:
     """`spark`: a session, or a function that starts one; a typed export of at most
-    spark_files.LOCAL_ROWS rows, or another of at most ingest.LOCAL_PARSE_BYTES, is imported
+    settings.local_build_rows rows, or another of at most settings.local_parse_bytes, is imported
     without calling it."""
     t0 = time.time()
     table_dir = cfg.table_dir(table.name)
@@ -70,7 +70,7 @@ def import_base(spark, cfg: Config, table: TableConfig, log=None) -> dict:
     columns = typed_export_columns(table)
     if columns is not None:
         return _import_typed(spark, table, table_dir, columns, log, t0)
-    if _bytes_of(files) <= LOCAL_PARSE_BYTES:
+    if _bytes_of(files) <= settings().local_parse_bytes:
         ledgers, n_rejected, partitions, adds = _import_rows_here(table, table_dir, files, log)
     else:
         ledgers, n_rejected, partitions, adds = _import_rows_on_spark(session_of(spark), table, table_dir, files, log)
@@ -106,7 +106,7 @@ def _import_rows_on_spark(spark, table: TableConfig, table_dir: str, files: list
 
 
 def _import_rows_here(table: TableConfig, table_dir: str, files: list[dict], log):
-    """The same for an export of at most ingest.LOCAL_PARSE_BYTES (as a batch of that size is
+    """The same for an export of at most settings.local_parse_bytes (as a batch of that size is
     parsed), in this process by the code Spark's tasks run."""
     schema = delta.arrow_schema(PARSED_FIELDS)
     listing = pa.RecordBatch.from_pylist(snapshot_listing(files))
@@ -209,10 +209,10 @@ LISTING = pa.schema([("path", pa.string()), ("row_group", pa.int32()), ("start",
 
 def _run_tasks(spark, table: TableConfig, columns: dict[str, str], folder: str, slices: list[dict]) -> pa.Table:
     """The export tasks' results: Spark runs them for a large export; a small one (at most
-    spark_files.LOCAL_ROWS rows) runs them in this process, one thread per core (Arrow and
+    settings.local_build_rows rows) runs them in this process, one thread per core (Arrow and
     Parquet work without the interpreter lock), so that Spark is not started for it."""
     task = _export_tasks(table, columns, folder)
-    if sum(s["rows"] for s in slices) > spark_files.LOCAL_ROWS:
+    if sum(s["rows"] for s in slices) > settings().local_build_rows:
         listing = session_of(spark).createDataFrame(slices, "path string, row_group int, start long, rows long")
         return listing.repartition(max(1, min(len(slices), MAX_TASKS))) \
             .mapInArrow(task, delta.spark_schema(TASK_RESULT_FIELDS)).toArrow()

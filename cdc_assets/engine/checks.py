@@ -13,6 +13,7 @@ from ..core.formats import parse_snapshot
 from ..core.ordering import origin
 from ..core.target import DELETED
 from . import delta, spark_files, storage
+from .settings import settings
 from .tables import CHANGES, CHANGES_TRIM, QUARANTINE, STAGING, STAGING_TRIM, TARGET, path
 
 
@@ -29,7 +30,7 @@ def key_uniqueness(cfg: Config, table: TableConfig, spark=None) -> dict:
     commit = {k[4:]: v for k, v in delta.last_commit(dt).items() if k.startswith("cdc.")}
     if commit.get("step") != TARGET or commit.get("build") == "full" or "from_batch" not in commit:
         rows = delta.file_stats(dt)[2]
-        if spark is None or rows <= spark_files.LOCAL_ROWS:  # small enough to count in this process
+        if spark is None or rows <= settings().local_build_rows:  # small enough to count in this process
             return {"rows": rows, "keys_checked": rows, **_keys_unique_where(dt, "true")}
         return _all_keys_unique(spark(), dt)
     touched = delta.select(path(table_dir, STAGING), (("_cdc_key", "string"),),

@@ -3,20 +3,21 @@
 With CDC_ASSETS_CRASH_AT=<point>[@<n>], the process kills itself with SIGKILL the
 n-th time (default the first) it reaches <point>: no cleanup, no flush, exactly
 like a machine that dies there. With <point>[@<n>]:TERM it sends itself SIGTERM
-there instead, as an operator stopping it would. Unset, a point costs one
-dictionary look-up.
+there instead, as an operator stopping it would. Unset, a point costs a read of
+the environment (engine/settings.py).
 """
 from __future__ import annotations
 
 import os
 import signal
 
-ENV = "CDC_ASSETS_CRASH_AT"
+from .settings import settings
+
 _seen: dict[str, int] = {}
 
 
 def point(name: str) -> None:
-    spec = os.environ.get(ENV)
+    spec = settings().crash_at
     if not spec:
         return
     spec, _, how = spec.partition(":")

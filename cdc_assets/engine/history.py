@@ -15,6 +15,7 @@ changes their combined rows. Elsewhere its versions and the new changes are enou
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -48,6 +49,7 @@ from .combine import combines, marked
 from .ingest import column_types
 from .records import read_committed_records, read_records
 from .spark import session_of
+from .step_results import HistoryResult
 from .tables import BASE, CHANGES, HISTORY, TARGET, path
 
 _OP = ("_cdc_op", versions.UNSET)  # kept beside the meta columns while rows are typed
@@ -97,7 +99,7 @@ def pending(cfg: Config, table: TableConfig) -> bool:
         return False
 
 
-def update(spark, cfg: Config, table: TableConfig) -> dict:
+def update(spark, cfg: Config, table: TableConfig) -> HistoryResult:
     """Take the batches `changes` holds beyond the history's into it. `spark`: a session, or a
     function that starts one; only a first build or a widening calls it."""
     t0 = time.time()
@@ -106,7 +108,7 @@ def update(spark, cfg: Config, table: TableConfig) -> dict:
     dt_ = delta.open_table(history_path)  # read and committed through: a concurrent writer's commit fails ours
     taken, through = delta.txn_version(dt_, HISTORY), reached(table_dir, table)
     if through <= taken:
-        return {"nothing_new": True, "history_batch": taken}
+        return HistoryResult(nothing_new=True, history_batch=taken)
     if dt_ is None:
         return _timed(_build(spark, cfg, table, None, through), t0)
     new = read_committed_records(path(table_dir, CHANGES), f"_cdc_batch_seq > {taken} AND _cdc_batch_seq <= {through}")
@@ -152,12 +154,13 @@ def update(spark, cfg: Config, table: TableConfig) -> dict:
         dt_.create_write_transaction([], mode="append", schema=dt_.schema(), commit_properties=props)
         result = {}
     final = delta.load(history_path)
-    return _timed({"history_batch": through, "batches": f"{taken + 1}..{through}", "changes_read": new.num_rows,
-                   "truncates_read": len(new_truncates), "keys_touched": len(keys), "versions_before": existing.num_rows,
-                   "versions_added": result.get("num_target_rows_inserted", 0),
-                   "versions_relabelled": result.get("num_target_rows_updated", 0),
-                   "versions_removed": result.get("num_target_rows_deleted", 0),
-                   "rows": final.count(), "delta_version": final.version()}, t0)
+    return _timed(HistoryResult(history_batch=through, batches=f"{taken + 1}..{through}", changes_read=new.num_rows,
+                                truncates_read=len(new_truncates), keys_touched=len(keys),
+                                versions_before=existing.num_rows,
+                                versions_added=result.get("num_target_rows_inserted", 0),
+                                versions_relabelled=result.get("num_target_rows_updated", 0),
+                                versions_removed=result.get("num_target_rows_deleted", 0),
+                                rows=final.count(), delta_version=final.version()), t0)
 
 
 def _late(existing: pa.Table, typed: pa.Table, new_truncates: list[str]) -> set[str]:
@@ -265,22 +268,20 @@ def _changes_of(table_dir: str, table: TableConfig, keys: list[str], through: in
     return pa.concat_tables(parts) if parts else _target_schema(columns, shape.META_COLUMNS + _OP).empty_table()
 
 
-def rebuild(spark, cfg: Config, table: TableConfig) -> dict:
+def rebuild(spark, cfg: Config, table: TableConfig) -> HistoryResult:
     """The whole history again from `changes` and `base`, through the batch `changes` reached."""
     t0 = time.time()
     table_dir = cfg.table_dir(table.name)
     dt_ = delta.open_table(path(table_dir, HISTORY))
     through = reached(table_dir, table)
     if through < 0:
-        return {"nothing_new": True, "history_batch": through}
+        return HistoryResult(nothing_new=True, history_batch=through)
     figures = _build(spark, cfg, table, dt_, through, step="rebuild")
-    figures["previous_version"] = dt_.version() if dt_ is not None else None
-    return _timed(figures, t0)
+    return _timed(dataclasses.replace(figures, previous_version=dt_.version() if dt_ is not None else None), t0)
 
 
-def _timed(figures: dict, t0: float) -> dict:
-    figures["seconds"] = round(time.time() - t0, 2)
-    return figures
+def _timed(figures: HistoryResult, t0: float) -> HistoryResult:
+    return dataclasses.replace(figures, seconds=round(time.time() - t0, 2))
 
 
 def _versions_of(history_path: str, keys: list[str], in_range: str | None, schema: pa.Schema) -> pa.Table:
@@ -303,7 +304,7 @@ def _versions_of(history_path: str, keys: list[str], in_range: str | None, schem
 
 
 def _build(spark, cfg: Config, table: TableConfig, dt_, through: int, columns: dict[str, str] | None = None,
-           step: str = "build") -> dict:
+           step: str = "build") -> HistoryResult:
     """The whole history through batch `through`, computed by Spark executors: the rules of
     core/history.py as window functions over every change (and base row)."""
     from pyspark.sql import Window
@@ -360,8 +361,8 @@ def _build(spark, cfg: Config, table: TableConfig, dt_, through: int, columns: d
     except Exception:
         spark_files.discard(history_path, adds)
         raise
-    return {"history_batch": through, "built": step, "files_added": len(adds), "rows": final.count(),
-            "delta_version": final.version()}
+    return HistoryResult(history_batch=through, built=step, files_added=len(adds), rows=final.count(),
+                         delta_version=final.version())
 
 
 def _spark_rules(first, table: TableConfig, columns: dict[str, str], truncates: tuple[versions.Truncate, ...]):

@@ -30,6 +30,7 @@ from ..core.values import STRING, UNSET_KEY, decode_image, decode_row, encode_ro
 from . import delta, faults, gcs
 from .landing import Batch, file_size, inside, is_done_or_next, read_file
 from .records import stored_columns
+from .settings import settings
 from .spark import session_of
 from .stage import first_of_each
 from .tables import BASE, CHANGES, QUARANTINE, QUARANTINE_FIELDS, SEEN, path
@@ -285,7 +286,6 @@ def stored_changes(records: pa.Table, images: list[dict], ledger: dict, stored: 
 # A batch whose files hold at most this many bytes is parsed in this process, by the same code
 # Spark's tasks run: a job on Spark costs seconds even when warm, and a small batch then never
 # starts Spark at all. Larger batches are parsed by Spark tasks in parallel.
-LOCAL_PARSE_BYTES = int(os.environ.get("CDC_ASSETS_LOCAL_PARSE_BYTES", str(32 * 2**20)))
 
 
 def _bytes_of(files: list[dict]) -> int:
@@ -305,7 +305,7 @@ def parse_batch(spark, table: TableConfig, files: list[dict], root: str,
     records have no `_cdc_row`. `spark`: a session, or a function that starts one; called
     only for a large batch."""
     schema = delta.arrow_schema(PARSED_FIELDS)
-    if _bytes_of(files) > LOCAL_PARSE_BYTES:
+    if _bytes_of(files) > settings().local_parse_bytes:
         return parse_files(session_of(spark), table, files, root=root, text_columns=text_columns).toArrow() \
             .cast(schema), {}
     parts, values, by_record = [], {}, []

@@ -14,7 +14,7 @@ updated nor deleted. A rejection whose key cannot be read (an unreadable line or
 without its key) leaves the batch without deletes, since which key is missing cannot be told; a
 batch whose files hold no rows and no rejections is an empty table, and deletes every key.
 
-A batch above ingest.LOCAL_PARSE_BYTES, or a state above spark_apply.LOCAL_ROWS rows, is read and
+A batch above settings.local_parse_bytes, or a state above settings.local_apply_rows rows, is read and
 compared by Spark executors (the state from the target's Parquet files), in buckets of keys, by
 the same comparison a small batch runs in this process (`derive`); the executors write the
 derived changes and delta-rs commits them, so the driver holds counts and rejections only.
@@ -49,7 +49,6 @@ from .apply import (
 )
 from .ingest import (
     LEDGER,
-    LOCAL_PARSE_BYTES,
     PARSED_FIELDS,
     _bytes_of,
     _parse_partition,
@@ -60,6 +59,7 @@ from .ingest import (
 )
 from .landing import Batch, is_done_or_next
 from .records import read_records
+from .settings import settings
 from .spark import session_of
 from .stage import first_of_each, latest_per_key
 from .tables import BASE, CHANGES, TARGET, path
@@ -260,7 +260,8 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
     # A column earlier batches made text stays text: its CSV values keep their spelling, so a key
     # reads the same in every export.
     text_columns = tuple(c for c, t in plain(types).items() if t == STRING)
-    if _bytes_of(files) > LOCAL_PARSE_BYTES or _state_rows(table_dir, target, applied) > spark_apply.LOCAL_ROWS:
+    if _bytes_of(files) > settings().local_parse_bytes or \
+            _state_rows(table_dir, target, applied) > settings().local_apply_rows:
         return _on_spark(session_of(spark), cfg, table, batch, files, types, text_columns, target, applied, log, t0)
     schema = delta.arrow_schema(PARSED_FIELDS)
     listing = pa.RecordBatch.from_pylist(snapshot_listing(files))

@@ -14,7 +14,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-import os
 import re
 import time
 from urllib.parse import unquote
@@ -26,6 +25,7 @@ from ..core.changes import TRUNCATE, TRUNCATE_KEY, UPSERT
 from ..core.config import TableConfig
 from ..core.target import DELETED
 from . import delta, spark_files, storage
+from .settings import settings
 from .spark import map_in_arrow
 from .stage import latest_per_key
 from .tables import STAGING, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
@@ -33,7 +33,6 @@ from .tables import STAGING, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
 # An incremental apply of at most this many pending staged rows (counted from the staging
 # log's statistics) runs in the run's own process; a larger one (a catch-up, random keys) on
 # Spark executors. 0 sends every incremental apply to Spark.
-LOCAL_ROWS = int(os.environ.get("CDC_ASSETS_LOCAL_APPLY_ROWS", str(1_000_000)))
 
 KEY, ORDER, FILE = "_cdc_key", "_cdc_order", "_cdc_file_id"
 
@@ -54,7 +53,7 @@ def pending_rows(table_dir: str, applied: int) -> int:
 
 
 def runs_on_spark(table_dir: str, applied: int) -> bool:
-    return pending_rows(table_dir, applied) > LOCAL_ROWS
+    return pending_rows(table_dir, applied) > settings().local_apply_rows
 
 
 @dataclasses.dataclass

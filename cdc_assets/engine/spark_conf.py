@@ -2,7 +2,7 @@
 Connect server's (engine/spark.py, engine/connect.py)."""
 from __future__ import annotations
 
-import os
+from .settings import settings
 
 DEFAULTS = {
     "spark.master": "local[2]",
@@ -24,6 +24,7 @@ def in_process_settings(config_spark: dict | None = None) -> dict:
     """Defaults < cdc.yaml `spark:` < CDC_ASSETS_SPARK_MASTER: what a driver of our own runs with."""
     conf = dict(DEFAULTS)
     conf.update(config_spark or {})
-    if os.environ.get("CDC_ASSETS_SPARK_MASTER"):
-        conf["spark.master"] = os.environ["CDC_ASSETS_SPARK_MASTER"]
+    master = settings().spark_master
+    if master:
+        conf["spark.master"] = master
     return conf

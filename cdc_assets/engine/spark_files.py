@@ -29,7 +29,6 @@ from .spark import map_in_arrow
 # A whole-table write (a base import, a first build, a rebuild) of at most this many rows runs in
 # this process with Arrow and delta-rs, the same way each Spark task writes its share: Spark costs
 # 15-35 s to start and seconds per job, more than such a write takes. Larger tables go to Spark.
-LOCAL_ROWS = int(os.environ.get("CDC_ASSETS_LOCAL_BUILD_ROWS", str(10_000_000)))
 
 # Spark's name for a null partition value in a folder name
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"

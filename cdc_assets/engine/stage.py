@@ -16,25 +16,25 @@ from .combine import staged as staged_records
 from .landing import Batch, is_done_or_next
 from .latest import first_of_each, latest_of_batch, latest_per_key
 from .records import read_committed_records
+from .step_results import StageResult
 from .tables import CHANGES, STAGING, path
 
 __all__ = ["first_of_each", "latest_of_batch", "latest_per_key", "stage_batch"]
 
 
-def stage_batch(cfg: Config, table: TableConfig, batch: Batch) -> dict:
+def stage_batch(cfg: Config, table: TableConfig, batch: Batch) -> StageResult:
     t0 = time.time()
     table_dir = cfg.table_dir(table.name)
     staging_path = path(table_dir, STAGING)
     if is_done_or_next(table.name, staging_path, STAGING, batch):
-        return {"already_committed": True}
+        return StageResult(already_committed=True)
     if delta.step_version(path(table_dir, CHANGES), CHANGES) < batch.seq:
         raise OutOfOrder(f"table {table.name}: batch {batch.id} has no committed changes yet: materialize changes first")
     # The batch's changes only: delta-rs skips the files of other batches by their statistics.
     batch_changes = read_committed_records(path(table_dir, CHANGES), f"_cdc_batch_seq = {batch.seq}")
     staged = staged_records(batch_changes, table)
     n_changes = batch_changes.num_rows
-    metrics = {"changes": n_changes, "staged": staged.num_rows, "superseded_in_batch": n_changes - staged.num_rows}
-    version = delta.append(staging_path, staged, STAGING, batch.seq, metrics)
-    metrics["compacted"] = delta.compact_if_fragmented(staging_path)
-    metrics.update({"delta_version": version, "seconds": round(time.time() - t0, 2)})
-    return metrics
+    counts = {"changes": n_changes, "staged": staged.num_rows, "superseded_in_batch": n_changes - staged.num_rows}
+    version = delta.append(staging_path, staged, STAGING, batch.seq, counts)  # the batch_accounted check reads them
+    return StageResult(**counts, compacted=delta.compact_if_fragmented(staging_path), delta_version=version,
+                       seconds=round(time.time() - t0, 2))

@@ -1,6 +1,7 @@
 """What the warehouse says was done for a table (the `status` command; seed 001's status report)."""
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 
@@ -10,6 +11,7 @@ from ..core.target import DELETED
 from . import delta, fresh, storage
 from .errors import root_cause_of_exception
 from .landing import pending_files, registered
+from .step_results import Figures
 from .tables import CHANGES, CHANGES_TRIM, QUARANTINE, STAGING, STAGING_TRIM, TARGET, path
 from .target_versions import APPLY_KINDS, MAINTENANCE_KINDS, oldest_readable, versions
 
@@ -56,26 +58,33 @@ def maintenance_settings(table: TableConfig, table_dir: str) -> dict:
             "staging_trimmed_through": _batch_or_none(delta.step_version(path(table_dir, STAGING), STAGING_TRIM))}
 
 
-FRESHNESS = ("pending_changes", "pending_batches", "oldest_pending_at", "oldest_pending_age_seconds",
-             "apply_decision", "within_max_staleness")
+@dataclasses.dataclass(frozen=True)
+class Freshness(Figures):
+    """What waits for the next merge (staged, not merged); every field None: unknown."""
+    pending_changes: int | None = None
+    pending_batches: int | None = None  # the base snapshot counts as batch 0
+    oldest_pending_at: str | None = None
+    oldest_pending_age_seconds: float | None = None
+    apply_decision: str | None = None  # why the next run merges or waits; None when nothing waits
+    within_max_staleness: bool | None = None  # None: no max_staleness; True when nothing waits
 
 
-def freshness(cfg: Config, table: TableConfig, now: dt.datetime | None = None) -> dict:
-    """What waits for the next merge (staged, not merged), and whether the table is within its
-    max_staleness: the oldest pending batch has waited less than that (None: no max_staleness;
-    True when nothing waits). Reads the Delta logs and the pending batches' statistics."""
+def freshness(cfg: Config, table: TableConfig, now: dt.datetime | None = None) -> Freshness:
+    """What waits for the next merge, and whether the table is within its max_staleness: the
+    oldest pending batch has waited less than that. Reads the Delta logs and the pending batches'
+    statistics."""
     now = now or dt.datetime.now(dt.UTC)
     decision, p = fresh.decision(cfg, table, now)
     wait = p.oldest_wait(now)
     limit = table.apply.max_staleness
-    return dict(zip(FRESHNESS, (
-        p.changes,
-        max(p.reached - p.applied, 0),  # the base snapshot counts as batch 0
-        _iso(p.oldest_registered_at),
-        round(wait, 1) if wait is not None else None,
-        decision.reason if p.reached > p.applied else None,  # why the next run merges or waits
-        None if limit is None else wait is None or wait < limit,
-    )))
+    return Freshness(
+        pending_changes=p.changes,
+        pending_batches=max(p.reached - p.applied, 0),
+        oldest_pending_at=_iso(p.oldest_registered_at),
+        oldest_pending_age_seconds=round(wait, 1) if wait is not None else None,
+        apply_decision=decision.reason if p.reached > p.applied else None,
+        within_max_staleness=None if limit is None else wait is None or wait < limit,
+    )
 
 
 def target_log(table_dir: str) -> dict:
@@ -98,19 +107,26 @@ def target_log(table_dir: str) -> dict:
     }
 
 
-# What a target materialization carries besides the apply's own figures (defs/table_assets.py).
-TARGET_METADATA = ("pending_changes", "oldest_pending_age_seconds", "within_max_staleness", "target_files",
-                   "target_bytes")
+@dataclasses.dataclass(frozen=True)
+class TargetFigures(Figures):
+    """What a target materialization carries besides the apply's own figures (defs/table_assets.py)."""
+    pending_changes: int | None
+    oldest_pending_age_seconds: float | None
+    within_max_staleness: bool | None
+    target_files: int
+    target_bytes: int
 
 
-def target_metadata(cfg: Config, table: TableConfig) -> dict:
+def target_metadata(cfg: Config, table: TableConfig) -> TargetFigures:
     """The target's figures for Dagster's UI: what waits, its files and bytes; from the current
     version's Delta log and the pending batches' statistics only, so every materialization can
     afford them. The versions the log keeps are counted by reading every commit, a cost that grows
     with each batch: maintenance, which changes them, reports them (versions_figures)."""
+    waits = freshness(cfg, table)
     files, size, _ = delta.file_stats(delta.snapshot(path(cfg.table_dir(table.name), TARGET)))
-    figures = {**freshness(cfg, table), "target_files": files, "target_bytes": size}
-    return {k: figures[k] for k in TARGET_METADATA}
+    return TargetFigures(
+        pending_changes=waits.pending_changes, oldest_pending_age_seconds=waits.oldest_pending_age_seconds,
+        within_max_staleness=waits.within_max_staleness, target_files=files, target_bytes=size)
 
 
 def versions_figures(table_dir: str) -> dict:
@@ -119,60 +135,112 @@ def versions_figures(table_dir: str) -> dict:
     return {"versions_kept": len(known), "oldest_readable_version": oldest_readable(known)}
 
 
-def table_status(cfg: Config, table: TableConfig, now: dt.datetime | None = None) -> dict:
+@dataclasses.dataclass(frozen=True)
+class TableStatus:
+    """One table's status (`cdc-assets status`); `to_json()` is its `--json` object."""
+    table: str
+    format: str
+    batches: int
+    last_batch: str | None
+    # The last batch each step took (0: the base snapshot); None before the first.
+    ingested_through: int | None
+    staged_through: int | None
+    applied_through: int | None
+    pending_files: int
+    rows: int  # the live rows (a soft-delete table's flagged rows are soft_deleted_rows)
+    target_version: int | None
+    last_run: str | None
+    quarantined: int
+    last_ordering_key: str | None
+    last_change_at: str | None  # file:line of the last change applied
+    last_error: str | None  # the root cause of the last run's failure
+    target_files: int
+    target_bytes: int
+    versions_kept: int
+    oldest_readable_version: int | None
+    last_apply_at: str | None
+    last_apply_batch: int | None
+    last_maintenance_at: str | None
+    apply_policy: str
+    min_changes: int | None
+    max_staleness_seconds: float | None
+    retention_seconds: float
+    trim_changes_after_seconds: float | None
+    trim_staging_after_seconds: float | None
+    changes_trimmed_through: int | None
+    staging_trimmed_through: int | None
+    staging_unreadable: str | None  # why staging could not be read (None: it could; then no JSON field)
+    pending_changes: int | None
+    pending_batches: int | None
+    oldest_pending_at: str | None
+    oldest_pending_age_seconds: float | None
+    apply_decision: str | None
+    within_max_staleness: bool | None
+    soft_deleted_rows: int
+
+    def to_json(self) -> dict:
+        out = dataclasses.asdict(self)
+        if self.staging_unreadable is None:
+            del out["staging_unreadable"]
+        return out
+
+
+def table_status(cfg: Config, table: TableConfig, now: dt.datetime | None = None) -> TableStatus:
     """One table's status (`cdc-assets status`): `now` is when pending batches' ages are taken."""
     table_dir = cfg.table_dir(table.name)
     batches = registered(table_dir)
     applied = delta.step_version(path(table_dir, TARGET), TARGET)
     log = target_log(table_dir)
     quarantine = delta.read_arrow(path(table_dir, QUARANTINE), columns=["_cdc_line"])
-    out = {
-        "table": table.name,
-        "format": table.format,
-        "batches": len(batches),
-        "last_batch": batches[-1].id if batches else None,
-        # The last batch each step took (0: the base snapshot); None before the first.
-        "ingested_through": _batch_or_none(delta.step_version(path(table_dir, CHANGES), CHANGES)),
-        "staged_through": _batch_or_none(delta.step_version(path(table_dir, STAGING), STAGING)),
-        "applied_through": _batch_or_none(applied),
-        "pending_files": len(pending_files(cfg.landing_dir(table.name), table_dir)),
-        "rows": log["rows"],
-        "target_version": log["target_version"],
-        "last_run": log["last_commit_at"],
-        "quarantined": quarantine.num_rows if quarantine is not None else 0,
-        "last_ordering_key": None,
-        "last_change_at": None,
-        "last_error": None,
-        **{k: log[k] for k in ("target_files", "target_bytes", "versions_kept", "oldest_readable_version",
-                               "last_apply_at", "last_apply_batch", "last_maintenance_at")},
-        **apply_policy(table),
-        **maintenance_settings(table, table_dir),
-    }
+    unreadable = None
     try:
-        out.update(freshness(cfg, table, now))
+        waits = freshness(cfg, table, now)
     except Exception as e:  # noqa: BLE001 - status reports a damaged table, it does not fail on it
-        out["staging_unreadable"] = root_cause_of_exception(e)
-        out.update(dict.fromkeys(FRESHNESS))  # unknown, and every object keeps the same fields
-    out["soft_deleted_rows"] = 0
+        unreadable = root_cause_of_exception(e)
+        waits = Freshness()  # unknown, and every object keeps the same fields
+    soft_deleted = 0
     if table.soft_deletes and log["rows"]:
         # `rows` counts the live rows; the rows kept for deleted keys (rule 12) are counted apart
         flagged = delta.query(path(table_dir, TARGET), f"SELECT count(*) AS n FROM t WHERE {DELETED}")
-        out["soft_deleted_rows"] = int(flagged.column("n")[0].as_py()) if flagged is not None else 0
-        out["rows"] = log["rows"] - out["soft_deleted_rows"]
+        soft_deleted = int(flagged.column("n")[0].as_py()) if flagged is not None else 0
     note = last_run(cfg, table)
-    if note is not None and not note.get("ok"):
-        out["last_error"] = f"{note.get('error') or 'failed'} (run at {note.get('at')})"
+    last_error = f"{note.get('error') or 'failed'} (run at {note.get('at')})" \
+        if note is not None and not note.get("ok") else None
+    last_ordering_key = last_change_at = None
     if applied >= 1:
         try:
             top = delta.query(path(table_dir, STAGING), "SELECT _cdc_order, _cdc_file, _cdc_line, _cdc_batch FROM t "
                               f"WHERE _cdc_batch_seq <= {applied} ORDER BY _cdc_order DESC LIMIT 1")
         except Exception as e:  # noqa: BLE001 - status reports a damaged table, it does not fail on it
-            out["staging_unreadable"] = root_cause_of_exception(e)
+            unreadable = root_cause_of_exception(e)
             top = None
         if top is not None and top.num_rows:
             row = top.to_pylist()[0]
-            out["last_ordering_key"] = row["_cdc_order"]
+            last_ordering_key = row["_cdc_order"]
             # a snapshot's delete comes from no line: the key was absent from its batch's export
-            out["last_change_at"] = f"{row['_cdc_file']}:{row['_cdc_line']}" if row["_cdc_file"] is not None \
+            last_change_at = f"{row['_cdc_file']}:{row['_cdc_line']}" if row["_cdc_file"] is not None \
                 else f"{row['_cdc_batch']}: a key absent from its export"
-    return out
+    return TableStatus(
+        table=table.name,
+        format=table.format,
+        batches=len(batches),
+        last_batch=batches[-1].id if batches else None,
+        ingested_through=_batch_or_none(delta.step_version(path(table_dir, CHANGES), CHANGES)),
+        staged_through=_batch_or_none(delta.step_version(path(table_dir, STAGING), STAGING)),
+        applied_through=_batch_or_none(applied),
+        pending_files=len(pending_files(cfg.landing_dir(table.name), table_dir)),
+        rows=log["rows"] - soft_deleted,
+        target_version=log["target_version"],
+        last_run=log["last_commit_at"],
+        quarantined=quarantine.num_rows if quarantine is not None else 0,
+        last_ordering_key=last_ordering_key,
+        last_change_at=last_change_at,
+        last_error=last_error,
+        **{k: log[k] for k in ("target_files", "target_bytes", "versions_kept", "oldest_readable_version",
+                               "last_apply_at", "last_apply_batch", "last_maintenance_at")},
+        **apply_policy(table),
+        **maintenance_settings(table, table_dir),
+        staging_unreadable=unreadable,
+        **dataclasses.asdict(waits),
+        soft_deleted_rows=soft_deleted,
+    )

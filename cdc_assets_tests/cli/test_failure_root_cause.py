@@ -9,14 +9,13 @@ import dagster as dg
 
 from cdc_assets.cli.main import main
 from cdc_assets.defs.run_loop import summary_line
-from cdc_assets.engine import spark_files
 from cdc_assets.engine.errors import root_cause_of_info
 from cdc_assets_tests.engine.records import mysql
 from cdc_assets_tests.helpers import jsonl, land, run_table, write_config
 
 
 def test_a_spark_job_failing_on_a_damaged_file_names_the_java_exception(spark, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(spark_files, "LOCAL_ROWS", 0)  # whole builds on Spark, however small the table
+    monkeypatch.setenv("CDC_ASSETS_LOCAL_BUILD_ROWS", "0")  # whole builds on Spark, however small the table
     cfg = write_config(tmp_path, [{"name": "T", "keys": ["id"], "format": "datastream-json"}])
     land(cfg, "T", "batch-1", {"part-1.jsonl": jsonl([mysql("INSERT", {"id": i, "x": i}, 1, 10 + i)
                                                       for i in range(50)])})

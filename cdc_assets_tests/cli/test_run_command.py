@@ -44,6 +44,22 @@ def test_status_of_a_table_that_applied_nothing_says_none_not_batch_minus_one(wo
     assert line.split()[:3] == ["ORDERS", "0", "none"]  # table, batches, applied
 
 
+def test_status_json_has_every_field_in_its_order_for_a_table_before_its_first_batch(workdir, capsys):
+    cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "datastream-json"}])
+    assert main(["status", "--config", cfg.path, "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert list(row) == [
+        "table", "format", "batches", "last_batch", "ingested_through", "staged_through", "applied_through",
+        "pending_files", "rows", "target_version", "last_run", "quarantined", "last_ordering_key", "last_change_at",
+        "last_error", "target_files", "target_bytes", "versions_kept", "oldest_readable_version", "last_apply_at",
+        "last_apply_batch", "last_maintenance_at", "apply_policy", "min_changes", "max_staleness_seconds",
+        "retention_seconds", "trim_changes_after_seconds", "trim_staging_after_seconds", "changes_trimmed_through",
+        "staging_trimmed_through", "pending_changes", "pending_batches", "oldest_pending_at",
+        "oldest_pending_age_seconds", "apply_decision", "within_max_staleness", "soft_deleted_rows"]
+    assert (row["table"], row["batches"], row["rows"], row["apply_policy"], row["pending_changes"]) == \
+        ("ORDERS", 0, 0, "every batch", 0)
+
+
 def test_version_names_the_installed_package(capsys):
     import importlib.metadata
 

@@ -16,7 +16,7 @@ import pytest
 
 from cdc_assets.cli.generate import write_feed
 from cdc_assets.cli.main import main
-from cdc_assets.engine import connect, spark_files
+from cdc_assets.engine import connect
 from cdc_assets_tests.helpers import listeners, run_table, target_rows, write_config
 
 
@@ -77,7 +77,7 @@ def _run_log(instance: dg.DagsterInstance) -> list[str]:
 
 
 def test_a_dead_server_recorded_as_up_falls_back_to_in_process_and_says_so(served, spark, tmp_path, monkeypatch):
-    monkeypatch.setattr(spark_files, "LOCAL_ROWS", 0)  # the first build goes to Spark, however small the table
+    monkeypatch.setenv("CDC_ASSETS_LOCAL_BUILD_ROWS", "0")  # the first build goes to Spark, however small the table
     # The module's server is killed without `spark stop`, as a crash would: its record stays.
     cfg = _config(tmp_path)
     dead = connect.recorded(served)

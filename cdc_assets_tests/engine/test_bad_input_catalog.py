@@ -415,12 +415,12 @@ def test_counts_show_in_the_checks_the_status_and_the_summary(landed_run):
         assert outcomes[table].ok, outcomes[table]
         assert outcomes[table].checks["batch_accounted"]  # read = new + duplicates + quarantined
         assert len(landed_run["quarantine"][table]) == expected
-        assert table_status(cfg, cfg.table(table))["quarantined"] == expected
+        assert table_status(cfg, cfg.table(table)).quarantined == expected
         line = next(s for s in landed_run["summary"] if s.startswith(table + ":"))
         assert f"{expected} quarantined" in line, line
     # the table beside them is unaffected
     assert outcomes["CLEAN"].ok and landed_run["targets"]["CLEAN"] == {1, 2}
-    assert table_status(cfg, cfg.table("CLEAN"))["quarantined"] == 0
+    assert table_status(cfg, cfg.table("CLEAN")).quarantined == 0
 
 
 def test_no_bad_record_leaks_into_the_target(landed_run):

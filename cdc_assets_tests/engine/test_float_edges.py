@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from cdc_assets.cli.main import main
 from cdc_assets.engine import fresh
-from cdc_assets_tests.helpers import by_key, jsonl, land, target_rows, target_version, write_config
+from cdc_assets_tests.helpers import by_key, jsonl, land, settings_of, target_rows, target_version, write_config
 
 from .records import MARKS, bq_cdc, delta_rows, mysql, run_ok
 
@@ -247,11 +247,11 @@ def test_the_fresh_read_and_the_reconciliation_see_the_same_doubles(workdir, cap
 
 
 def test_the_spark_apply_keeps_the_same_doubles_and_nan_keys(spark, workdir, monkeypatch):
-    from cdc_assets.engine import ingest, spark_apply, spark_files
+    from cdc_assets.engine import ingest
 
-    monkeypatch.setattr(spark_apply, "LOCAL_ROWS", 0)  # every build and apply on Spark executors
-    monkeypatch.setattr(spark_files, "LOCAL_ROWS", 0)
-    monkeypatch.setattr(ingest, "LOCAL_PARSE_BYTES", 0)
+    monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", "0")  # every build and apply on Spark executors
+    monkeypatch.setenv("CDC_ASSETS_LOCAL_BUILD_ROWS", "0")
+    settings_of(monkeypatch, ingest, local_parse_bytes=0)
     (workdir / "base.parquet").write_bytes(parquet(edge_table()))
     cfg = write_config(workdir, [
         {"name": "SP", "keys": ["id"], "format": "changeset", "options": CHANGESET, "columns": {"d": "double"},

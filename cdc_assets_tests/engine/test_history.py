@@ -11,6 +11,7 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_assets.core.config import ConfigError, parse_config
+from cdc_assets.defs.run_loop import summary_line
 from cdc_assets.engine import history
 from cdc_assets.engine.tables import HISTORY, path
 from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
@@ -60,6 +61,7 @@ def test_history_keeps_every_version_by_source_order_and_its_current_rows_are_th
     ])})
     out = run_ok(cfg, "ACCOUNTS")
     assert out.figures["history"]["rows"] == 4
+    assert "; history 4 versions (build);" in summary_line(out)
     rows = history_rows(cfg, "ACCOUNTS")
     assert versions_of(rows, 1, "balance") == [("insert", False, Decimal("10.00")), ("update", True, Decimal("20.00"))]
     assert versions_of(rows, 2, "balance") == [("insert", False, Decimal("5.00")), ("delete", False, None)]
@@ -76,6 +78,7 @@ def test_history_keeps_every_version_by_source_order_and_its_current_rows_are_th
     ])})
     out = run_ok(cfg, "ACCOUNTS")
     assert out.figures["history"]["keys_touched"] == 3
+    assert f"; history {out.history.rows} versions (+{out.history.versions_added});" in summary_line(out)
     rows = history_rows(cfg, "ACCOUNTS")
     assert versions_of(rows, 1, "balance") == [("insert", False, Decimal("10.00")), ("update", False, Decimal("17.00")),
                                                ("update", True, Decimal("20.00"))]
@@ -90,7 +93,7 @@ def test_history_keeps_every_version_by_source_order_and_its_current_rows_are_th
     assert run_ok(cfg, "ACCOUNTS").figures.get("history") is None
     assert DeltaTable(path(cfg.table_dir("ACCOUNTS"), HISTORY)).version() == version
     rebuilt = history.rebuild(spark, cfg, cfg.table("ACCOUNTS"))
-    assert rebuilt["built"] == "rebuild" and rebuilt["rows"] == len(rows)
+    assert rebuilt.built == "rebuild" and rebuilt.rows == len(rows)
     assert history_rows(cfg, "ACCOUNTS") == rows
 
 

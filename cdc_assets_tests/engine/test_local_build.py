@@ -1,5 +1,5 @@
 """A small table is imported and built in the run's own process (Arrow and delta-rs), a large one
-on Spark (spark_files.LOCAL_ROWS; a CSV export by its bytes, ingest.LOCAL_PARSE_BYTES): both paths give the same base, target and tombstones, row for
+on Spark (CDC_ASSETS_LOCAL_BUILD_ROWS; a CSV export by its bytes, CDC_ASSETS_LOCAL_PARSE_BYTES): both paths give the same base, target and tombstones, row for
 row and value for value, ordering keys included, and the same figures."""
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_assets.defs import table_assets
-from cdc_assets.engine import apply, base, spark_files
-from cdc_assets_tests.helpers import jsonl, land, write_config
+from cdc_assets.engine import apply, base
+from cdc_assets_tests.helpers import jsonl, land, settings_of, write_config
 
 from .records import MARKS, mysql, run_ok
 
@@ -58,8 +58,8 @@ def build(workdir, name: str, partition_by: list[str], local_rows: int, monkeypa
           export_format: str):
     """Import, a first build (with or without a staged batch) and a whole rebuild; what each wrote,
     and how often a step asked for a Spark session."""
-    monkeypatch.setattr(spark_files, "LOCAL_ROWS", local_rows)
-    monkeypatch.setattr(base, "LOCAL_PARSE_BYTES", local_rows)
+    monkeypatch.setenv("CDC_ASSETS_LOCAL_BUILD_ROWS", str(local_rows))
+    settings_of(monkeypatch, base, local_parse_bytes=local_rows)
     asked = []
     # every step of a table, checks included, gets its session through table_assets
     monkeypatch.setattr(table_assets, "spark_session",
@@ -86,11 +86,12 @@ def build(workdir, name: str, partition_by: list[str], local_rows: int, monkeypa
     rebuilt = apply.rebuild(session, cfg, cfg.table(name), None)
     if partition_by:  # and a backfill of two partitions, one of them the null partition
         partitions = apply.rebuild(session, cfg, cfg.table(name), ["region=eu", "region=__null__"])
-        assert partitions["partitions_rewritten"] == ["region=__null__", "region=eu"]
+        assert partitions.partitions_rewritten == ("region=__null__", "region=eu")
     out = {step: rows_of(os.path.join(cfg.table_dir(name), step)) for step in ("base", "target", "tombstones")}
     # the files' bytes differ: Spark's Parquet writer and Arrow's encode the same rows differently
     figures = {k: v for k, v in first.figures["target"].items() if k not in ("seconds", "delta_version", "target_bytes")}
-    rebuilt = {k: v for k, v in rebuilt.items() if k not in ("seconds", "delta_version", "previous_version")}
+    rebuilt = {k: v for k, v in rebuilt.to_metadata().items()
+               if k not in ("seconds", "delta_version", "previous_version")}
     return out, figures, first.checks, rebuilt, len(asked)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from cdc_assets.core.generator import UNAVAILABLE, debezium_events, deliver, generate_history
-from cdc_assets.engine import apply, fresh, spark_apply, spark_files
+from cdc_assets.engine import apply, fresh
 from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
 from cdc_assets_tests.reference_model import DELETE, UPSERT, ReferenceTable, SourceChange
 
@@ -42,8 +42,8 @@ def differences(expected: dict[tuple, dict], rows: list[dict]) -> list[str]:
                          ids=["toast", "partial", "partial-on-spark"])
 def test_generated_feed_agrees_with_the_reference(spark, workdir, monkeypatch, seed, partial, on_spark):
     if on_spark:  # every apply and build on Spark executors
-        monkeypatch.setattr(spark_apply, "LOCAL_ROWS", 0)
-        monkeypatch.setattr(spark_files, "LOCAL_ROWS", 0)
+        monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", "0")
+        monkeypatch.setenv("CDC_ASSETS_LOCAL_BUILD_ROWS", "0")
     history = generate_history(changes=300, inserts=30, updates=55, deletes=15, seed=seed, reuse_pct=40,
                                changes_per_second=5)
     events = debezium_events(history, seed=seed, toast_columns=[TOASTED], partial=partial)

@@ -8,7 +8,7 @@ import base64
 
 import pytest
 
-from cdc_assets.engine import apply, spark_apply, spark_files
+from cdc_assets.engine import apply
 from cdc_assets_tests.helpers import by_key, jsonl, land, target_rows, write_config
 
 from .records import MARKS, run_batches, run_ok
@@ -95,8 +95,8 @@ def state(rows: list[dict]) -> dict:
 @pytest.mark.parametrize("on_spark", [False, True], ids=["in-process", "on-spark"])
 def test_partial_updates_combine_columns_whatever_the_arrival_order(spark, workdir, monkeypatch, on_spark):
     if on_spark:  # every apply and build on Spark executors
-        monkeypatch.setattr(spark_apply, "LOCAL_ROWS", 0)
-        monkeypatch.setattr(spark_files, "LOCAL_ROWS", 0)
+        monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", "0")
+        monkeypatch.setenv("CDC_ASSETS_LOCAL_BUILD_ROWS", "0")
     table = {"name": "P", "keys": ["k"], "format": "changeset", "partial_updates": True, "partition_by": ["region"],
              "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],
                          "sequence_by": ["SEQ"]}}
@@ -128,8 +128,8 @@ TRUNCATED_BATCHES = [
 @pytest.mark.parametrize("on_spark", [False, True], ids=["in-process", "on-spark"])
 def test_partial_updates_start_from_nothing_after_a_truncate(spark, workdir, monkeypatch, on_spark):
     if on_spark:  # every apply and build on Spark executors
-        monkeypatch.setattr(spark_apply, "LOCAL_ROWS", 0)
-        monkeypatch.setattr(spark_files, "LOCAL_ROWS", 0)
+        monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", "0")
+        monkeypatch.setenv("CDC_ASSETS_LOCAL_BUILD_ROWS", "0")
     table = {"name": "PT", "keys": ["k"], "format": "changeset", "partial_updates": True, "partition_by": ["region"],
              "columns": {"a": "long", "b": "long", "region": "string"},
              "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],

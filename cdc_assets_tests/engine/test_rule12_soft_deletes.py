@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_assets.engine import checks, fresh, spark_apply, spark_files
+from cdc_assets.engine import checks, fresh
 from cdc_assets.engine.apply import apply_pending, rebuild
 from cdc_assets.engine.status import table_status
 from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
@@ -57,7 +57,7 @@ def test_a_soft_delete_table_keeps_deleted_rows_flagged(spark, workdir):
     assert checks.reconciliation(cfg, table)["missing_rows"] == 0
     assert checks.reconciliation(cfg, table)["extra_rows"] == 0
     status = table_status(cfg, table)
-    assert (status["rows"], status["soft_deleted_rows"]) == (2, 4)
+    assert (status.rows, status.soft_deleted_rows) == (2, 4)
     assert outcome.figures["target"]["deletes"] == 2  # 2 and 4 flagged by the last batch's truncate
     # the fresh read shows the flag; a rebuild gives the same rows
     assert _state(fresh.fresh_table(cfg, table).to_pylist()) == final
@@ -109,8 +109,8 @@ def _kept(rows: list[dict]) -> dict:
 @pytest.mark.parametrize("on_spark", [False, True], ids=["in-process", "on-spark"])
 def test_a_delete_carrying_only_the_key_keeps_the_last_live_row(spark, workdir, monkeypatch, on_spark):
     if on_spark:  # every apply and build on Spark executors
-        monkeypatch.setattr(spark_apply, "LOCAL_ROWS", 0)
-        monkeypatch.setattr(spark_files, "LOCAL_ROWS", 0)
+        monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", "0")
+        monkeypatch.setenv("CDC_ASSETS_LOCAL_BUILD_ROWS", "0")
     table = {"name": "SK", "keys": ["k"], "format": "changeset", "deletes": "soft", "partition_by": ["region"],
              "columns": {"v": "string", "w": "string", "region": "string"},
              "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],
@@ -148,6 +148,6 @@ def test_a_table_switched_back_to_hard_deletes_drops_its_flagged_rows(spark, wor
     rows = target_rows(cfg, "SH", source_only=False)
     assert sorted((r["k"], r["v"]) for r in rows) == [(2, "a"), (3, "a")]
     assert all("_cdc_deleted" not in r for r in rows)  # the flag column goes with the flagged rows
-    assert table_status(cfg, cfg.table("SH"))["rows"] == 2
+    assert table_status(cfg, cfg.table("SH")).rows == 2
     rebuild(spark, cfg, cfg.table("SH"), None)
     assert sorted((r["k"], r["v"]) for r in target_rows(cfg, "SH", source_only=False)) == [(2, "a"), (3, "a")]

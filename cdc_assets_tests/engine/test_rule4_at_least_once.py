@@ -8,7 +8,7 @@ import pytest
 
 from cdc_assets.engine import ingest, maintenance
 from cdc_assets.engine.maintenance import maintain
-from cdc_assets_tests.helpers import jsonl, land, run_table, target_rows, write_config
+from cdc_assets_tests.helpers import jsonl, land, run_table, settings_of, target_rows, write_config
 
 from .records import MARKS, delta_rows, delta_version, mysql, run_ok, values
 
@@ -25,7 +25,7 @@ def versions(cfg, table):
 def test_same_event_in_several_files_and_a_later_batch_counts_once(spark, workdir, monkeypatch, parser):
     # A small batch is parsed in the run's own process, a large one by Spark tasks: both count once.
     if parser == "spark":
-        monkeypatch.setattr(ingest, "LOCAL_PARSE_BYTES", -1)
+        settings_of(monkeypatch, ingest, local_parse_bytes=-1)
     cfg = write_config(workdir, [{"name": "DUP", "keys": ["id"], "format": "datastream-json"}])
     e1 = mysql("INSERT", {"id": 1, "v": "inserted"}, 1, 10)
     e2 = mysql("UPDATE", {"id": 1, "v": "updated"}, 1, 20)

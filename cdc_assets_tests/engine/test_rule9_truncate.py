@@ -9,7 +9,7 @@ import datetime as dt
 
 import pytest
 
-from cdc_assets.engine import fresh, spark_apply, spark_files
+from cdc_assets.engine import fresh
 from cdc_assets.engine.apply import apply_pending, rebuild
 from cdc_assets.engine.maintenance import maintain
 from cdc_assets.engine.tables import QUARANTINE, TOMBSTONES
@@ -65,8 +65,8 @@ def _table(partition_by: list[str], **more) -> dict:
 def test_a_truncate_deletes_what_ranks_below_it_and_stays_the_tables_tombstone(spark, workdir, monkeypatch,
                                                                                  partition_by, on_spark):
     if on_spark:
-        monkeypatch.setattr(spark_apply, "LOCAL_ROWS", 0)  # every incremental apply on Spark executors
-        monkeypatch.setattr(spark_files, "LOCAL_ROWS", 0)  # and every whole build
+        monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", "0")  # every incremental apply on Spark executors
+        monkeypatch.setenv("CDC_ASSETS_LOCAL_BUILD_ROWS", "0")  # and every whole build
     cfg = write_config(workdir, [_table(partition_by, maintenance={"trim_staging_after": "1h"})])
     table, table_dir = cfg.table("TR"), cfg.table_dir("TR")
     for n, (events, expected) in enumerate(BATCHES, start=1):

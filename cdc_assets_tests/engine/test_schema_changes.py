@@ -169,8 +169,6 @@ def test_a_widening_casts_each_target_file_and_keeps_its_rows(workdir):
 def test_a_widening_on_spark_gives_what_the_apply_in_process_gives(spark, tmp_path, monkeypatch):
     """A batch large enough for Spark (the limit set to 0 here) widens the target by the same cast
     and applies on Spark: the rows are those of the apply in this process."""
-    from cdc_assets.engine import spark_apply
-
     def feed(workdir):
         (workdir / "landing").mkdir(parents=True)
         cfg = write_config(workdir, [{"name": "SPW", "keys": ["id"], "format": "changeset", "options": CHANGESET,
@@ -188,7 +186,7 @@ def test_a_widening_on_spark_gives_what_the_apply_in_process_gives(spark, tmp_pa
         return cfg, outcome.figures["target"]
 
     local_cfg, _ = feed(tmp_path / "local")
-    monkeypatch.setattr(spark_apply, "LOCAL_ROWS", 0)
+    monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", "0")
     spark_cfg, figures = feed(tmp_path / "spark")
     assert figures["applied_on"] == "spark"
     rows = by_key(target_rows(spark_cfg, "SPW"), "id")

@@ -22,7 +22,7 @@ from cdc_assets.engine.apply import rebuild
 from cdc_assets.engine.landing import register_new_batch
 from cdc_assets.engine.stage import stage_batch
 from cdc_assets.engine.tables import HISTORY, path
-from cdc_assets_tests.helpers import jsonl, land, run_table, target_rows, target_version, write_config
+from cdc_assets_tests.helpers import jsonl, land, run_table, settings_of, target_rows, target_version, write_config
 from cdc_assets_tests.reference_model import DELETE, UPSERT, ReferenceTable, SourceChange
 
 from .records import MARKS, delta_rows, delta_version, run_ok, values
@@ -52,7 +52,7 @@ def test_a_sequence_of_snapshots_inserts_updates_deletes_and_leaves_unchanged_ro
     assert values(target_rows(cfg, "ITEMS"), "id", "v") == {1: "a", 2: "B", 4: "d"}
     assert derived(cfg, "ITEMS", 2) == [("DELETE", 3), ("INSERT", 4), ("UPDATE", 2)]
     # the last change applied is a delete no line of any file holds: status says where it came from
-    assert status.table_status(cfg, cfg.table("ITEMS"))["last_change_at"] == "b000002: a key absent from its export"
+    assert status.table_status(cfg, cfg.table("ITEMS")).last_change_at == "b000002: a key absent from its export"
     # the unchanged row is not rewritten: it keeps the version it had, and the feed never names it
     assert values(target_rows(cfg, "ITEMS", source_only=False), "id", "_cdc_order")[1] == order_of_1
     v2 = target_version(cfg, "ITEMS")
@@ -174,7 +174,7 @@ def test_the_in_process_and_the_spark_comparison_give_the_same_changes_and_targe
             land(cfg, t, f"b{n}", files)
         run_ok(cfg, "HERE")
         with monkeypatch.context() as m:
-            m.setattr(snapshot, "LOCAL_PARSE_BYTES", -1)  # every batch read and compared by Spark
+            settings_of(m, snapshot, local_parse_bytes=-1)  # every batch read and compared by Spark
             run_ok(cfg, "SPARKY")
         assert delta.step_commit(os.path.join(cfg.table_dir("SPARKY"), "changes"), "changes", n)["applied_on"] == "spark"
         assert "applied_on" not in delta.step_commit(os.path.join(cfg.table_dir("HERE"), "changes"), "changes", n)

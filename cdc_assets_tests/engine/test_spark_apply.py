@@ -1,4 +1,4 @@
-"""A large incremental apply runs on Spark executors (spark_apply.LOCAL_ROWS; 0 sends every one
+"""A large incremental apply runs on Spark executors (CDC_ASSETS_LOCAL_APPLY_ROWS; 0 sends every one
 there), a small one in the run's own process: for the same feed both give the same target,
 tombstones, staging and quarantine, row for row and value for value, and the same figures."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pyarrow.csv as pa_csv
 import pytest
 from deltalake import DeltaTable
 
-from cdc_assets.engine import apply, base, ingest, spark_apply, spark_files
-from cdc_assets_tests.helpers import jsonl, land, write_config
+from cdc_assets.engine import apply, base, ingest
+from cdc_assets_tests.helpers import jsonl, land, settings_of, write_config
 
 from .records import MARKS, mysql, run_ok
 
@@ -63,10 +63,10 @@ PLACES = ("seconds", "delta_version", "files_added", "files_removed", "files_bef
 def feed(workdir, name: str, partition_by: list[str], with_base: bool, on_spark: bool, monkeypatch):
     """Every batch applied by one path; what each run reported and what the tables hold."""
     limit = 0 if on_spark else 10**9
-    monkeypatch.setattr(spark_apply, "LOCAL_ROWS", limit)
-    monkeypatch.setattr(spark_files, "LOCAL_ROWS", limit)  # a whole build (the new column's) on Spark too
-    monkeypatch.setattr(base, "LOCAL_PARSE_BYTES", limit)
-    monkeypatch.setattr(ingest, "LOCAL_PARSE_BYTES", 10**9)
+    monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", str(limit))
+    monkeypatch.setenv("CDC_ASSETS_LOCAL_BUILD_ROWS", str(limit))  # a whole build (the new column's) on Spark too
+    settings_of(monkeypatch, base, local_parse_bytes=limit)
+    settings_of(monkeypatch, ingest, local_parse_bytes=10**9)
     if on_spark:
         def no_batch_on_the_driver(*_a, **_k):
             raise AssertionError("the pending batch was read into the run's own process")

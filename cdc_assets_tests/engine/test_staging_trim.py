@@ -84,8 +84,8 @@ def test_a_trimmed_staging_rebuilds_restores_and_applies_late_changes_as_the_who
     assert canonical(staged) == canonical(list(latest.values())) and len(latest) == 7
     assert canonical(target_rows(cfg, "ORDERS", source_only=False)) == canonical(target)
     settings = table_status(cfg, table)
-    assert (settings["trim_staging_after_seconds"], settings["staging_trimmed_through"],
-            settings["changes_trimmed_through"]) == (3600.0, 5, None)
+    assert (settings.trim_staging_after_seconds, settings.staging_trimmed_through,
+            settings.changes_trimmed_through) == (3600.0, 5, None)
 
     # a second pass finds nothing more to trim and commits nothing to staging
     staging_version = delta.table_version(path(table_dir, STAGING))

@@ -11,7 +11,6 @@ import random
 import pytest
 
 from cdc_assets.core.generator import deliver
-from cdc_assets.engine import spark_apply, spark_files
 from cdc_assets.engine.apply import rebuild
 from cdc_assets_tests.helpers import land, target_rows, write_config
 from cdc_assets_tests.reference_model import DELETE, TRUNCATE, UPSERT, ReferenceTable, SourceChange
@@ -66,8 +65,8 @@ def history(rng: random.Random, n: int, partial: bool = False) -> list[tuple[Sou
 def test_truncates_and_soft_deletes_agree_with_the_reference_model(spark, tmp_path, monkeypatch, soft, partial,
                                                                      on_spark, seed):
     if on_spark:
-        monkeypatch.setattr(spark_apply, "LOCAL_ROWS", 0)
-        monkeypatch.setattr(spark_files, "LOCAL_ROWS", 0)
+        monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", "0")
+        monkeypatch.setenv("CDC_ASSETS_LOCAL_BUILD_ROWS", "0")
     (tmp_path / "landing").mkdir()
     cfg = write_config(tmp_path, [{"name": "M", "keys": ["id"], "format": "debezium-json",
                                    "columns": {"v": "string", "w": "string"}, "partial_updates": partial,

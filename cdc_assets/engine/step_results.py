@@ -1,0 +1,99 @@
+"""What a table step did, as the step returns it: a frozen dataclass per step.
+
+Each step result gives `to_metadata()`, its entries of the Dagster materialization by name, in a
+fixed order (defs/metadata.as_metadata gives each value its Dagster type), and `to_json()`, the same
+entries as JSON values. A field that is None is no entry: a step says only what applies to it (an
+apply that found nothing new says so, and which batch the target holds). `from_metadata` reads a
+result back from a materialization's entries (the run loop's summary line).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+_R = TypeVar("_R", bound="Figures")
+
+
+@dataclasses.dataclass(frozen=True)
+class Figures:
+    """Figures by name, for Dagster metadata and JSON: a field that is None is no entry."""
+
+    def to_metadata(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return self.to_metadata()
+
+    @classmethod
+    def from_metadata(cls: type[_R], entries: Mapping[str, object]) -> _R:
+        """The result from its metadata entries' values; entries of other names are left out."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in entries.items() if k in known})
+
+
+@dataclasses.dataclass(frozen=True)
+class StageResult(Figures):
+    """A `staging` step: each key's latest change of a batch staged."""
+    already_committed: bool | None = None  # the batch was staged before: nothing done
+    changes: int | None = None  # the batch's changes
+    staged: int | None = None
+    superseded_in_batch: int | None = None  # changes a later change of their key in the batch replaced
+    compacted: bool | None = None
+    delta_version: int | None = None
+    seconds: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class HistoryResult(Figures):
+    """A `history` step: an update by the new batches, or a (first) build."""
+    nothing_new: bool | None = None
+    history_batch: int | None = None  # the last batch the history holds
+    batches: str | None = None  # an update's "first..last"
+    built: str | None = None  # a build's kind: build, retype or rebuild
+    changes_read: int | None = None
+    truncates_read: int | None = None
+    keys_touched: int | None = None
+    versions_before: int | None = None  # the touched keys' versions before the update
+    versions_added: int | None = None
+    versions_relabelled: int | None = None
+    versions_removed: int | None = None
+    files_added: int | None = None
+    rows: int | None = None
+    delta_version: int | None = None
+    previous_version: int | None = None  # before a rebuild
+    seconds: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ApplyResult(Figures):
+    """A `target` step: an incremental apply, a first build, a type widening or a rebuild."""
+    nothing_new: bool | None = None  # every staged batch was applied already
+    nothing_applied_yet: bool | None = None  # a rebuild of a target no apply has built
+    batches_applied: str | None = None  # "first..last"
+    applied_batch: int | None = None  # the last batch the target holds
+    appended: bool | None = None  # an insert_only table's rows, appended
+    changes_pending: int | None = None
+    keys_changed: int | None = None
+    inserts: int | None = None
+    updates: int | None = None
+    deletes: int | None = None
+    stale_skipped: int | None = None  # winners older than the key's row
+    superseded: int | None = None  # changes a later change of their key replaced
+    rows_written: int | None = None  # a build's rows
+    files_added: int | None = None
+    files_removed: int | None = None
+    files_before: int | None = None
+    partitions_rewritten: tuple[str, ...] | None = None
+    rows: int | None = None
+    delta_version: int | None = None
+    rebuilt_as_of_batch: int | None = None
+    partitions: str | tuple[str, ...] | None = None  # a rebuild's partitions, or "all"
+    previous_version: int | None = None  # the target's version before a rebuild
+    applied_on: str | None = None  # where a batch was applied, when not in this process the usual way
+    seconds: float | None = None
