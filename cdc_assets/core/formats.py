@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # pyarrow is imported where a Parquet file is read: most file
     import pyarrow as pa
 
 FORMATS = ("datastream-json", "datastream-avro", "bigquery-append", "bigquery-cdc", "changeset", "debezium-json",
-           "snapshot")
+           "snapshot", "postgresql")
 # A table whose every batch is a complete export of its source (rule 11): read as exports are,
 # its changes derived by comparing each export with the state before it (engine/snapshot.py).
 SNAPSHOT = "snapshot"
@@ -190,7 +190,7 @@ def _header_needs(fmt: str, options: ChangesetOptions, keys: Sequence[str], typi
     names = [typing.source_name(k) for k in keys]
     if fmt == "changeset":
         return [options["op_column"], *names]
-    if fmt == "bigquery-cdc":
+    if fmt in ("bigquery-cdc", "postgresql"):
         return ["_CHANGE_TYPE", *names]
     if fmt in ("bigquery-append", "snapshot"):
         return names
@@ -883,6 +883,8 @@ _RECORD_PARSERS: dict[str, Callable[[Record, Sequence[str], ChangesetOptions, in
     "datastream-avro": _datastream,
     "bigquery-append": _bigquery_append,
     "bigquery-cdc": _bigquery_cdc,
+    # a PostgreSQL source's extracts (engine/postgres_source.py) carry bigquery-cdc's two columns
+    "postgresql": _bigquery_cdc,
     "changeset": _changeset,
     "debezium-json": _debezium,
 }
