@@ -75,6 +75,11 @@ class TableConfig:
     # keys, partition_by, columns and zorder_by name target columns
     rename: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
 
+    @property
+    def reads_bigquery(self) -> bool:
+        """The table's changes are a BigQuery table's rows (it needs the `bigquery` resource)."""
+        return self.source is not None and not postgres.is_postgresql(self.source)
+
 
 @dataclass(frozen=True)
 class Config:
