@@ -1,6 +1,7 @@
 """A throw-away PostgreSQL cluster for the test session (FIELD_NOTES, "PostgreSQL, locally"):
 Debian's server (bootstrap.sh installs it), `initdb` in a temporary folder, a free local port,
-`wal_level=logical` so both capture methods can be tested; stopped and removed at the end.
+`wal_level=logical` so both capture methods can be tested; stopped and removed at the end. A lock
+waited for longer than 20 s is an error, so a test that blocks itself fails instead of hanging.
 
 `initdb` refuses to run as root: as root, the cluster's commands run as the `postgres` user."""
 from __future__ import annotations
@@ -63,7 +64,7 @@ def cluster() -> Iterator[Cluster]:
                         "--no-sync"], check=True, capture_output=True)
         subprocess.run([*as_postgres, f"{bin_dir}/pg_ctl", "-D", data, "-l", log, "-w", "-o",
                         f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c wal_level=logical "
-                        "-c fsync=off -c max_connections=50", "start"], check=True, capture_output=True)
+                        "-c fsync=off -c max_connections=50 -c lock_timeout=20s", "start"], check=True, capture_output=True)
         try:
             yield Cluster("127.0.0.1", port, "postgres")
         finally:

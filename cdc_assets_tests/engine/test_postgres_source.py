@@ -10,10 +10,14 @@ import datetime as dt
 import decimal
 import os
 import random
+import subprocess
 
+import pyarrow.parquet as pq
 import pytest
 
 from cdc_assets.cli.main import main as cli_main
+from cdc_assets.engine import postgres_source
+from cdc_assets.engine.landing import registered
 from cdc_assets_tests.helpers import run_table, target_rows, write_config
 
 pytestmark = [pytest.mark.filterwarnings("ignore::dagster.BetaWarning"),
@@ -129,3 +133,142 @@ def test_enable_then_runs_keep_the_target_equal_to_the_source_with_the_catalogs_
             "doc": "PrimitiveType(\"string\")"}
     # nothing new: no batch
     assert run_ok(cfg).new_batch is None
+
+
+def random_dml(conn, rng: random.Random, lo: int, n: int) -> None:
+    """n random changes to keys lo..lo+999 in an open transaction: inserts, updates, updates that change
+    the key (the region or the id), deletes."""
+    for _ in range(n):
+        present = [tuple(r) for r in conn.execute(
+            "SELECT region, id FROM public.orders WHERE id BETWEEN %s AND %s", (lo, lo + 999)).fetchall()]
+        choice = rng.random()
+        if not present or choice < 0.35:
+            taken = {i for _, i in present}
+            insert(conn, rng.choice([i for i in range(lo, lo + 40) if i not in taken]), rng.choice(["eu", "us"]), rng)
+            continue
+        region, i = rng.choice(present)
+        if choice < 0.6:
+            conn.execute("UPDATE public.orders SET amount = %s, note = %s, doc = NULL WHERE region = %s AND id = %s",
+                         (decimal.Decimal(rng.randint(0, 999)) / 10, rng.choice(["u", None]), region, i))
+        elif choice < 0.8:
+            taken = {k for k, _ in present}
+            new_id = rng.choice([k for k in range(lo, lo + 40) if k not in {j for _, j in present}])
+            if rng.random() < 0.5 and (("us" if region == "eu" else "eu"), i) not in present:
+                conn.execute("UPDATE public.orders SET region = %s WHERE region = %s AND id = %s",
+                             ("us" if region == "eu" else "eu", region, i))
+            elif taken:
+                conn.execute("UPDATE public.orders SET id = %s, qty = qty + 1 WHERE region = %s AND id = %s",
+                             (new_id, region, i))
+        else:
+            conn.execute("DELETE FROM public.orders WHERE region = %s AND id = %s", (region, i))
+
+
+def test_random_workloads_of_two_interleaved_sessions_with_a_rollback_leave_the_target_equal_to_the_source(orders):
+    cluster, db, cfg = orders
+    rng = random.Random(2026)
+    with cluster.connect(db) as conn:
+        for i in range(8):
+            insert(conn, i, "eu", rng)
+    assert capture(cfg, "enable") == 0
+    cfg = reload(cfg)
+    a, b = cluster.connect(db, autocommit=False), cluster.connect(db, autocommit=False)
+    try:
+        for round_ in range(3):
+            # a draws sequence numbers first and commits after b and after a run: its numbers are lower
+            # than rows an earlier extraction took
+            random_dml(a, rng, 0, 15)
+            random_dml(b, rng, 1000, 15)
+            b.commit()
+            random_dml(a, rng, 0, 5)
+            run_ok(cfg)
+            assert_target_equals_source(cluster, db, cfg)
+            random_dml(b, rng, 1000, 10)
+            if round_ == 1:
+                b.rollback()  # never seen: its changelog rows go with it
+            else:
+                b.commit()
+            a.commit()
+            run_ok(cfg)
+            assert_target_equals_source(cluster, db, cfg)
+    finally:
+        a.close()
+        b.close()
+    assert postgres_source.status(cfg.table("ORDERS")).waiting == 0
+
+
+def cli_run(cli, cfg, crash_at: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "CDC_ASSETS_CRASH_AT"}
+    if crash_at:
+        env["CDC_ASSETS_CRASH_AT"] = crash_at
+    return subprocess.run([*cli, "run", "--config", cfg.path], env=env, capture_output=True, text=True, timeout=300)
+
+
+def taken_sequences(cfg) -> list[int]:
+    """The changelog sequence numbers in every extract, as the batches hold them."""
+    folder = cfg.landing_dir("ORDERS")
+    return [int(s, 16) for f in sorted(os.listdir(folder)) if f.endswith(".parquet")
+            for s in pq.read_table(os.path.join(folder, f)).column("_CHANGE_SEQUENCE_NUMBER").to_pylist()]
+
+
+def test_a_run_killed_between_the_extract_and_the_changelogs_delete_loses_and_doubles_nothing(orders, cli):
+    cluster, db, cfg = orders
+    rng = random.Random(5)
+    assert capture(cfg, "enable") == 0
+    cfg = reload(cfg)
+    with cluster.connect(db) as conn:
+        for i in range(6):
+            insert(conn, i, "eu", rng)
+        conn.execute("UPDATE public.orders SET id = 100 WHERE id = 0")
+    killed = cli_run(cli, cfg, crash_at="postgres.extracted")
+    assert killed.returncode == -9, killed.stderr
+    # the extract is in the warehouse, its rows still in the changelog
+    assert postgres_source.status(cfg.table("ORDERS")).waiting == 8
+    with cluster.connect(db) as conn:
+        conn.execute("DELETE FROM public.orders WHERE id = 1")
+        conn.execute("UPDATE public.orders SET amount = 7 WHERE id = 2")
+    done = cli_run(cli, cfg)
+    assert done.returncode == 0, done.stderr
+    assert_target_equals_source(cluster, db, cfg)
+    # each captured change is in exactly one extract: the rows left behind were recognised, not taken again
+    assert sorted(taken_sequences(cfg)) == list(range(1, 11))
+    assert [len(b.files) for b in registered(cfg.table_dir("ORDERS"))] == [2]
+    assert postgres_source.status(cfg.table("ORDERS")).waiting == 0
+
+
+def test_enable_killed_after_the_base_is_written_is_finished_by_the_next_extraction(orders, cli):
+    cluster, db, cfg = orders
+    rng = random.Random(3)
+    with cluster.connect(db) as conn:
+        for i in range(4):
+            insert(conn, i, "eu", rng)
+    env = {**os.environ, "CDC_ASSETS_CRASH_AT": "postgres.base_written"}
+    killed = subprocess.run([*cli, "capture", "enable", "--config", cfg.path], env=env, capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr
+    cfg = reload(cfg)
+    with cluster.connect(db) as conn:
+        conn.execute("UPDATE public.orders SET note = 'after' WHERE id = 3")
+    assert cli_run(cli, cfg).returncode == 0
+    assert_target_equals_source(cluster, db, cfg)
+    assert capture(cfg, "enable") == 1  # already enabled: it says so, and changes nothing
+
+
+def test_disable_removes_every_object_enable_made(orders):
+    cluster, db, cfg = orders
+
+    def objects() -> list:
+        with cluster.connect(db) as conn:
+            return conn.execute(
+                "SELECT 'schema' FROM pg_namespace WHERE nspname = 'cdc_assets' UNION ALL "
+                "SELECT 'trigger' FROM pg_trigger WHERE tgname = 'cdc_assets_capture' UNION ALL "
+                "SELECT 'function' FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+                "WHERE n.nspname = 'cdc_assets' UNION ALL "
+                "SELECT c.relkind::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = 'cdc_assets'").fetchall()
+
+    before = objects()
+    assert capture(cfg, "enable") == 0
+    assert sorted(r[0] for r in objects()) == ["S", "function", "i", "r", "schema", "trigger"]
+    assert capture(cfg, "disable") == 0
+    assert objects() == before == []
+    with cluster.connect(db) as conn:  # the source's writes no longer fire anything
+        insert(conn, 1, "eu", random.Random(1))
