@@ -129,6 +129,12 @@ def _source(table: TableConfig) -> PgSource:
 
 
 def _cause(e: BaseException) -> str:
+    """PostgreSQL's message, but for a data error, whose message may quote a row's value."""
+    import psycopg
+
+    if isinstance(e, psycopg.errors.DataError):
+        return (f"{type(e).__name__} (SQLSTATE {e.sqlstate}): a captured value does not fit the source's current "
+                "column type (was a column's type changed?)")
     return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
@@ -176,8 +182,7 @@ def enable(table: TableConfig, table_dir: str) -> Enabled:
             keys = table.keys or primary_key(conn, source)
             _check_columns(cols, keys, where)
             names = objects(source)
-            _create(conn, source, names, keys)
-            conn.commit()
+            _create_waiting_for_writers(conn, source, names, keys, where)
             os.makedirs(postgres.capture_dir(table_dir), exist_ok=True)
             _durable_write(postgres.record_path(table_dir),
                            postgres.record_json(CaptureRecord(str(source), table.capture or "changelog", keys)).encode())
@@ -262,6 +267,30 @@ def _check_columns(cols: Sequence[PgColumn], keys: Sequence[str], where: str) ->
     taken = [n for n in names if n in (postgres.OP_COLUMN, postgres.SEQUENCE_COLUMN)]
     if taken:
         raise SourceError(f"{where}: column {taken[0]!r} has the name the captured changes' own column has")
+
+
+LOCK_TRIES, LOCK_WAIT = 12, "5s"
+
+
+def _create_waiting_for_writers(conn: psycopg.Connection, source: PgSource, names: Objects, keys: Sequence[str],
+                                where: str) -> None:
+    """Create the capture objects. CREATE TRIGGER waits for the transactions writing the table, and
+    while it waits, every new writer queues behind it: it waits a few seconds at a time, then lets
+    the writers through and tries again."""
+    import psycopg
+
+    for attempt in range(LOCK_TRIES):
+        try:
+            conn.execute(f"SET LOCAL lock_timeout = '{LOCK_WAIT}'")
+            _create(conn, source, names, keys)
+            conn.commit()
+            return
+        except psycopg.errors.LockNotAvailable:
+            conn.rollback()
+            if attempt == LOCK_TRIES - 1:
+                raise SourceError(f"{where}: a transaction writing the table stayed open for "
+                                  f"{LOCK_TRIES} tries of {LOCK_WAIT}: the trigger cannot be created until "
+                                  "it ends; try again") from None
 
 
 def _create(conn: psycopg.Connection, source: PgSource, names: Objects, keys: Sequence[str]) -> None:

@@ -272,3 +272,26 @@ def test_disable_removes_every_object_enable_made(orders):
     assert objects() == before == []
     with cluster.connect(db) as conn:  # the source's writes no longer fire anything
         insert(conn, 1, "eu", random.Random(1))
+
+
+def test_enable_while_a_writer_holds_the_table_says_so_instead_of_blocking_every_writer(orders, monkeypatch):
+    cluster, db, cfg = orders
+    monkeypatch.setattr(postgres_source, "LOCK_TRIES", 2)
+    monkeypatch.setattr(postgres_source, "LOCK_WAIT", "100ms")
+    writer = cluster.connect(db, autocommit=False)
+    insert(writer, 1, "eu", random.Random(1))
+    with pytest.raises(postgres_source.SourceError, match="a transaction writing the table stayed open"):
+        postgres_source.enable(cfg.table("ORDERS"), cfg.table_dir("ORDERS"))
+    writer.commit()  # the writer was never failed
+    writer.close()
+    assert capture(cfg, "enable") == 0
+    cfg = reload(cfg)
+    run_ok(cfg)
+    assert_target_equals_source(cluster, db, cfg)
+
+
+def test_a_run_before_capture_enable_fails_naming_the_command(orders):
+    cluster, db, cfg = orders
+    outcome = run_table(cfg, "ORDERS")
+    assert not outcome.ok
+    assert "run `cdc-assets capture enable ORDERS` first" in outcome.error
