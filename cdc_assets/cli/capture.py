@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from .common import config_or_none, tables_or_none
+from .common import config_or_none, each_table, tables_or_none
 
 
 def register(sub) -> None:
@@ -23,7 +23,6 @@ def register(sub) -> None:
 def main(args) -> int:
     from ..core.postgres import is_postgresql
     from ..engine import postgres_source
-    from ..engine.errors import root_cause_of_exception
     from ..engine.lock import table_lock
 
     cfg = config_or_none(args.config)
@@ -38,23 +37,19 @@ def main(args) -> int:
             print(f"cdc-assets: {cfg.path}: table {others[0]} has no postgresql:// source", file=sys.stderr)
             return 2
     tables = [t for t in tables if is_postgresql(t.source)]
-    failed = False
-    for table in tables:
-        try:
-            if args.action == "enable":
-                with table_lock(cfg.table_dir(table.name)):
-                    done = postgres_source.enable(table, cfg.table_dir(table.name))
-                print(f"{table.name}: capture enabled; keys {', '.join(done.keys)}; base snapshot of "
-                      f"{done.base_rows} rows")
-            elif args.action == "disable":
-                removed = postgres_source.disable(table)
-                print(f"{table.name}: capture disabled; removed {'; '.join(removed)}")
-            else:
-                s = postgres_source.status(table)
-                print(f"{table.name}: " + (f"{s.waiting} changes waiting"
-                                           + (f", oldest {s.oldest.total_seconds():.0f}s" if s.oldest else "")
-                                           if s.enabled else "capture not enabled"))
-        except Exception as e:  # noqa: BLE001 - one failing table never stops the others
-            failed = True
-            print(f"{table.name}: FAILED; error: {root_cause_of_exception(e)}", file=sys.stderr)
-    return 1 if failed else 0
+
+    def act(table) -> None:
+        if args.action == "enable":
+            with table_lock(cfg.table_dir(table.name)):
+                done = postgres_source.enable(table, cfg.table_dir(table.name))
+            print(f"{table.name}: capture enabled; keys {', '.join(done.keys)}; base snapshot of "
+                  f"{done.base_rows} rows")
+        elif args.action == "disable":
+            print(f"{table.name}: capture disabled; removed {'; '.join(postgres_source.disable(table))}")
+        else:
+            s = postgres_source.status(table)
+            print(f"{table.name}: " + (f"{s.waiting} changes waiting"
+                                       + (f", oldest {s.oldest.total_seconds():.0f}s" if s.oldest else "")
+                                       if s.enabled else "capture not enabled"))
+
+    return each_table(tables, act)

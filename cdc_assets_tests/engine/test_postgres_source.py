@@ -107,20 +107,30 @@ def insert(conn, i: int, region: str, rng: random.Random) -> None:
     conn.execute(INSERT, values)
 
 
-def test_enable_then_runs_keep_the_target_equal_to_the_source_with_the_catalogs_types(orders):
+def enabled(orders, rows: int, rng: random.Random):
+    """`rows` rows in the source, then `capture enable`; the configuration as it then reads."""
     cluster, db, cfg = orders
-    rng = random.Random(7)
     with cluster.connect(db) as conn:
-        for i in range(5):
+        for i in range(rows):
             insert(conn, i, "eu", rng)
     assert capture(cfg, "enable") == 0
-    cfg = reload(cfg)
+    return reload(cfg)
+
+
+def test_enable_then_runs_keep_the_target_equal_to_the_source_with_the_catalogs_types(orders, capsys):
+    cluster, db, cfg = orders
+    rng = random.Random(7)
+    cfg = enabled(orders, 5, rng)
     assert cfg.table("ORDERS").keys == ("region", "id")  # the primary key
     with cluster.connect(db) as conn:
         insert(conn, 10, "us", rng)
         conn.execute("UPDATE public.orders SET amount = 1.5, note = 'x' WHERE id = 1")
         conn.execute("UPDATE public.orders SET region = 'us' WHERE id = 2")  # a key change
         conn.execute("DELETE FROM public.orders WHERE id = 3")
+    capsys.readouterr()
+    assert capture(cfg, "status") == 0
+    # an insert, an update, a key change (a delete and an insert), a delete
+    assert capsys.readouterr().out.startswith("ORDERS: 5 changes waiting, oldest ")
     run_ok(cfg)
     assert_target_equals_source(cluster, db, cfg)
     from deltalake import DeltaTable
@@ -166,11 +176,7 @@ def random_dml(conn, rng: random.Random, lo: int, n: int) -> None:
 def test_random_workloads_of_two_interleaved_sessions_with_a_rollback_leave_the_target_equal_to_the_source(orders):
     cluster, db, cfg = orders
     rng = random.Random(2026)
-    with cluster.connect(db) as conn:
-        for i in range(8):
-            insert(conn, i, "eu", rng)
-    assert capture(cfg, "enable") == 0
-    cfg = reload(cfg)
+    cfg = enabled(orders, 8, rng)
     a, b = cluster.connect(db, autocommit=False), cluster.connect(db, autocommit=False)
     try:
         for round_ in range(3):
