@@ -301,3 +301,24 @@ def test_a_run_before_capture_enable_fails_naming_the_command(orders):
     outcome = run_table(cfg, "ORDERS")
     assert not outcome.ok
     assert "run `cdc-assets capture enable ORDERS` first" in outcome.error
+
+
+def test_the_landing_sensor_extracts_what_was_captured_and_its_runs_apply_it(orders):
+    import dagster as dg
+
+    from cdc_assets.defs.definitions import build_definitions
+    from cdc_assets_tests.defs.test_sensor import Daemon
+
+    cluster, db, cfg = orders
+    rng = random.Random(11)
+    cfg = enabled(orders, 4, rng)
+    with dg.instance_for_test() as instance:
+        daemon = Daemon(build_definitions(cfg), instance, table="ORDERS")
+        for round_ in range(2):
+            with cluster.connect(db) as conn:
+                insert(conn, 50 + round_, "us", rng)
+                conn.execute("UPDATE public.orders SET id = id + 100 WHERE id = %s", (round_,))
+                conn.execute("DELETE FROM public.orders WHERE id = %s", (2 + round_,))
+            assert daemon.settle() > 0
+            assert_target_equals_source(cluster, db, cfg)
+        assert daemon.settle() == 0  # nothing captured: nothing runs
