@@ -840,6 +840,16 @@ def _bigquery_cdc(record: Record, keys: Sequence[str], options: ChangesetOptions
                    content_ids=csn is not None)
 
 
+def _postgresql(record: Record, keys: Sequence[str], options: ChangesetOptions, line: int,
+                typing: Typing | None = None) -> Change:
+    """A PostgreSQL source's extracted change (engine/postgres_source.py): bigquery-cdc's two columns,
+    and a TRUNCATE of the whole table (rule 9) ranked by its changelog sequence like any change."""
+    if record.get("_CHANGE_TYPE") == "TRUNCATE":
+        order = "1" + ordering.change_sequence_number(str(record.get("_CHANGE_SEQUENCE_NUMBER")))
+        return _change(line, (), TRUNCATE, {}, order, None, "TRUNCATE")
+    return _bigquery_cdc(record, keys, options, line, typing)
+
+
 def _changeset(record: Record, keys: Sequence[str], options: ChangesetOptions, line: int,
                typing: Typing | None = None) -> Change:
     op_column = options["op_column"]
@@ -883,8 +893,7 @@ _RECORD_PARSERS: dict[str, Callable[[Record, Sequence[str], ChangesetOptions, in
     "datastream-avro": _datastream,
     "bigquery-append": _bigquery_append,
     "bigquery-cdc": _bigquery_cdc,
-    # a PostgreSQL source's extracts (engine/postgres_source.py) carry bigquery-cdc's two columns
-    "postgresql": _bigquery_cdc,
+    "postgresql": _postgresql,
     "changeset": _changeset,
     "debezium-json": _debezium,
 }

@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 
 SCHEMA = "cdc_assets"
 TRIGGER = "cdc_assets_capture"
+TRUNCATE_TRIGGER = "cdc_assets_capture_truncate"
 TAKEN_KEY = b"cdc_assets.changelog_taken"  # Parquet metadata: the changelog sequence numbers a file took
 PAGE_ROWS = 10_000
 
@@ -211,8 +212,10 @@ def disable(table: TableConfig) -> list[str]:
     with conn:
         try:
             if _one(conn, "SELECT to_regclass(%s)", (_regclass(source),)) is not None:
-                conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(TRIGGER), _table_ref(source)))
-                removed.append(f"trigger {TRIGGER} on {source.qualified}")
+                for trigger in (TRIGGER, TRUNCATE_TRIGGER):
+                    conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(trigger),
+                                                                                   _table_ref(source)))
+                    removed.append(f"trigger {trigger} on {source.qualified}")
             conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}()").format(sql.Identifier(SCHEMA, names.function)))
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(SCHEMA, names.changelog)))
             conn.execute(sql.SQL("DROP SEQUENCE IF EXISTS {}").format(sql.Identifier(SCHEMA, names.sequence)))
@@ -304,6 +307,10 @@ def _create(conn: psycopg.Connection, source: PgSource, names: Objects, keys: Se
 
     body = sql.SQL(
         "BEGIN\n"
+        "  IF TG_OP = 'TRUNCATE' THEN\n"  # the statement trigger: the whole table, no row
+        "    INSERT INTO {log} (op, image) VALUES ('T', '{{}}'::jsonb);\n"
+        "    RETURN NULL;\n"
+        "  END IF;\n"
         "  IF TG_OP = 'UPDATE' AND {old} IS NOT DISTINCT FROM {new} THEN\n"
         "    INSERT INTO {log} (op, image) VALUES ('U', to_jsonb(NEW));\n"
         "  ELSIF TG_OP = 'INSERT' THEN\n"
@@ -331,6 +338,10 @@ def _create(conn: psycopg.Connection, source: PgSource, names: Objects, keys: Se
         sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(TRIGGER), _table_ref(source)),
         sql.SQL("CREATE TRIGGER {} AFTER INSERT OR UPDATE OR DELETE ON {} FOR EACH ROW EXECUTE FUNCTION {}()").format(
             sql.Identifier(TRIGGER), _table_ref(source), function),
+        # a TRUNCATE fires no row trigger: a statement trigger records it
+        sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(TRUNCATE_TRIGGER), _table_ref(source)),
+        sql.SQL("CREATE TRIGGER {} AFTER TRUNCATE ON {} FOR EACH STATEMENT EXECUTE FUNCTION {}()").format(
+            sql.Identifier(TRUNCATE_TRIGGER), _table_ref(source), function),
     ):
         conn.execute(statement)
 
@@ -445,7 +456,7 @@ def _schema(cols: Sequence[PgColumn], changes: bool) -> pa.Schema:
 
 def _pages(conn: psycopg.Connection, query, cols: Sequence[PgColumn], changes: bool) -> Iterator[list[list]]:
     """The query's rows, a page at a time, as columns; a change's op and sequence first."""
-    ops = {"U": "UPSERT", "D": "DELETE"}
+    ops = {"U": "UPSERT", "D": "DELETE", "T": "TRUNCATE"}
     with conn.cursor(name="cdc_assets_read") as cur:  # server-side: a long history is never held whole
         cur.itersize = PAGE_ROWS
         cur.execute(query)

@@ -1,8 +1,8 @@
 """A table captured from a live PostgreSQL (`source: postgresql://...`, `capture: changelog`), against
 a throw-away cluster (cdc_assets_tests/postgres.py): `capture enable` takes the base and starts the
 changelog, each run extracts what was captured into a batch, and the target equals `SELECT *` of the
-source after every run, whatever the workload (inserts, updates that change keys, deletes, rollbacks,
-sessions interleaving); a crash between the extract and the changelog's delete loses and doubles
+source after every run, whatever the workload (inserts, updates that change keys, deletes, truncates,
+rollbacks, sessions interleaving); a crash between the extract and the changelog's delete loses and doubles
 nothing; `capture disable` removes what enable made."""
 from __future__ import annotations
 
@@ -265,7 +265,7 @@ def test_disable_removes_every_object_enable_made(orders):
         with cluster.connect(db) as conn:
             return conn.execute(
                 "SELECT 'schema' FROM pg_namespace WHERE nspname = 'cdc_assets' UNION ALL "
-                "SELECT 'trigger' FROM pg_trigger WHERE tgname = 'cdc_assets_capture' UNION ALL "
+                "SELECT tgname FROM pg_trigger WHERE tgname LIKE 'cdc_assets%%' UNION ALL "
                 "SELECT 'function' FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
                 "WHERE n.nspname = 'cdc_assets' UNION ALL "
                 "SELECT c.relkind::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
@@ -273,7 +273,8 @@ def test_disable_removes_every_object_enable_made(orders):
 
     before = objects()
     assert capture(cfg, "enable") == 0
-    assert sorted(r[0] for r in objects()) == ["S", "function", "i", "r", "schema", "trigger"]
+    assert sorted(r[0] for r in objects()) == ["S", "cdc_assets_capture", "cdc_assets_capture_truncate",
+                                                  "function", "i", "r", "schema"]
     assert capture(cfg, "disable") == 0
     assert objects() == before == []
     with cluster.connect(db) as conn:  # the source's writes no longer fire anything
@@ -322,3 +323,17 @@ def test_the_landing_sensor_extracts_what_was_captured_and_its_runs_apply_it(ord
             assert daemon.settle() > 0
             assert_target_equals_source(cluster, db, cfg)
         assert daemon.settle() == 0  # nothing captured: nothing runs
+
+
+def test_a_truncate_of_the_source_is_captured_and_ranks_between_the_changes_around_it(orders):
+    cluster, db, cfg = orders
+    rng = random.Random(13)
+    cfg = enabled(orders, 3, rng)
+    with cluster.connect(db) as conn:
+        insert(conn, 7, "us", rng)
+        conn.execute("UPDATE public.orders SET note = 'before' WHERE id = 1")
+        conn.execute("TRUNCATE public.orders")
+        insert(conn, 1, "eu", rng)  # after the truncate: it stays
+    run_ok(cfg)
+    assert_target_equals_source(cluster, db, cfg)
+    assert len(target_rows(cfg, "ORDERS")) == 1
