@@ -313,8 +313,12 @@ def test_the_landing_sensor_extracts_what_was_captured_and_its_runs_apply_it(ord
     cluster, db, cfg = orders
     rng = random.Random(11)
     cfg = enabled(orders, 4, rng)
+    defs = build_definitions(cfg)
+    # the source shows in the asset graph, upstream of changes
+    graph = defs.resolve_asset_graph()
+    assert graph.get(dg.AssetKey(["ORDERS", "changes"])).parent_keys == {dg.AssetKey(["ORDERS", "source"])}
     with dg.instance_for_test() as instance:
-        daemon = Daemon(build_definitions(cfg), instance, table="ORDERS")
+        daemon = Daemon(defs, instance, table="ORDERS")
         for round_ in range(2):
             with cluster.connect(db) as conn:
                 insert(conn, 50 + round_, "us", rng)
