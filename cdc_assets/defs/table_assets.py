@@ -88,7 +88,7 @@ SOURCE = "source"
 def source_specs(table: TableConfig) -> list[dg.AssetSpec]:
     """A PostgreSQL source table, upstream of `changes` in the asset graph: cdc_assets captures it, but
     does not materialize it. Its metadata names the table, never a connection's secrets."""
-    if not is_postgresql(table.source):
+    if table.source is None or not is_postgresql(table.source):
         return []
     source = parse_source(table.source)
     return [dg.AssetSpec(TableNames(table.name).key(SOURCE), group_name=table.name, kinds={"postgres"},
