@@ -174,11 +174,15 @@ def enable(table: TableConfig, table_dir: str) -> Enabled:
 
     where = f"table {table.name}: source {table.source}"
     base = postgres.base_path(table_dir)
-    if os.path.exists(base):
-        raise SourceError(f"{where}: capture is already enabled (its base snapshot is {base})")
     source, conn = connect(table)
     with conn:
         try:
+            if os.path.exists(base):
+                if _changelog_exists(conn, objects(source)):
+                    raise SourceError(f"{where}: capture is already enabled (its base snapshot is {base})")
+                raise SourceError(f"{where}: capture was disabled after it started here: changes made since were "
+                                  f"not captured, so the table starts over: remove {table_dir} (or name the "
+                                  "table anew), then enable capture")
             cols = columns(conn, source, where)
             keys = table.keys or primary_key(conn, source)
             _check_columns(cols, keys, where)
@@ -243,7 +247,7 @@ def status(table: TableConfig) -> CaptureStatus:
     names = objects(source)
     with conn:
         try:
-            if _one(conn, "SELECT to_regclass(%s)", (f"{SCHEMA}.{names.changelog}",)) is None:
+            if not _changelog_exists(conn, names):
                 return CaptureStatus(table.name, str(source), False, 0, None)
             found = conn.execute(sql.SQL("SELECT count(*), clock_timestamp() - min(captured_at) FROM {}")
                                  .format(sql.Identifier(SCHEMA, names.changelog))).fetchone()
@@ -251,6 +255,13 @@ def status(table: TableConfig) -> CaptureStatus:
         except _psycopg_error() as e:
             raise SourceError(f"{where}: {_cause(e)}") from None
     return CaptureStatus(table.name, str(source), True, int(waiting), oldest)
+
+
+def _changelog_exists(conn: psycopg.Connection, names: Objects) -> bool:
+    from psycopg import sql
+
+    qualified = sql.Identifier(SCHEMA, names.changelog).as_string(conn)
+    return _one(conn, "SELECT to_regclass(%s)", (qualified,)) is not None
 
 
 def _one(conn: psycopg.Connection, query: str, params: tuple) -> object:
@@ -375,6 +386,9 @@ def extract_new_rows(table: TableConfig, table_dir: str) -> Extract | None:
     names = objects(source)
     with conn:
         try:
+            if not _changelog_exists(conn, names):
+                raise SourceError(f"{where}: capture is not enabled: its changelog is gone (`cdc-assets capture "
+                                  "disable` ran, or it was dropped)")
             cols = columns(conn, source, where)
             _delete_taken(conn, names, last)  # rows a crash left behind after the extract that took them
             conn.commit()

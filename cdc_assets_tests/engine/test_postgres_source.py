@@ -341,3 +341,26 @@ def test_a_truncate_of_the_source_is_captured_and_ranks_between_the_changes_arou
     run_ok(cfg)
     assert_target_equals_source(cluster, db, cfg)
     assert len(target_rows(cfg, "ORDERS")) == 1
+
+
+def test_a_column_added_to_the_source_is_added_to_the_target(orders):
+    cluster, db, cfg = orders
+    rng = random.Random(17)
+    cfg = enabled(orders, 2, rng)
+    with cluster.connect(db) as conn:
+        conn.execute("UPDATE public.orders SET note = 'before' WHERE id = 0")  # captured without the column
+        conn.execute("ALTER TABLE public.orders ADD COLUMN extra text")
+        conn.execute("UPDATE public.orders SET extra = 'x' WHERE id = 1")
+    run_ok(cfg)
+    assert_target_equals_source(cluster, db, cfg)
+
+
+def test_after_disable_a_run_and_a_second_enable_say_what_happened(orders, capsys):
+    cluster, db, cfg = orders
+    cfg = enabled(orders, 2, random.Random(19))
+    assert capture(cfg, "disable") == 0
+    outcome = run_table(cfg, "ORDERS")
+    assert not outcome.ok and "capture is not enabled" in outcome.error and "capture disable" in outcome.error
+    capsys.readouterr()
+    assert capture(cfg, "enable") == 1
+    assert "was disabled" in capsys.readouterr().err
