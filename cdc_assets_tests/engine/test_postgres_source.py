@@ -364,3 +364,20 @@ def test_after_disable_a_run_and_a_second_enable_say_what_happened(orders, capsy
     capsys.readouterr()
     assert capture(cfg, "enable") == 1
     assert "was disabled" in capsys.readouterr().err
+
+
+def test_a_large_transaction_is_extracted_page_by_page_into_one_batch(orders, monkeypatch):
+    cluster, db, cfg = orders
+    monkeypatch.setattr(postgres_source, "PAGE_ROWS", 100)
+    rng = random.Random(23)
+    cfg = enabled(orders, 0, rng)
+    with cluster.connect(db, autocommit=False) as conn:
+        for i in range(450):
+            insert(conn, i, rng.choice(["eu", "us"]), rng)
+        conn.execute("UPDATE public.orders SET qty = 0 WHERE id % 3 = 0")
+        conn.execute("DELETE FROM public.orders WHERE id % 7 = 0")
+        conn.commit()
+    assert run_ok(cfg).new_batch == "b000001"
+    assert_target_equals_source(cluster, db, cfg)
+    # every change in the one extract, in the changelog's order
+    assert taken_sequences(cfg) == sorted(taken_sequences(cfg)) and len(taken_sequences(cfg)) == 450 + 150 + 65
