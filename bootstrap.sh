@@ -34,6 +34,16 @@ ensure_java() {
     say "installed $(java -version 2>&1 | head -n1)"
 }
 
+# The tests start a throw-away PostgreSQL cluster (cdc_assets_tests/postgres.py) from Debian's server.
+ensure_postgresql() {
+    if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then return; fi
+    say "the PostgreSQL source's tests need a PostgreSQL server; installing Debian's postgresql"
+    local sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql >/dev/null
+    say "installed $(ls -d /usr/lib/postgresql/*/bin | head -n1)"
+}
+
 ensure_venv() {
     local stamp=.venv/.bootstrap-stamp want
     want=$(cat pyproject.toml requirements.lock | sha1sum | cut -d' ' -f1)
@@ -55,6 +65,7 @@ case "$cmd" in
     *) echo "usage: ./bootstrap.sh demo | test [pytest args] | lint" >&2; exit 2 ;;
 esac
 ensure_java
+[ "$cmd" = test ] && ensure_postgresql
 ensure_venv
 export PYSPARK_PYTHON="$PWD/.venv/bin/python" SPARK_LOCAL_IP=127.0.0.1
 case "$cmd" in

@@ -9,7 +9,8 @@ import pytest
 
 from cdc_assets_tests.figures import Figures, from_request
 
-pytest_plugins = ["cdc_assets_tests.emulators"]  # the Google Cloud emulators' fixtures
+pytest_plugins = ["cdc_assets_tests.emulators",  # the Google Cloud emulators' fixtures
+                  "cdc_assets_tests.postgres"]  # a throw-away PostgreSQL cluster
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(REPO), "shared")

@@ -33,3 +33,18 @@ def tables_or_none(cfg: Config, names: list[str] | None) -> list[TableConfig] | 
     found = [table_or_none(cfg, n) for n in names]
     tables = [t for t in found if t is not None]
     return tables if len(tables) == len(found) else None
+
+
+def each_table(tables: list[TableConfig], act) -> int:
+    """`act(table)` for each table, printing a failure's root cause: one failing table never stops the
+    others. The command's exit status: 1 when a table failed, else 0."""
+    from ..engine.errors import root_cause_of_exception
+
+    failed = False
+    for table in tables:
+        try:
+            act(table)
+        except Exception as e:  # noqa: BLE001 - one failing table never stops the others
+            failed = True
+            print(f"{table.name}: FAILED; error: {root_cause_of_exception(e)}", file=sys.stderr)
+    return 1 if failed else 0

@@ -4,12 +4,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict
 
 import yaml
 
-from . import cycles, names
+from . import cycles, names, postgres
 from .apply_policy import ApplyPolicy, parse_duration
 from .config_keys import keys_under
 from .cycles import CycleGroup
@@ -54,7 +54,9 @@ class TableConfig:
     base_snapshot: str | None = None
     reconcile_with: str | None = None
     columns: dict[str, str] = field(default_factory=dict, hash=False, compare=False)  # declared column types
-    source: str | None = None  # bigquery://project.dataset.table: the changes are that table's rows
+    source: str | None = None  # bigquery://project.dataset.table: the changes are that table's rows;
+    # postgresql://USER@HOST:PORT/DATABASE/SCHEMA.TABLE: the changes are captured from that table
+    capture: str | None = None  # a PostgreSQL source's capture method (core/postgres.py CAPTURE_METHODS)
     source_position: str | None = None  # the source column that grows as rows are appended
     publish: Publish = field(default_factory=lambda: Publish(), hash=False, compare=False)
     change_feed: bool = False  # the target records Delta's change data feed: row-level changes per version
@@ -72,6 +74,11 @@ class TableConfig:
     # source column name -> target column name, for names a target cannot hold (core/names.py);
     # keys, partition_by, columns and zorder_by name target columns
     rename: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def reads_bigquery(self) -> bool:
+        """The table's changes are a BigQuery table's rows (it needs the `bigquery` resource)."""
+        return self.source is not None and not postgres.is_postgresql(self.source)
 
 
 @dataclass(frozen=True)
@@ -175,8 +182,10 @@ def parse_config(raw: object, path: str) -> Config:
         for t in tables:
             if t.source:
                 # its extracts are the table's landing files, which are read from a folder or gs:// only
-                raise ConfigError(f"{where}: table '{t.name}': a BigQuery source needs a warehouse on a disk; "
+                kind = "PostgreSQL" if postgres.is_postgresql(t.source) else "BigQuery"
+                raise ConfigError(f"{where}: table '{t.name}': a {kind} source needs a warehouse on a disk; "
                                   f"'warehouse' is {warehouse!r} (documentation: \"Google Cloud\")")
+    tables = [_postgresql_source(t, warehouse, where) for t in tables]
     try:  # cycles on a schedule: a table's own `schedule:`, `groups:` of tables, the `timezone:` of both
         zone = cycles.timezone(raw.get("timezone"), f"{where}: field 'timezone'")
         groups = cycles.groups(raw.get("groups"), {t.name: t.schedule for t in tables}, where)
@@ -267,8 +276,8 @@ def _pseudo_columns(fmt: str, options: ChangesetOptions) -> tuple[str, ...]:
     """The columns of a format's files that say what each change is, not what its row holds (SPEC 3)."""
     if fmt == "changeset":
         return (options["op_column"],)
-    if fmt == "bigquery-cdc":
-        return ("_CHANGE_TYPE", "_CHANGE_SEQUENCE_NUMBER")
+    if fmt in ("bigquery-cdc", postgres.FORMAT):
+        return (postgres.OP_COLUMN, postgres.SEQUENCE_COLUMN)
     if fmt == "bigquery-append":
         return ("datastream_metadata",)
     return ()
@@ -308,13 +317,23 @@ def _table(t: object, i: int, where: str, base_dir: str) -> TableConfig:
     for k in t:
         if k not in TABLE_KEYS:
             raise ConfigError(f"{here}: unknown field '{k}' (allowed: {', '.join(sorted(TABLE_KEYS))})")
-    if not t.get("keys"):
+    from_postgresql = postgres.is_postgresql(t.get("source"))
+    if not t.get("keys") and not from_postgresql:
         raise ConfigError(f"{here}: field 'keys' is required: list the primary key columns (1 to {MAX_KEYS})")
     rename = _rename(t.get("rename"), here)
-    keys = _target_names(t["keys"], f"{here}: field 'keys'", rename, required=True)
+    # a PostgreSQL source's keys default to its primary key, which `capture enable` records (_source_keys)
+    keys = _target_names(t.get("keys"), f"{here}: field 'keys'", rename, required=not from_postgresql)
     if len(keys) > MAX_KEYS:
         raise ConfigError(f"{here}: field 'keys' has {len(keys)} columns; at most {MAX_KEYS}")
     fmt = t.get("format")
+    if from_postgresql:
+        if fmt not in (None, postgres.FORMAT):
+            raise ConfigError(f"{here}: field 'format': a PostgreSQL source's changes are captured by cdc_assets, "
+                              f"in its own format; leave 'format' out (not {fmt!r})")
+        fmt = postgres.FORMAT
+    elif fmt == postgres.FORMAT:
+        raise ConfigError(f"{here}: field 'format' '{fmt}' is the format of a PostgreSQL source's captured "
+                          "changes: give the table a 'source: postgresql://...'")
     if fmt not in FORMATS:
         raise ConfigError(f"{here}: field 'format' {fmt!r} is unknown (known: {', '.join(FORMATS)})")
     options = t.get("options") or {}
@@ -329,6 +348,7 @@ def _table(t: object, i: int, where: str, base_dir: str) -> TableConfig:
     base = t.get("base_snapshot")
     reconcile = t.get("reconcile_with")
     source, position = _source(t.get("source"), t.get("source_position"), fmt, here)
+    capture = _capture(t.get("capture"), source, here)
     change_feed = t.get("change_feed", False)
     if not isinstance(change_feed, bool):
         raise ConfigError(f"{here}: field 'change_feed' must be true or false, not {change_feed!r}")
@@ -359,7 +379,7 @@ def _table(t: object, i: int, where: str, base_dir: str) -> TableConfig:
         raise ConfigError(f"{here}: field 'history' needs every change kept: remove 'maintenance.trim_changes_after'")
     return TableConfig(
         name=name, keys=keys, format=fmt, options=options, partition_by=partition_by,
-        columns=_columns(t.get("columns"), here, rename), source=source, source_position=position,
+        columns=_columns(t.get("columns"), here, rename), source=source, source_position=position, capture=capture,
         publish=_publish(t.get("publish"), source, here), change_feed=change_feed,
         apply=_apply_policy(t.get("apply"), here), maintenance=maintenance,
         insert_only=insert_only, partial_updates=partial_updates, history=history,
@@ -372,13 +392,24 @@ def _table(t: object, i: int, where: str, base_dir: str) -> TableConfig:
 
 
 def _source(source: object, position: object, fmt: str, here: str) -> tuple[str | None, str | None]:
-    """`source: bigquery://project.dataset.table` and the column whose growth marks new rows."""
+    """`source: bigquery://project.dataset.table` and the column whose growth marks new rows, or
+    `source: postgresql://USER@HOST:PORT/DATABASE/SCHEMA.TABLE`."""
     if source is None:
         if position is not None:
             raise ConfigError(f"{here}: field 'source_position' needs a 'source'")
         return None, None
+    if isinstance(source, str) and postgres.is_postgresql(source):
+        try:
+            postgres.parse_source(source)
+        except ValueError as e:
+            raise ConfigError(f"{here}: field 'source': {e}") from None
+        if position is not None:
+            raise ConfigError(f"{here}: field 'source_position': a PostgreSQL source is ordered by its capture's "
+                              "own sequence; leave 'source_position' out")
+        return source, None
     if not isinstance(source, str) or not BIGQUERY_SOURCE.fullmatch(source):
-        raise ConfigError(f"{here}: field 'source' {source!r} must be bigquery://project.dataset.table")
+        raise ConfigError(f"{here}: field 'source' {source!r} must be bigquery://project.dataset.table or "
+                          "postgresql://USER@HOST:PORT/DATABASE/SCHEMA.TABLE")
     if fmt not in BIGQUERY_SOURCE_FORMATS:
         raise ConfigError(f"{here}: field 'source': format '{fmt}' is read from files; a BigQuery source "
                           f"takes format {' or '.join(BIGQUERY_SOURCE_FORMATS)}")
@@ -390,6 +421,44 @@ def _source(source: object, position: object, fmt: str, here: str) -> tuple[str 
         raise ConfigError(f"{here}: field 'source_position' {position!r} must be a column name (a.b for a field "
                           "of a record)")
     return source, position
+
+
+def _capture(value: object, source: str | None, here: str) -> str | None:
+    """`capture:` of a PostgreSQL source: how its changes are captured (default `changelog`)."""
+    if not postgres.is_postgresql(source):
+        if value is not None:
+            raise ConfigError(f"{here}: field 'capture' needs a 'source: postgresql://...'")
+        return None
+    method = "changelog" if value is None else value
+    if method not in postgres.CAPTURE_METHODS:
+        raise ConfigError(f"{here}: field 'capture' {value!r} must be one of {', '.join(postgres.CAPTURE_METHODS)}")
+    if method == "logical":
+        raise ConfigError(f"{here}: field 'capture': method 'logical' is not available in this version; "
+                          "use 'changelog' (the default)")
+    return str(method)
+
+
+def _postgresql_source(table: TableConfig, warehouse: str, where: str) -> TableConfig:
+    """A PostgreSQL source's table starts from the snapshot `capture enable` takes into the warehouse;
+    without `keys:` it takes the primary key `capture enable` recorded there
+    (`<warehouse>/<TABLE>/capture/`); until then its keys are empty, and only `capture enable` can run
+    for it."""
+    if not postgres.is_postgresql(table.source):
+        return table
+    if table.base_snapshot is not None:
+        raise ConfigError(f"{where}: table '{table.name}': field 'base_snapshot': `cdc-assets capture enable` "
+                          "takes a PostgreSQL source's base snapshot; leave 'base_snapshot' out")
+    table_dir = os.path.join(warehouse, table.name)
+    table = replace(table, base_snapshot=postgres.base_path(table_dir))
+    recorded = postgres.read_record(table_dir)
+    if table.keys or recorded is None:
+        return table
+    try:
+        keys = _target_names(list(recorded.keys), f"{where}: table '{table.name}': the source's primary key",
+                             table.rename, required=True)
+    except ConfigError as e:
+        raise ConfigError(f"{e}: list the table's 'keys'") from None
+    return replace(table, keys=keys)
 
 
 def _publish(value: object, source: str | None, here: str) -> Publish:

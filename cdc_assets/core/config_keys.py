@@ -49,7 +49,7 @@ KEYS: tuple[Key, ...] = (
     Key("tables", "a list of tables", "required", "The tables kept in sync, at least one."),
     Key("tables[].name", "a letter, then letters, digits or `_` (at most 128)", "required",
         "The table's name: its folder in the warehouse and its landing sub-folder."),
-    Key("tables[].keys", "1 to 16 column names", "required", "The source's key columns: a key is exactly its value."),
+    Key("tables[].keys", "1 to 16 column names", "required (a PostgreSQL source: its primary key)", "The source's key columns: a key is exactly its value."),
     Key("tables[].format", ", ".join(f"`{f}`" for f in FORMATS), "required", "How the table's change records are read."),
     Key("tables[].options", "a mapping", "none", "The `changeset` format's options; other formats take none."),
     Key("tables[].options.op_column", "a column name", "required for `changeset`", "The column holding each row's operation."),
@@ -68,8 +68,13 @@ KEYS: tuple[Key, ...] = (
     Key("tables[].columns", "a mapping of column names to types", "the files' own types, else inferred",
         "Types of columns whose files carry none (JSON, CSV): `boolean`, `int`, `long`, `double`, `string`, `date`, "
         "`timestamp`, `timestamp_ntz`, `binary`, `decimal(p,s)`."),
-    Key("tables[].source", "`bigquery://project.dataset.table`", "none (landed files)",
-        "Read the changes from a BigQuery table instead of landed files (formats `bigquery-append`, `bigquery-cdc`)."),
+    Key("tables[].source", "`bigquery://project.dataset.table` or `postgresql://USER@HOST:PORT/DATABASE/SCHEMA.TABLE`",
+        "none (landed files)",
+        "Read the changes from a BigQuery table instead of landed files (formats `bigquery-append`, `bigquery-cdc`), "
+        "or capture them from a PostgreSQL table (format implied; `keys` default to its primary key; the password "
+        "and TLS come from libpq: `PGPASSWORD`, `~/.pgpass`, `PGSSLMODE`)."),
+    Key("tables[].capture", "`changelog`", "`changelog`",
+        "How a PostgreSQL source's changes are captured: a trigger-filled changelog (`cdc-assets capture enable`)."),
     Key("tables[].source_position", "a column name (`a.b` for a record's field)", "required for `bigquery-cdc`",
         "The source column that grows as rows are appended."),
     Key("tables[].publish", "a mapping", "none", "Copies of the target kept elsewhere."),

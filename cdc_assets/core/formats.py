@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # pyarrow is imported where a Parquet file is read: most file
     import pyarrow as pa
 
 FORMATS = ("datastream-json", "datastream-avro", "bigquery-append", "bigquery-cdc", "changeset", "debezium-json",
-           "snapshot")
+           "snapshot", "postgresql")
 # A table whose every batch is a complete export of its source (rule 11): read as exports are,
 # its changes derived by comparing each export with the state before it (engine/snapshot.py).
 SNAPSHOT = "snapshot"
@@ -190,7 +190,7 @@ def _header_needs(fmt: str, options: ChangesetOptions, keys: Sequence[str], typi
     names = [typing.source_name(k) for k in keys]
     if fmt == "changeset":
         return [options["op_column"], *names]
-    if fmt == "bigquery-cdc":
+    if fmt in ("bigquery-cdc", "postgresql"):
         return ["_CHANGE_TYPE", *names]
     if fmt in ("bigquery-append", "snapshot"):
         return names
@@ -840,6 +840,16 @@ def _bigquery_cdc(record: Record, keys: Sequence[str], options: ChangesetOptions
                    content_ids=csn is not None)
 
 
+def _postgresql(record: Record, keys: Sequence[str], options: ChangesetOptions, line: int,
+                typing: Typing | None = None) -> Change:
+    """A PostgreSQL source's extracted change (engine/postgres_source.py): bigquery-cdc's two columns,
+    and a TRUNCATE of the whole table (rule 9) ranked by its changelog sequence like any change."""
+    if record.get("_CHANGE_TYPE") == "TRUNCATE":
+        order = "1" + ordering.change_sequence_number(str(record.get("_CHANGE_SEQUENCE_NUMBER")))
+        return _change(line, (), TRUNCATE, {}, order, None, "TRUNCATE")
+    return _bigquery_cdc(record, keys, options, line, typing)
+
+
 def _changeset(record: Record, keys: Sequence[str], options: ChangesetOptions, line: int,
                typing: Typing | None = None) -> Change:
     op_column = options["op_column"]
@@ -883,6 +893,7 @@ _RECORD_PARSERS: dict[str, Callable[[Record, Sequence[str], ChangesetOptions, in
     "datastream-avro": _datastream,
     "bigquery-append": _bigquery_append,
     "bigquery-cdc": _bigquery_cdc,
+    "postgresql": _postgresql,
     "changeset": _changeset,
     "debezium-json": _debezium,
 }

@@ -63,7 +63,7 @@ def table_resources(cfg: Config) -> dict:
         # the landing area's client: application default credentials, a service-account file
         # (GOOGLE_APPLICATION_CREDENTIALS) or the emulator (STORAGE_EMULATOR_HOST)
         out["gcs"] = GCSResource()
-    if any(t.source or t.publish for t in cfg.tables):
+    if any(t.reads_bigquery or t.publish for t in cfg.tables):
         from .gcp_resources import CdcBigQueryResource
 
         # the BigQuery client of tables read from or published to BigQuery: application default

@@ -20,7 +20,7 @@ import dagster as dg
 from ..core.config import Config, TableConfig
 from ..core.plan import Ingest
 from ..engine import bigquery as publishing
-from ..engine import bigquery_source, faults, history
+from ..engine import faults, history, sources
 from ..engine.errors import root_cause_of_exception, root_cause_of_info
 from ..engine.landing import Batch, register_new_batch
 from ..engine.lock import table_lock
@@ -160,10 +160,12 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
     try:
         release_abandoned(inst, names.pool)
         with table_lock(table_dir):
-            if table.source:
-                # build_definitions binds the bigquery resource for a table with a source
+            if table.reads_bigquery:
+                # build_definitions binds the bigquery resource for a table read from BigQuery
                 with (defs.resources or {})["bigquery"].get_client() as client:
-                    bigquery_source.extract_new_rows(client, table, table_dir)
+                    sources.extract_new_rows(table, table_dir, client)
+            elif table.source:
+                sources.extract_new_rows(table, table_dir)
             batch = on_conflict(lambda: register_new_batch(cfg.landing_dir(table.name), table_dir),
                                 f"{table.name}/batches")
         outcome.new_batch = batch.id if batch else None

@@ -135,7 +135,7 @@ def _cycle_job(cfg: Config, cycle: Cycle, definitions: Callable[[], dg.Definitio
 def _cycle_schedule(cfg: Config, cycle: Cycle, job: dg.JobDefinition) -> dg.ScheduleDefinition:
     on_gcs = {t.name: gcs_landing.is_gcs(cfg.landing_dir(t.name)) for t in cycle.tables}
     resource_keys = ({"gcs"} if any(on_gcs.values()) else set()) | (
-        {"bigquery"} if any(t.source for t in cycle.tables) else set())
+        {"bigquery"} if any(t.reads_bigquery for t in cycle.tables) else set())
 
     @dg.schedule(name=cycle_schedule_name(cycle.name), cron_schedule=cycle.cron, job=job,
                  execution_timezone=cfg.timezone, default_status=dg.DefaultScheduleStatus.STOPPED,
@@ -154,7 +154,7 @@ def _cycle_schedule(cfg: Config, cycle: Cycle, job: dg.JobDefinition) -> dg.Sche
             # without a cursor: a gs:// landing is listed whole each tick; the ledger says what is new
             registered = register_landed(
                 cfg, table, None, context.log, storage_client=context.resources.gcs if on_gcs[table.name] else None,
-                bigquery=context.resources.bigquery if table.source else None,
+                bigquery=context.resources.bigquery if table.reads_bigquery else None,
                 lock_seconds=min(TICK_LOCK_SECONDS, max(0.0, deadline - time.monotonic())))
             busy = registered.busy
             requests, missing, reason = plan_requests(context.instance, cfg, table, registered.batch, busy)

@@ -18,7 +18,7 @@ import dagster as dg
 
 from ..core.config import Config, TableConfig
 from ..core.plan import Ingest
-from ..engine import bigquery_source, delta, faults
+from ..engine import delta, faults, sources
 from ..engine import gcs as gcs_landing
 from ..engine.landing import Batch, ListingCursor, batches_path, register_new_batch, scan_landing
 from ..engine.lock import table_lock
@@ -83,7 +83,7 @@ def register_landed(cfg: Config, table: TableConfig, cursor: str | None, log, st
     try:
         with table_lock(table_dir, timeout=lock_seconds):
             if table.source:  # the source's new rows become an extract, then a batch like a landed file
-                bigquery_source.extract_new_rows(bigquery, table, table_dir)
+                sources.extract_new_rows(table, table_dir, bigquery)
             scan = scan_landing(landing, ListingCursor.from_json(cursor), time.time(), storage_client)
             # a registration that loses a commit race (an object store, no lock) is re-run, not failed
             new = on_conflict(lambda: register_new_batch(landing, table_dir, scan.found),
@@ -165,14 +165,14 @@ def tick_table(context: dg.SensorEvaluationContext, cfg: Config, table: TableCon
     on_gcs = gcs_landing.is_gcs(cfg.landing_dir(table.name))
     registered = register_landed(
         cfg, table, cursor, context.log, storage_client=context.resources.gcs if on_gcs else None,
-        bigquery=context.resources.bigquery if table.source else None, lock_seconds=lock_seconds)
+        bigquery=context.resources.bigquery if table.reads_bigquery else None, lock_seconds=lock_seconds)
     requests, missing, skip_reason = plan_requests(context.instance, cfg, table, registered.batch, registered.busy)
     return TableTick(requests, missing, skip_reason, registered.cursor)
 
 
 def _resource_keys(cfg: Config, tables) -> set:
     return ({"gcs"} if any(gcs_landing.is_gcs(cfg.landing_dir(t.name)) for t in tables) else set()) \
-        | ({"bigquery"} if any(t.source for t in tables) else set())
+        | ({"bigquery"} if any(t.reads_bigquery for t in tables) else set())
 
 
 def landing_sensor(cfg: Config, table: TableConfig, jobs: list) -> dg.SensorDefinition:

@@ -21,6 +21,7 @@ import dagster as dg
 from ..core.config import Config, TableConfig
 from ..core.formats import SNAPSHOT
 from ..core.plan import Ingest
+from ..core.postgres import is_postgresql, parse_source
 from ..engine import apply, gcs, ingest, rekey, snapshot, stage, status
 from ..engine.landing import Batch, registered
 from ..engine.lock import table_lock
@@ -85,6 +86,22 @@ def _write(context, table_dir: str, what: str, step: Callable[[], _Result]) -> _
         return on_conflict(step, what, log=context.log.warning)
 
 
+SOURCE = "source"
+
+
+def source_specs(table: TableConfig) -> list[dg.AssetSpec]:
+    """A PostgreSQL source table, upstream of `changes` in the asset graph: cdc_assets captures it, but
+    does not materialize it. Its metadata names the table, never a connection's secrets."""
+    if table.source is None or not is_postgresql(table.source):
+        return []
+    source = parse_source(table.source)
+    return [dg.AssetSpec(TableNames(table.name).key(SOURCE), group_name=table.name, kinds={"postgres"},
+                         metadata={"dagster/table_name": f"{source.database}.{source.qualified}"},
+                         description=f"The PostgreSQL table {source.qualified} in database {source.database}, "
+                                     f"captured by cdc_assets ({table.capture}): `cdc-assets capture enable "
+                                     f"{table.name}` starts it, each run or sensor tick extracts what it captured.")]
+
+
 def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
     names = TableNames(table.name)
     table_dir = cfg.table_dir(table.name)
@@ -137,6 +154,7 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
         specs=[
             dg.AssetSpec(names.key("changes"), group_name=table.name, kinds={"spark", "delta"}, tags=tags,
                          metadata=named("changes"), skippable=True,
+                         deps=[names.key(SOURCE)] if is_postgresql(table.source) else [],
                          description=f"Every distinct change record of {table.name}, one partition per landed "
                                      "batch; rejected records go to quarantine."),
             dg.AssetSpec(names.key("staging"), group_name=table.name, kinds={"spark", "delta"}, tags=tags,

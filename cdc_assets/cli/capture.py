@@ -1,0 +1,55 @@
+"""`cdc-assets capture`: start, stop and watch the capture of PostgreSQL source tables."""
+from __future__ import annotations
+
+import sys
+
+from .common import config_or_none, each_table, tables_or_none
+
+
+def register(sub) -> None:
+    p = sub.add_parser("capture", help="enable, disable or show the capture of PostgreSQL sources",
+                       description="A table with `source: postgresql://...` is captured by cdc_assets itself. "
+                                   "`enable` creates the changelog, its sequence and the trigger in schema "
+                                   "cdc_assets of the source's database and takes the table's base snapshot; "
+                                   "`disable` removes every object enable made; `status` shows the changes waiting "
+                                   "and the oldest one's age. Exit 1: a table failed; 2: cdc.yaml is not valid, "
+                                   "names no such table, or the table has no PostgreSQL source.")
+    p.add_argument("action", choices=("enable", "disable", "status"))
+    p.add_argument("tables", nargs="*", help="the tables (default: every table with a PostgreSQL source)")
+    p.add_argument("--config", default="cdc.yaml", help="path of cdc.yaml (default ./cdc.yaml)")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from ..core.postgres import is_postgresql
+    from ..engine import postgres_source
+    from ..engine.lock import table_lock
+
+    cfg = config_or_none(args.config)
+    if cfg is None:
+        return 2
+    tables = tables_or_none(cfg, args.tables)
+    if tables is None:
+        return 2
+    if args.tables:
+        others = [t.name for t in tables if not is_postgresql(t.source)]
+        if others:
+            print(f"cdc-assets: {cfg.path}: table {others[0]} has no postgresql:// source", file=sys.stderr)
+            return 2
+    tables = [t for t in tables if is_postgresql(t.source)]
+
+    def act(table) -> None:
+        if args.action == "enable":
+            with table_lock(cfg.table_dir(table.name)):
+                done = postgres_source.enable(table, cfg.table_dir(table.name))
+            print(f"{table.name}: capture enabled; keys {', '.join(done.keys)}; base snapshot of "
+                  f"{done.base_rows} rows")
+        elif args.action == "disable":
+            print(f"{table.name}: capture disabled; removed {'; '.join(postgres_source.disable(table))}")
+        else:
+            s = postgres_source.status(table)
+            print(f"{table.name}: " + (f"{s.waiting} changes waiting"
+                                       + (f", oldest {s.oldest.total_seconds():.0f}s" if s.oldest else "")
+                                       if s.enabled else "capture not enabled"))
+
+    return each_table(tables, act)

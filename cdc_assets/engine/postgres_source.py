@@ -1,0 +1,520 @@
+"""A live PostgreSQL table as a source, captured by cdc_assets itself (seed 001's CHANGELOG method).
+
+Capture. `capture enable` creates, in schema `cdc_assets` of the source's database, a sequence, a
+changelog table and a row-level AFTER trigger on the source table. The trigger writes one changelog
+row per change: an insert or an update as an upsert of the new row, a delete as a delete of the old
+row, and an update that changes the key as a delete of the old key followed by an upsert of the new;
+each with the next sequence number, the transaction id and the time. Rows are kept as jsonb, so a
+column added to the source later never breaks the source's own writes; they are read back typed
+through the source's current row type (`jsonb_populate_record`). The trigger function is SECURITY
+DEFINER: the source's writers need no privilege on `cdc_assets`.
+
+Why the sequence orders a key's changes. A sequence number is drawn when the trigger fires, not when
+the transaction commits, so numbers do not follow commit order across keys, and a reader can see
+number 9 committed while 5 is not yet. Within one key they do: a transaction that changes a key
+holds that row (or its unique index entry) until it ends, so the next change of the key waits for
+it, and draws a greater number. The greatest number of a key is its latest change.
+
+The base snapshot, consistent with where capture starts. The trigger is created and committed first
+(CREATE TRIGGER waits for the transactions writing the table, and every later write fires it).
+Then one REPEATABLE READ transaction, one snapshot S: it reads the sequence numbers of the changelog
+rows S sees and exports the source's rows as S sees them into the base. A change committed before S
+is in the base and its changelog row is in that set; a change not committed at S (still open, or
+later) is not in the base and its row is not in the set, since S cannot see it. The set is written
+into the base file's own metadata, the file is made durable under its final name, and only then
+are those changelog rows deleted in the same transaction, which commits. No change is missed (every
+change not in S stays in the changelog) or doubled (every change in S is left out of extraction:
+deleted, or, after a crash before the delete commits, recognised by the set).
+
+Extraction, a batch. Each extraction writes every changelog row it sees (committed rows only; a
+rolled-back transaction's rows never become visible) into one Parquet extract in the table's
+`extracts/` folder, ordered by sequence; the extract becomes a batch like any landed file (format
+`postgresql`: `_CHANGE_TYPE` UPSERT or DELETE and `_CHANGE_SEQUENCE_NUMBER`, the sequence in
+hexadecimal, beside the source's columns). Its identity is the set of sequence numbers it took, as
+runs of consecutive numbers (a gap is never bridged: a missing number may be an open transaction's),
+written in its metadata. The rows are deleted from the changelog only once the extract is durable
+in the warehouse. Before reading, an extraction first deletes the rows the last extract (or the
+base) took: after a crash between the write and the delete, they are recognised and never taken
+twice; since every extraction does this first, only the last extract can have rows left behind.
+Rows written while an extraction or an apply runs stay in the changelog for the next one.
+
+A crash anywhere therefore loses and doubles nothing: before the extract is under its final name,
+the changelog still holds every row; after, the extract's set says which rows it took.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..core import postgres
+from ..core.config import TableConfig
+from ..core.errors import TerminalError
+from ..core.postgres import CaptureRecord, PgColumn, PgSource, Ranges
+from . import faults
+from .bigquery_source import extracts_dir
+
+if TYPE_CHECKING:
+    import psycopg
+    import pyarrow as pa
+
+SCHEMA = "cdc_assets"
+TRIGGER = "cdc_assets_capture"
+TRUNCATE_TRIGGER = "cdc_assets_capture_truncate"
+TAKEN_KEY = b"cdc_assets.changelog_taken"  # Parquet metadata: the changelog sequence numbers a file took
+PAGE_ROWS = 10_000
+
+
+class SourceError(TerminalError, RuntimeError):
+    """The PostgreSQL source cannot be captured or read; the message names the table, the source and
+    the cause (never a password: the source URL holds none, and libpq's messages show none)."""
+
+
+@dataclass(frozen=True)
+class Objects:
+    """The objects `capture enable` makes for one source table, all in schema `cdc_assets`."""
+    changelog: str
+    sequence: str
+    function: str
+
+
+@dataclass(frozen=True)
+class Enabled:
+    keys: tuple[str, ...]
+    base_rows: int
+    skipped: int  # changelog rows the base already holds
+
+
+@dataclass(frozen=True)
+class Extract:
+    file: str  # relative to the table's extracts folder
+    rows: int
+
+
+@dataclass(frozen=True)
+class CaptureStatus:
+    table: str
+    source: str
+    enabled: bool
+    waiting: int  # changelog rows no extract has taken
+    oldest: dt.timedelta | None  # how long the oldest of them has waited
+
+
+def objects(source: PgSource) -> Objects:
+    """Names of a source table's capture objects: readable, within PostgreSQL's 63 bytes, distinct
+    for distinct tables."""
+    stem = f"{source.schema}_{source.table}"
+    if len(stem.encode()) > 40:
+        stem = stem.encode()[:31].decode(errors="ignore") + "_" + hashlib.sha1(source.qualified.encode()).hexdigest()[:8]
+    return Objects(f"{stem}_changelog", f"{stem}_seq", f"{stem}_capture")
+
+
+def connect(table: TableConfig) -> tuple[PgSource, psycopg.Connection]:
+    import psycopg
+
+    source = _source(table)
+    try:
+        return source, psycopg.connect(**source.conninfo(), application_name="cdc_assets")  # type: ignore[arg-type]
+    except psycopg.Error as e:
+        raise SourceError(f"table {table.name}: source {source}: cannot connect: {_cause(e)}") from None
+
+
+def _source(table: TableConfig) -> PgSource:
+    if table.source is None or not postgres.is_postgresql(table.source):
+        raise SourceError(f"table {table.name}: no postgresql:// source")
+    return postgres.parse_source(table.source)
+
+
+def _cause(e: BaseException) -> str:
+    """PostgreSQL's message, but for a data error, whose message may quote a row's value."""
+    import psycopg
+
+    if isinstance(e, psycopg.errors.DataError):
+        return (f"{type(e).__name__} (SQLSTATE {e.sqlstate}): a captured value does not fit the source's current "
+                "column type (was a column's type changed?)")
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+# ---- the catalog --------------------------------------------------------------------------
+
+def columns(conn: psycopg.Connection, source: PgSource, where: str) -> list[PgColumn]:
+    rows = conn.execute(
+        "SELECT a.attname, format_type(a.atttypid, a.atttypmod), t.typcategory, t.typname "
+        "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+        "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+        (_regclass(source),)).fetchall()
+    if not rows:
+        raise SourceError(f"{where}: no table {source.qualified} in database {source.database}")
+    return [PgColumn(r[0], r[1], r[2], r[3]) for r in rows]
+
+
+def primary_key(conn: psycopg.Connection, source: PgSource) -> tuple[str, ...]:
+    rows = conn.execute(
+        "SELECT a.attname FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, n) "
+        "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+        "WHERE i.indrelid = to_regclass(%s) AND i.indisprimary ORDER BY k.n", (_regclass(source),)).fetchall()
+    return tuple(r[0] for r in rows)
+
+
+def _regclass(source: PgSource) -> str:
+    from psycopg import sql
+
+    return sql.SQL(".").join([sql.Identifier(source.schema), sql.Identifier(source.table)]).as_string()
+
+
+# ---- capture enable / disable / status -----------------------------------------------------
+
+def enable(table: TableConfig, table_dir: str) -> Enabled:
+    """Create the capture objects and take the base snapshot (module docstring: why they agree)."""
+    from psycopg import sql
+
+    where = f"table {table.name}: source {table.source}"
+    base = postgres.base_path(table_dir)
+    source, conn = connect(table)
+    with conn:
+        try:
+            if os.path.exists(base):
+                if _changelog_exists(conn, objects(source)):
+                    raise SourceError(f"{where}: capture is already enabled (its base snapshot is {base})")
+                raise SourceError(f"{where}: capture was disabled after it started here: changes made since were "
+                                  f"not captured, so the table starts over: remove {table_dir} (or name the "
+                                  "table anew), then enable capture")
+            cols = columns(conn, source, where)
+            keys = table.keys or primary_key(conn, source)
+            _check_columns(cols, keys, where)
+            names = objects(source)
+            _create_waiting_for_writers(conn, source, names, keys, where)
+            os.makedirs(postgres.capture_dir(table_dir), exist_ok=True)
+            _durable_write(postgres.record_path(table_dir),
+                           postgres.record_json(CaptureRecord(str(source), table.capture or "changelog", keys)).encode())
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            changelog = sql.Identifier(SCHEMA, names.changelog)
+            seen = postgres.ranges(r[0] for r in conn.execute(sql.SQL("SELECT seq FROM {}").format(changelog)))
+            rows = _write_parquet(base, _pages(conn, _select(cols, sql.SQL("{} r").format(_table_ref(source)), changes=False),
+                                               cols, changes=False), _schema(cols, changes=False), seen)
+            faults.point("postgres.base_written")
+            _delete_taken(conn, names, seen)
+            conn.commit()
+        except _psycopg_error() as e:
+            raise SourceError(f"{where}: {_cause(e)}") from None
+    return Enabled(keys, rows, sum(b - a + 1 for a, b in seen))
+
+
+def disable(table: TableConfig) -> list[str]:
+    """Remove every object `capture enable` made (the changelog and what it still holds, the sequence,
+    the trigger, the function; the schema when nothing else is in it). The warehouse keeps its data."""
+    from psycopg import sql
+
+    where = f"table {table.name}: source {table.source}"
+    source, conn = connect(table)
+    names = objects(source)
+    removed = []
+    with conn:
+        try:
+            if _one(conn, "SELECT to_regclass(%s)", (_regclass(source),)) is not None:
+                for trigger in (TRIGGER, TRUNCATE_TRIGGER):
+                    conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(trigger),
+                                                                                   _table_ref(source)))
+                    removed.append(f"trigger {trigger} on {source.qualified}")
+            conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}()").format(sql.Identifier(SCHEMA, names.function)))
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(SCHEMA, names.changelog)))
+            conn.execute(sql.SQL("DROP SEQUENCE IF EXISTS {}").format(sql.Identifier(SCHEMA, names.sequence)))
+            removed += [f"function {SCHEMA}.{names.function}", f"table {SCHEMA}.{names.changelog}",
+                        f"sequence {SCHEMA}.{names.sequence}"]
+            conn.commit()
+            empty = _one(conn, "SELECT NOT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = "
+                               "c.relnamespace WHERE n.nspname = %s) AND NOT EXISTS (SELECT 1 FROM pg_proc p "
+                               "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %s)",
+                         (SCHEMA, SCHEMA))
+            if empty:
+                conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {}").format(sql.Identifier(SCHEMA)))
+                removed.append(f"schema {SCHEMA}")
+            conn.commit()
+        except _psycopg_error() as e:
+            raise SourceError(f"{where}: {_cause(e)}") from None
+    return removed
+
+
+def status(table: TableConfig) -> CaptureStatus:
+    from psycopg import sql
+
+    where = f"table {table.name}: source {table.source}"
+    source, conn = connect(table)
+    names = objects(source)
+    with conn:
+        try:
+            if not _changelog_exists(conn, names):
+                return CaptureStatus(table.name, str(source), False, 0, None)
+            found = conn.execute(sql.SQL("SELECT count(*), clock_timestamp() - min(captured_at) FROM {}")
+                                 .format(sql.Identifier(SCHEMA, names.changelog))).fetchone()
+            waiting, oldest = found if found is not None else (0, None)
+        except _psycopg_error() as e:
+            raise SourceError(f"{where}: {_cause(e)}") from None
+    return CaptureStatus(table.name, str(source), True, int(waiting), oldest)
+
+
+def _changelog_exists(conn: psycopg.Connection, names: Objects) -> bool:
+    from psycopg import sql
+
+    qualified = sql.Identifier(SCHEMA, names.changelog).as_string(conn)
+    return _one(conn, "SELECT to_regclass(%s)", (qualified,)) is not None
+
+
+def _one(conn: psycopg.Connection, query: str, params: tuple) -> object:
+    """The single value a query returns."""
+    row = conn.execute(query, params).fetchone()  # type: ignore[arg-type]  # a constant query, parameters apart
+    return None if row is None else row[0]
+
+
+def _check_columns(cols: Sequence[PgColumn], keys: Sequence[str], where: str) -> None:
+    names = [c.name for c in cols]
+    if not keys:
+        raise SourceError(f"{where}: the table has no primary key: list its key columns in 'keys'")
+    missing = [k for k in keys if k not in names]
+    if missing:
+        raise SourceError(f"{where}: key column {missing[0]!r} is not a column of the table "
+                          f"(columns: {', '.join(names)})")
+    taken = [n for n in names if n in (postgres.OP_COLUMN, postgres.SEQUENCE_COLUMN)]
+    if taken:
+        raise SourceError(f"{where}: column {taken[0]!r} has the name the captured changes' own column has")
+
+
+LOCK_TRIES, LOCK_WAIT = 12, "5s"
+
+
+def _create_waiting_for_writers(conn: psycopg.Connection, source: PgSource, names: Objects, keys: Sequence[str],
+                                where: str) -> None:
+    """Create the capture objects. CREATE TRIGGER waits for the transactions writing the table, and
+    while it waits, every new writer queues behind it: it waits a few seconds at a time, then lets
+    the writers through and tries again."""
+    import psycopg
+
+    for attempt in range(LOCK_TRIES):
+        try:
+            conn.execute(f"SET LOCAL lock_timeout = '{LOCK_WAIT}'")
+            _create(conn, source, names, keys)
+            conn.commit()
+            return
+        except psycopg.errors.LockNotAvailable:
+            conn.rollback()
+            if attempt == LOCK_TRIES - 1:
+                raise SourceError(f"{where}: a transaction writing the table stayed open for "
+                                  f"{LOCK_TRIES} tries of {LOCK_WAIT}: the trigger cannot be created until "
+                                  "it ends; try again") from None
+
+
+def _create(conn: psycopg.Connection, source: PgSource, names: Objects, keys: Sequence[str]) -> None:
+    from psycopg import sql
+
+    changelog, sequence = sql.Identifier(SCHEMA, names.changelog), sql.Identifier(SCHEMA, names.sequence)
+    function = sql.Identifier(SCHEMA, names.function)
+
+    def row(alias: str) -> sql.Composable:
+        return sql.SQL("ROW({})").format(sql.SQL(", ").join(sql.SQL(alias + ".") + sql.Identifier(k) for k in keys))
+
+    body = sql.SQL(
+        "BEGIN\n"
+        "  IF TG_OP = 'TRUNCATE' THEN\n"  # the statement trigger: the whole table, no row
+        "    INSERT INTO {log} (op, image) VALUES ('T', '{{}}'::jsonb);\n"
+        "    RETURN NULL;\n"
+        "  END IF;\n"
+        "  IF TG_OP = 'UPDATE' AND {old} IS NOT DISTINCT FROM {new} THEN\n"
+        "    INSERT INTO {log} (op, image) VALUES ('U', to_jsonb(NEW));\n"
+        "  ELSIF TG_OP = 'INSERT' THEN\n"
+        "    INSERT INTO {log} (op, image) VALUES ('U', to_jsonb(NEW));\n"
+        "  ELSE\n"  # a delete, or an update that changes the key: the old key goes, the new one comes
+        "    INSERT INTO {log} (op, image) VALUES ('D', to_jsonb(OLD));\n"
+        "    IF TG_OP = 'UPDATE' THEN\n"
+        "      INSERT INTO {log} (op, image) VALUES ('U', to_jsonb(NEW));\n"
+        "    END IF;\n"
+        "  END IF;\n"
+        "  RETURN NULL;\n"
+        "END").format(old=row("OLD"), new=row("NEW"), log=changelog).as_string(conn)
+    for statement in (
+        sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(SCHEMA)),
+        sql.SQL("CREATE SEQUENCE IF NOT EXISTS {}").format(sequence),
+        sql.SQL("CREATE TABLE IF NOT EXISTS {} (seq bigint PRIMARY KEY DEFAULT nextval({}), "
+                "xid xid8 NOT NULL DEFAULT pg_current_xact_id(), "
+                "captured_at timestamptz NOT NULL DEFAULT clock_timestamp(), "
+                "op \"char\" NOT NULL, image jsonb NOT NULL)").format(
+            changelog, sql.Literal(f"{SCHEMA}.{names.sequence}")),
+        sql.SQL("ALTER SEQUENCE {} OWNED BY {}.seq").format(sequence, changelog),
+        # SECURITY DEFINER: the source's writers need no privilege on the changelog
+        sql.SQL("CREATE OR REPLACE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER "
+                "SET search_path = pg_catalog, pg_temp AS {}").format(function, sql.Literal(body)),
+        sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(TRIGGER), _table_ref(source)),
+        sql.SQL("CREATE TRIGGER {} AFTER INSERT OR UPDATE OR DELETE ON {} FOR EACH ROW EXECUTE FUNCTION {}()").format(
+            sql.Identifier(TRIGGER), _table_ref(source), function),
+        # a TRUNCATE fires no row trigger: a statement trigger records it
+        sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(TRUNCATE_TRIGGER), _table_ref(source)),
+        sql.SQL("CREATE TRIGGER {} AFTER TRUNCATE ON {} FOR EACH STATEMENT EXECUTE FUNCTION {}()").format(
+            sql.Identifier(TRUNCATE_TRIGGER), _table_ref(source), function),
+    ):
+        conn.execute(statement)
+
+
+def _table_ref(source: PgSource):
+    from psycopg import sql
+
+    return sql.Identifier(source.schema, source.table)
+
+
+def _psycopg_error() -> type[BaseException]:
+    import psycopg
+
+    return psycopg.Error
+
+
+# ---- extraction -------------------------------------------------------------------------
+
+def extract_new_rows(table: TableConfig, table_dir: str) -> Extract | None:
+    """Write the changelog rows no earlier extract took as the next extract (None: no new rows);
+    then delete them from the changelog (module docstring: why nothing is lost or doubled)."""
+    from psycopg import sql
+
+    where = f"table {table.name}: source {table.source}"
+    folder = extracts_dir(table_dir)
+    base = postgres.base_path(table_dir)
+    if not os.path.exists(base):
+        raise SourceError(f"{where}: capture is not enabled: run `cdc-assets capture enable {table.name}` first")
+    count, last = _last_taken(folder, base)
+    source, conn = connect(table)
+    names = objects(source)
+    with conn:
+        try:
+            if not _changelog_exists(conn, names):
+                raise SourceError(f"{where}: capture is not enabled: its changelog is gone (`cdc-assets capture "
+                                  "disable` ran, or it was dropped)")
+            cols = columns(conn, source, where)
+            _delete_taken(conn, names, last)  # rows a crash left behind after the extract that took them
+            conn.commit()
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            changelog = sql.Identifier(SCHEMA, names.changelog)
+            taken = postgres.ranges(r[0] for r in conn.execute(sql.SQL("SELECT seq FROM {}").format(changelog)))
+            if not taken:
+                conn.commit()
+                return None
+            name = f"extract-{count + 1:08d}.parquet"  # names sort in extraction order: arrival order
+            rows = _write_parquet(
+                os.path.join(folder, name),
+                _pages(conn, _select(cols, sql.SQL("{} l, LATERAL jsonb_populate_record(NULL::{}, l.image) r")
+                                     .format(changelog, _table_ref(source)), changes=True), cols, changes=True),
+                _schema(cols, changes=True), taken)
+            faults.point("postgres.extracted")  # the extract is in the warehouse; the changelog still holds its rows
+            _delete_taken(conn, names, taken)
+            conn.commit()
+        except _psycopg_error() as e:
+            raise SourceError(f"{where}: {_cause(e)}") from None
+    return Extract(name, rows)
+
+
+def _last_taken(folder: str, base: str) -> tuple[int, Ranges]:
+    """(how many extracts there are, the sequence numbers the last one, or else the base, took)."""
+    import pyarrow.parquet as pq
+
+    names = sorted(n for n in os.listdir(folder) if n.endswith(".parquet") and not n.startswith((".", "_"))) \
+        if os.path.isdir(folder) else []
+    meta = pq.read_metadata(os.path.join(folder, names[-1]) if names else base).metadata or {}
+    return len(names), postgres.decode_ranges(json.loads(meta.get(TAKEN_KEY, b"[]")))
+
+
+def _delete_taken(conn: psycopg.Connection, names: Objects, taken: Ranges) -> None:
+    from psycopg import sql
+
+    if taken:
+        conn.execute(sql.SQL("DELETE FROM {} l USING unnest(%s::bigint[], %s::bigint[]) t(lo, hi) "
+                             "WHERE l.seq BETWEEN t.lo AND t.hi").format(sql.Identifier(SCHEMA, names.changelog)),
+                     ([a for a, _ in taken], [b for _, b in taken]))
+
+
+def _select(cols: Sequence[PgColumn], source, changes: bool):
+    """The query of a base's rows (`r` the source) or of changelog rows (`l`, with `r` the row they hold)."""
+    from psycopg import sql
+
+    exprs = []
+    for c in cols:
+        ref = sql.SQL("r.") + sql.Identifier(c.name)
+        if postgres.as_json(c):
+            ref = sql.SQL("to_jsonb({})::text").format(ref)
+        elif postgres.as_text(c):
+            ref = sql.SQL("{}::text").format(ref)
+        exprs.append(ref)
+    head = [sql.SQL("l.seq"), sql.SQL("l.op")] if changes else []
+    order = sql.SQL(" ORDER BY l.seq") if changes else sql.SQL("")
+    return sql.SQL("SELECT {} FROM {}{}").format(sql.SQL(", ").join(head + exprs), source, order)
+
+
+def _arrow_type(column: PgColumn) -> pa.DataType:
+    import pyarrow as pa
+
+    type_ = postgres.column_type(column)
+    if type_.startswith("decimal("):
+        p, s = type_[len("decimal("):-1].split(",")
+        return pa.decimal128(int(p), int(s))
+    return {"boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(), "double": pa.float64(),
+            "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"), "timestamp_ntz": pa.timestamp("us"),
+            "binary": pa.binary()}.get(type_, pa.string())
+
+
+def _schema(cols: Sequence[PgColumn], changes: bool) -> pa.Schema:
+    import pyarrow as pa
+
+    head = [pa.field(postgres.OP_COLUMN, pa.string()), pa.field(postgres.SEQUENCE_COLUMN, pa.string())] \
+        if changes else []
+    return pa.schema(head + [pa.field(c.name, _arrow_type(c)) for c in cols])
+
+
+def _pages(conn: psycopg.Connection, query, cols: Sequence[PgColumn], changes: bool) -> Iterator[list[list]]:
+    """The query's rows, a page at a time, as columns; a change's op and sequence first."""
+    ops = {"U": "UPSERT", "D": "DELETE", "T": "TRUNCATE"}
+    with conn.cursor(name="cdc_assets_read") as cur:  # server-side: a long history is never held whole
+        cur.itersize = PAGE_ROWS
+        cur.execute(query)
+        while True:
+            rows = cur.fetchmany(PAGE_ROWS)
+            if not rows:
+                return
+            if changes:
+                rows = [(ops[r[1]], format(r[0], "x"), *r[2:]) for r in rows]
+            yield [list(c) for c in zip(*rows)]
+
+
+def _write_parquet(final: str, pages: Iterable[list[list]], schema: pa.Schema, taken: Ranges) -> int:
+    """The pages as one Parquet file under `final`, complete and durable or not there at all, with the
+    changelog sequence numbers it took in its metadata."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = os.path.dirname(final)
+    os.makedirs(folder, exist_ok=True)
+    schema = schema.with_metadata({TAKEN_KEY: json.dumps(postgres.encode_ranges(taken)).encode()})
+    partial = os.path.join(folder, f".{os.path.basename(final)}.partial")
+    written = 0
+    with pq.ParquetWriter(partial, schema) as writer:
+        for page in pages:
+            writer.write_batch(pa.record_batch([pa.array(v, f.type) for v, f in zip(page, schema)], schema=schema))
+            written += len(page[0])
+    _fsync(partial)
+    os.replace(partial, final)
+    _fsync(folder)
+    return written
+
+
+def _durable_write(path: str, data: bytes) -> None:
+    partial = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.partial")
+    with open(partial, "wb") as fh:
+        fh.write(data)
+    _fsync(partial)
+    os.replace(partial, path)
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

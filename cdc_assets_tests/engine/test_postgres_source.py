@@ -1,0 +1,383 @@
+"""A table captured from a live PostgreSQL (`source: postgresql://...`, `capture: changelog`), against
+a throw-away cluster (cdc_assets_tests/postgres.py): `capture enable` takes the base and starts the
+changelog, each run extracts what was captured into a batch, and the target equals `SELECT *` of the
+source after every run, whatever the workload (inserts, updates that change keys, deletes, truncates,
+rollbacks, sessions interleaving); a crash between the extract and the changelog's delete loses and doubles
+nothing; `capture disable` removes what enable made."""
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import os
+import random
+import subprocess
+
+import pyarrow.parquet as pq
+import pytest
+
+from cdc_assets.cli.main import main as cli_main
+from cdc_assets.engine import postgres_source
+from cdc_assets.engine.landing import registered
+from cdc_assets_tests.helpers import run_table, target_rows, write_config
+
+pytestmark = [pytest.mark.filterwarnings("ignore::dagster.BetaWarning"),
+              pytest.mark.filterwarnings("ignore::dagster.PreviewWarning")]
+
+SOURCE_DDL = ("CREATE TABLE public.orders (id integer, region text, amount numeric(12,2), placed timestamptz, "
+              "due timestamp, day date, paid boolean, qty bigint, ratio double precision, note varchar(40), "
+              "blob bytea, doc jsonb, tags integer[], PRIMARY KEY (region, id))")
+
+
+@pytest.fixture
+def orders(postgres_db, workdir):
+    """(cluster, database, cfg) with public.orders created and a table ORDERS captured from it."""
+    cluster, db = postgres_db
+    with cluster.connect(db) as conn:
+        conn.execute(SOURCE_DDL)
+    cfg = write_config(workdir, [{"name": "ORDERS", "source": cluster.url(db, "public.orders")}])
+    return cluster, db, cfg
+
+
+def capture(cfg, action: str, *tables: str) -> int:
+    return cli_main(["capture", action, *tables, "--config", cfg.path])
+
+
+def reload(cfg):
+    from cdc_assets.core.config import load_config
+
+    return load_config(cfg.path)
+
+
+def source_rows(cluster, db) -> dict:
+    with cluster.connect(db) as conn:
+        cur = conn.execute("SELECT * FROM public.orders")
+        names = [d.name for d in cur.description]
+        return {(r["region"], r["id"]): r for r in (dict(zip(names, row)) for row in cur.fetchall())}
+
+
+def as_target(row: dict) -> dict:
+    """A source row as the target holds it: jsonb and arrays as JSON text, times in UTC."""
+    import json
+
+    out = dict(row)
+    out["doc"] = None if row["doc"] is None else json.dumps(row["doc"], separators=(", ", ": "))
+    out["tags"] = None if row["tags"] is None else json.dumps(row["tags"])
+    out["blob"] = None if row["blob"] is None else bytes(row["blob"])
+    if row["placed"] is not None:
+        out["placed"] = row["placed"].astimezone(dt.UTC)
+    return out
+
+
+def assert_target_equals_source(cluster, db, cfg) -> None:
+    target = {(r["region"], r["id"]): r for r in target_rows(cfg, "ORDERS")}
+    source = source_rows(cluster, db)
+    assert sorted(target) == sorted(source)
+    for key, row in source.items():
+        expected = as_target(row)
+        got = target[key]
+        if got["placed"] is not None:
+            got["placed"] = got["placed"].astimezone(dt.UTC)
+        assert got == expected, key
+
+
+def run_ok(cfg):
+    outcome = run_table(cfg, "ORDERS")
+    assert outcome.ok, outcome
+    return outcome
+
+
+def row_values(i: int, region: str, rng: random.Random) -> tuple:
+    return (i, region, decimal.Decimal(rng.randint(-10**6, 10**6)) / 100,
+            dt.datetime(2024, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=rng.randint(0, 10**8)),
+            dt.datetime(2024, 1, 1) + dt.timedelta(microseconds=rng.randint(0, 10**12)),
+            dt.date(2024, 1, 1) + dt.timedelta(days=rng.randint(0, 400)), rng.random() < 0.5,
+            rng.randint(-2**62, 2**62), rng.random() * 1e6, rng.choice(["", "n", "ü", None]),
+            rng.randbytes(rng.randint(0, 5)), None if rng.random() < 0.3 else {"a": rng.randint(0, 9), "b": [1, "x"]},
+            None if rng.random() < 0.3 else [rng.randint(0, 9) for _ in range(rng.randint(0, 3))])
+
+
+INSERT = "INSERT INTO public.orders VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+
+
+def insert(conn, i: int, region: str, rng: random.Random) -> None:
+    from psycopg.types.json import Jsonb
+
+    values = list(row_values(i, region, rng))
+    values[11] = None if values[11] is None else Jsonb(values[11])
+    conn.execute(INSERT, values)
+
+
+def enabled(orders, rows: int, rng: random.Random):
+    """`rows` rows in the source, then `capture enable`; the configuration as it then reads."""
+    cluster, db, cfg = orders
+    with cluster.connect(db) as conn:
+        for i in range(rows):
+            insert(conn, i, "eu", rng)
+    assert capture(cfg, "enable") == 0
+    return reload(cfg)
+
+
+def test_enable_then_runs_keep_the_target_equal_to_the_source_with_the_catalogs_types(orders, capsys):
+    cluster, db, cfg = orders
+    rng = random.Random(7)
+    cfg = enabled(orders, 5, rng)
+    assert cfg.table("ORDERS").keys == ("region", "id")  # the primary key
+    with cluster.connect(db) as conn:
+        insert(conn, 10, "us", rng)
+        conn.execute("UPDATE public.orders SET amount = 1.5, note = 'x' WHERE id = 1")
+        conn.execute("UPDATE public.orders SET region = 'us' WHERE id = 2")  # a key change
+        conn.execute("DELETE FROM public.orders WHERE id = 3")
+    capsys.readouterr()
+    assert capture(cfg, "status") == 0
+    # an insert, an update, a key change (a delete and an insert), a delete
+    assert capsys.readouterr().out.startswith("ORDERS: 5 changes waiting, oldest ")
+    run_ok(cfg)
+    assert_target_equals_source(cluster, db, cfg)
+    from deltalake import DeltaTable
+    types = {f.name: str(f.type) for f in DeltaTable(os.path.join(cfg.table_dir("ORDERS"), "target")).schema().fields}
+    assert {k: types[k] for k in ("id", "amount", "placed", "due", "day", "paid", "qty", "ratio", "blob", "doc")} \
+        == {"id": "PrimitiveType(\"integer\")", "amount": "PrimitiveType(\"decimal(12,2)\")",
+            "placed": "PrimitiveType(\"timestamp\")", "due": "PrimitiveType(\"timestamp_ntz\")",
+            "day": "PrimitiveType(\"date\")", "paid": "PrimitiveType(\"boolean\")", "qty": "PrimitiveType(\"long\")",
+            "ratio": "PrimitiveType(\"double\")", "blob": "PrimitiveType(\"binary\")",
+            "doc": "PrimitiveType(\"string\")"}
+    # nothing new: no batch
+    assert run_ok(cfg).new_batch is None
+
+
+def random_dml(conn, rng: random.Random, lo: int, n: int) -> None:
+    """n random changes to keys lo..lo+999 in an open transaction: inserts, updates, updates that change
+    the key (the region or the id), deletes."""
+    for _ in range(n):
+        present = [tuple(r) for r in conn.execute(
+            "SELECT region, id FROM public.orders WHERE id BETWEEN %s AND %s", (lo, lo + 999)).fetchall()]
+        choice = rng.random()
+        if not present or choice < 0.35:
+            taken = {i for _, i in present}
+            insert(conn, rng.choice([i for i in range(lo, lo + 40) if i not in taken]), rng.choice(["eu", "us"]), rng)
+            continue
+        region, i = rng.choice(present)
+        if choice < 0.6:
+            conn.execute("UPDATE public.orders SET amount = %s, note = %s, doc = NULL WHERE region = %s AND id = %s",
+                         (decimal.Decimal(rng.randint(0, 999)) / 10, rng.choice(["u", None]), region, i))
+        elif choice < 0.8:
+            taken = {k for k, _ in present}
+            new_id = rng.choice([k for k in range(lo, lo + 40) if k not in {j for _, j in present}])
+            if rng.random() < 0.5 and (("us" if region == "eu" else "eu"), i) not in present:
+                conn.execute("UPDATE public.orders SET region = %s WHERE region = %s AND id = %s",
+                             ("us" if region == "eu" else "eu", region, i))
+            elif taken:
+                conn.execute("UPDATE public.orders SET id = %s, qty = qty + 1 WHERE region = %s AND id = %s",
+                             (new_id, region, i))
+        else:
+            conn.execute("DELETE FROM public.orders WHERE region = %s AND id = %s", (region, i))
+
+
+def test_random_workloads_of_two_interleaved_sessions_with_a_rollback_leave_the_target_equal_to_the_source(orders):
+    cluster, db, cfg = orders
+    rng = random.Random(2026)
+    cfg = enabled(orders, 8, rng)
+    a, b = cluster.connect(db, autocommit=False), cluster.connect(db, autocommit=False)
+    try:
+        for round_ in range(3):
+            # a draws sequence numbers first and commits after b and after a run: its numbers are lower
+            # than rows an earlier extraction took
+            random_dml(a, rng, 0, 15)
+            random_dml(b, rng, 1000, 15)
+            b.commit()
+            random_dml(a, rng, 0, 5)
+            run_ok(cfg)
+            assert_target_equals_source(cluster, db, cfg)
+            random_dml(b, rng, 1000, 10)
+            if round_ == 1:
+                b.rollback()  # never seen: its changelog rows go with it
+            else:
+                b.commit()
+            a.commit()
+            run_ok(cfg)
+            assert_target_equals_source(cluster, db, cfg)
+    finally:
+        a.close()
+        b.close()
+    assert postgres_source.status(cfg.table("ORDERS")).waiting == 0
+
+
+def cli_run(cli, cfg, crash_at: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "CDC_ASSETS_CRASH_AT"}
+    if crash_at:
+        env["CDC_ASSETS_CRASH_AT"] = crash_at
+    return subprocess.run([*cli, "run", "--config", cfg.path], env=env, capture_output=True, text=True, timeout=300)
+
+
+def taken_sequences(cfg) -> list[int]:
+    """The changelog sequence numbers in every extract, as the batches hold them."""
+    folder = cfg.landing_dir("ORDERS")
+    return [int(s, 16) for f in sorted(os.listdir(folder)) if f.endswith(".parquet")
+            for s in pq.read_table(os.path.join(folder, f)).column("_CHANGE_SEQUENCE_NUMBER").to_pylist()]
+
+
+def test_a_run_killed_between_the_extract_and_the_changelogs_delete_loses_and_doubles_nothing(orders, cli):
+    cluster, db, cfg = orders
+    rng = random.Random(5)
+    assert capture(cfg, "enable") == 0
+    cfg = reload(cfg)
+    with cluster.connect(db) as conn:
+        for i in range(6):
+            insert(conn, i, "eu", rng)
+        conn.execute("UPDATE public.orders SET id = 100 WHERE id = 0")
+    killed = cli_run(cli, cfg, crash_at="postgres.extracted")
+    assert killed.returncode == -9, killed.stderr
+    # the extract is in the warehouse, its rows still in the changelog
+    assert postgres_source.status(cfg.table("ORDERS")).waiting == 8
+    with cluster.connect(db) as conn:
+        conn.execute("DELETE FROM public.orders WHERE id = 1")
+        conn.execute("UPDATE public.orders SET amount = 7 WHERE id = 2")
+    done = cli_run(cli, cfg)
+    assert done.returncode == 0, done.stderr
+    assert_target_equals_source(cluster, db, cfg)
+    # each captured change is in exactly one extract: the rows left behind were recognised, not taken again
+    assert sorted(taken_sequences(cfg)) == list(range(1, 11))
+    assert [len(b.files) for b in registered(cfg.table_dir("ORDERS"))] == [2]
+    assert postgres_source.status(cfg.table("ORDERS")).waiting == 0
+
+
+def test_enable_killed_after_the_base_is_written_is_finished_by_the_next_extraction(orders, cli):
+    cluster, db, cfg = orders
+    rng = random.Random(3)
+    with cluster.connect(db) as conn:
+        for i in range(4):
+            insert(conn, i, "eu", rng)
+    env = {**os.environ, "CDC_ASSETS_CRASH_AT": "postgres.base_written"}
+    killed = subprocess.run([*cli, "capture", "enable", "--config", cfg.path], env=env, capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr
+    cfg = reload(cfg)
+    with cluster.connect(db) as conn:
+        conn.execute("UPDATE public.orders SET note = 'after' WHERE id = 3")
+    assert cli_run(cli, cfg).returncode == 0
+    assert_target_equals_source(cluster, db, cfg)
+    assert capture(cfg, "enable") == 1  # already enabled: it says so, and changes nothing
+
+
+def test_disable_removes_every_object_enable_made(orders):
+    cluster, db, cfg = orders
+
+    def objects() -> list:
+        with cluster.connect(db) as conn:
+            return conn.execute(
+                "SELECT 'schema' FROM pg_namespace WHERE nspname = 'cdc_assets' UNION ALL "
+                "SELECT tgname FROM pg_trigger WHERE tgname LIKE 'cdc_assets%%' UNION ALL "
+                "SELECT 'function' FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+                "WHERE n.nspname = 'cdc_assets' UNION ALL "
+                "SELECT c.relkind::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = 'cdc_assets'").fetchall()
+
+    before = objects()
+    assert capture(cfg, "enable") == 0
+    assert sorted(r[0] for r in objects()) == ["S", "cdc_assets_capture", "cdc_assets_capture_truncate",
+                                                  "function", "i", "r", "schema"]
+    assert capture(cfg, "disable") == 0
+    assert objects() == before == []
+    with cluster.connect(db) as conn:  # the source's writes no longer fire anything
+        insert(conn, 1, "eu", random.Random(1))
+
+
+def test_enable_while_a_writer_holds_the_table_says_so_instead_of_blocking_every_writer(orders, monkeypatch):
+    cluster, db, cfg = orders
+    monkeypatch.setattr(postgres_source, "LOCK_TRIES", 2)
+    monkeypatch.setattr(postgres_source, "LOCK_WAIT", "100ms")
+    writer = cluster.connect(db, autocommit=False)
+    insert(writer, 1, "eu", random.Random(1))
+    with pytest.raises(postgres_source.SourceError, match="a transaction writing the table stayed open"):
+        postgres_source.enable(cfg.table("ORDERS"), cfg.table_dir("ORDERS"))
+    writer.commit()  # the writer was never failed
+    writer.close()
+    assert capture(cfg, "enable") == 0
+    cfg = reload(cfg)
+    run_ok(cfg)
+    assert_target_equals_source(cluster, db, cfg)
+
+
+def test_a_run_before_capture_enable_fails_naming_the_command(orders):
+    cluster, db, cfg = orders
+    outcome = run_table(cfg, "ORDERS")
+    assert not outcome.ok
+    assert "run `cdc-assets capture enable ORDERS` first" in outcome.error
+
+
+def test_the_landing_sensor_extracts_what_was_captured_and_its_runs_apply_it(orders):
+    import dagster as dg
+
+    from cdc_assets.defs.definitions import build_definitions
+    from cdc_assets_tests.defs.test_sensor import Daemon
+
+    cluster, db, cfg = orders
+    rng = random.Random(11)
+    cfg = enabled(orders, 4, rng)
+    defs = build_definitions(cfg)
+    # the source shows in the asset graph, upstream of changes
+    graph = defs.resolve_asset_graph()
+    assert graph.get(dg.AssetKey(["ORDERS", "changes"])).parent_keys == {dg.AssetKey(["ORDERS", "source"])}
+    with dg.instance_for_test() as instance:
+        daemon = Daemon(defs, instance, table="ORDERS")
+        for round_ in range(2):
+            with cluster.connect(db) as conn:
+                insert(conn, 50 + round_, "us", rng)
+                conn.execute("UPDATE public.orders SET id = id + 100 WHERE id = %s", (round_,))
+                conn.execute("DELETE FROM public.orders WHERE id = %s", (2 + round_,))
+            assert daemon.settle() > 0
+            assert_target_equals_source(cluster, db, cfg)
+        assert daemon.settle() == 0  # nothing captured: nothing runs
+
+
+def test_a_truncate_of_the_source_is_captured_and_ranks_between_the_changes_around_it(orders):
+    cluster, db, cfg = orders
+    rng = random.Random(13)
+    cfg = enabled(orders, 3, rng)
+    with cluster.connect(db) as conn:
+        insert(conn, 7, "us", rng)
+        conn.execute("UPDATE public.orders SET note = 'before' WHERE id = 1")
+        conn.execute("TRUNCATE public.orders")
+        insert(conn, 1, "eu", rng)  # after the truncate: it stays
+    run_ok(cfg)
+    assert_target_equals_source(cluster, db, cfg)
+    assert len(target_rows(cfg, "ORDERS")) == 1
+
+
+def test_a_column_added_to_the_source_is_added_to_the_target(orders):
+    cluster, db, cfg = orders
+    rng = random.Random(17)
+    cfg = enabled(orders, 2, rng)
+    with cluster.connect(db) as conn:
+        conn.execute("UPDATE public.orders SET note = 'before' WHERE id = 0")  # captured without the column
+        conn.execute("ALTER TABLE public.orders ADD COLUMN extra text")
+        conn.execute("UPDATE public.orders SET extra = 'x' WHERE id = 1")
+    run_ok(cfg)
+    assert_target_equals_source(cluster, db, cfg)
+
+
+def test_after_disable_a_run_and_a_second_enable_say_what_happened(orders, capsys):
+    cluster, db, cfg = orders
+    cfg = enabled(orders, 2, random.Random(19))
+    assert capture(cfg, "disable") == 0
+    outcome = run_table(cfg, "ORDERS")
+    assert not outcome.ok and "capture is not enabled" in outcome.error and "capture disable" in outcome.error
+    capsys.readouterr()
+    assert capture(cfg, "enable") == 1
+    assert "was disabled" in capsys.readouterr().err
+
+
+def test_a_large_transaction_is_extracted_page_by_page_into_one_batch(orders, monkeypatch):
+    cluster, db, cfg = orders
+    monkeypatch.setattr(postgres_source, "PAGE_ROWS", 100)
+    rng = random.Random(23)
+    cfg = enabled(orders, 0, rng)
+    with cluster.connect(db, autocommit=False) as conn:
+        for i in range(450):
+            insert(conn, i, rng.choice(["eu", "us"]), rng)
+        conn.execute("UPDATE public.orders SET qty = 0 WHERE id % 3 = 0")
+        conn.execute("DELETE FROM public.orders WHERE id % 7 = 0")
+        conn.commit()
+    assert run_ok(cfg).new_batch == "b000001"
+    assert_target_equals_source(cluster, db, cfg)
+    # every change in the one extract, in the changelog's order
+    assert taken_sequences(cfg) == sorted(taken_sequences(cfg)) and len(taken_sequences(cfg)) == 450 + 150 + 65
