@@ -400,6 +400,19 @@ def scalar_column_type(t: pa.DataType) -> str | None:
     return None
 
 
+# Parquet field metadata: the column type of a text column whose values are that type's text, as
+# the writer's source holds values of that type that no target type can (a PostgreSQL extract's
+# numeric NaN, dates at infinity): each value is converted here, and a change whose value does not fit
+# goes to quarantine naming its column.
+DECLARED_TYPE = b"cdc_assets.type"
+
+
+def declared_types(schema) -> dict[str, str]:
+    """The columns of an Arrow schema that carry their type as field metadata (DECLARED_TYPE)."""
+    return {f.name: f.metadata[DECLARED_TYPE].decode() for f in schema
+            if f.metadata and DECLARED_TYPE in f.metadata}
+
+
 def _parquet_records(data: bytes, file_types: dict[str, str]) -> Iterator[RecordItem]:
     import pyarrow.parquet as pq
 
@@ -408,12 +421,25 @@ def _parquet_records(data: bytes, file_types: dict[str, str]) -> Iterator[Record
     except Exception as e:  # noqa: BLE001 - any reader failure quarantines the file
         yield 0, RecordError(f"not a readable Parquet file: {e}"), preview(data)
         return
+    declared = declared_types(table.schema)
     for f in table.schema:
-        type_ = arrow_column_type(f.type)
+        type_ = declared.get(f.name) or arrow_column_type(f.type)
         if type_:
             file_types[f.name] = type_
     for n, record in enumerate(table.to_pylist(), start=1):
-        yield n, record, _preview_of(record)
+        shown = _preview_of(record)
+        try:
+            for col, type_ in declared.items():
+                if record.get(col) is not None:
+                    try:
+                        record[col] = convert(record[col], type_)
+                    except Misfit:
+                        raise RecordError(f"column {col!r} is {type_} at the source; this change's value does not "
+                                          "fit it") from None
+        except RecordError as e:
+            yield n, e, shown
+            continue
+        yield n, record, shown
 
 
 _AVRO_PRIMITIVES = {"boolean": BOOLEAN, "int": INT, "long": LONG, "float": DOUBLE, "double": DOUBLE,

@@ -19,8 +19,8 @@ import pyarrow.types as pt
 
 from . import ordering
 from .changes import RECORD_FIELDS, UPSERT, storable_name
-from .formats import RAW_PREVIEW, scalar_column_type
-from .values import key_text, source_value
+from .formats import RAW_PREVIEW, declared_types, scalar_column_type
+from .values import Misfit, convert, key_text, source_value
 
 _STRING = pa.string()
 SNAPSHOT = "SNAPSHOT"
@@ -31,11 +31,12 @@ ArrowType = Callable[[str], pa.DataType]
 def export_columns(schema: pa.Schema, keys: Iterable[str], partition_by: Iterable[str] = ()) -> dict[str, str] | None:
     """The column types of an export whose every column has one (columns of the null type,
     which hold nothing, are left out); None when a column needs row-by-row reading."""
+    declared = declared_types(schema)  # text columns of another type: converted by export_batch
     out: dict[str, str] = {}
     for f in schema:
         if pt.is_null(f.type):
             continue
-        t = scalar_column_type(f.type)
+        t = declared.get(f.name) or scalar_column_type(f.type)
         if t is None or not storable_name(f.name) or f.name in out:
             return None
         out[f.name] = t
@@ -144,9 +145,11 @@ def export_batch(data: pa.Table, first_line: int, keys: Sequence[str], partition
     is a rejection naming the key column, as when the export is read row by row."""
     n = data.num_rows
     schema = record_schema(columns, arrow_type)
-    typed = {c: _as_column_type(data.column(c).combine_chunks(), t, arrow_type) for c, t in columns.items()}
-    lines = np.arange(first_line + 1, first_line + n + 1, dtype=np.int64)
+    declared = declared_types(data.schema)
     reasons: dict[int, str] = {}  # row -> why it is rejected (few, usually none)
+    typed = {c: _declared_column(data.column(c), c, t, arrow_type, reasons) if c in declared
+             else _as_column_type(data.column(c).combine_chunks(), t, arrow_type) for c, t in columns.items()}
+    lines = np.arange(first_line + 1, first_line + n + 1, dtype=np.int64)
     for k in keys:
         missing = typed[k].is_null()
         if missing.null_count == 0 and not pc.any(missing).as_py():
@@ -154,12 +157,13 @@ def export_batch(data: pa.Table, first_line: int, keys: Sequence[str], partition
         for row in np.flatnonzero(missing.to_numpy(zero_copy_only=False)):
             reasons.setdefault(int(row), f"key column {k!r} is null")
     bad = sorted(reasons)
-    keys_text = key_texts([data.column(k) for k in keys])
+    keys_text = key_texts([typed[k] if k in declared else data.column(k) for k in keys])
     if bad:
         keys_text = keys_text if isinstance(keys_text, list) else keys_text.to_pylist()
         for i in bad:
             keys_text[i] = None
-    partitions = key_texts([data.column(c) for c in partition_by]) if partition_by else pa.nulls(n, pa.string())
+    partitions = key_texts([typed[c] if c in declared else data.column(c) for c in partition_by]) \
+        if partition_by else pa.nulls(n, pa.string())
 
     def constant(v: object, t: pa.DataType = _STRING) -> pa.Array:
         return pa.nulls(n, t) if v is None else pa.repeat(pa.scalar(v, t), n)
@@ -174,6 +178,20 @@ def export_batch(data: pa.Table, first_line: int, keys: Sequence[str], partition
     }
     arrays = [meta[f.name] if f.name in meta else typed[f.name] for f in schema]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _declared_column(values: pa.ChunkedArray, name: str, type_: str, arrow_type: ArrowType,
+                     reasons: dict[int, str]) -> pa.Array:
+    """A text column of another type (formats.DECLARED_TYPE) as that type, value by value; a row
+    whose value does not fit it is rejected naming the column."""
+    out = []
+    for i, v in enumerate(values.to_pylist()):
+        try:
+            out.append(None if v is None else convert(v, type_))
+        except Misfit:
+            reasons.setdefault(i, f"column {name!r} is {type_} at the source; this row's value does not fit it")
+            out.append(None)
+    return pa.array(out, arrow_type(type_))
 
 
 def _at_rows(n: int, texts: dict[int, str]) -> pa.Array:

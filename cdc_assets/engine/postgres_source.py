@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING
 from ..core import postgres
 from ..core.config import TableConfig
 from ..core.errors import TerminalError
+from ..core.formats import DECLARED_TYPE
 from ..core.postgres import CaptureRecord, PgColumn, PgSource, Ranges
 from . import faults
 from .bigquery_source import extracts_dir
@@ -118,7 +119,9 @@ def connect(table: TableConfig) -> tuple[PgSource, psycopg.Connection]:
 
     source = _source(table)
     try:
-        return source, psycopg.connect(**source.conninfo(), application_name="cdc_assets")  # type: ignore[arg-type]
+        # dates and times read as text come in ISO form and in UTC, whatever the server's or role's settings
+        return source, psycopg.connect(**source.conninfo(), application_name="cdc_assets",  # type: ignore[arg-type]
+                                       options="-c TimeZone=UTC -c DateStyle=ISO,YMD")
     except psycopg.Error as e:
         raise SourceError(f"table {table.name}: source {source}: cannot connect: {_cause(e)}") from None
 
@@ -440,7 +443,7 @@ def _select(cols: Sequence[PgColumn], source, changes: bool):
         ref = sql.SQL("r.") + sql.Identifier(c.name)
         if postgres.as_json(c):
             ref = sql.SQL("to_jsonb({})::text").format(ref)
-        elif postgres.as_text(c):
+        elif postgres.as_text(c) or _read_as_text(c):
             ref = sql.SQL("{}::text").format(ref)
         exprs.append(ref)
     head = [sql.SQL("l.seq"), sql.SQL("l.op")] if changes else []
@@ -448,16 +451,24 @@ def _select(cols: Sequence[PgColumn], source, changes: bool):
     return sql.SQL("SELECT {} FROM {}{}").format(sql.SQL(", ").join(head + exprs), source, order)
 
 
-def _arrow_type(column: PgColumn) -> pa.DataType:
+def _read_as_text(column: PgColumn) -> bool:
+    """Numbers, dates and times of a type PostgreSQL holds values of that no target type can (numeric
+    NaN, dates and timestamps at ±infinity, years past 9999 or before 1) are read as their text (ISO,
+    in UTC: see connect) and typed by the extract's reader, which sends a change whose value does not
+    fit to quarantine naming its column; a typed read would fail the whole extraction at that row,
+    every time."""
+    type_ = postgres.column_type(column)
+    return type_.startswith("decimal(") or type_ in ("date", "timestamp", "timestamp_ntz")
+
+
+def _field(column: PgColumn) -> pa.Field:
     import pyarrow as pa
 
     type_ = postgres.column_type(column)
-    if type_.startswith("decimal("):
-        p, s = type_[len("decimal("):-1].split(",")
-        return pa.decimal128(int(p), int(s))
-    return {"boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(), "double": pa.float64(),
-            "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"), "timestamp_ntz": pa.timestamp("us"),
-            "binary": pa.binary()}.get(type_, pa.string())
+    if _read_as_text(column):
+        return pa.field(column.name, pa.string(), metadata={DECLARED_TYPE: type_.encode()})
+    return pa.field(column.name, {"boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(),
+                                  "double": pa.float64(), "binary": pa.binary()}.get(type_, pa.string()))
 
 
 def _schema(cols: Sequence[PgColumn], changes: bool) -> pa.Schema:
@@ -465,7 +476,7 @@ def _schema(cols: Sequence[PgColumn], changes: bool) -> pa.Schema:
 
     head = [pa.field(postgres.OP_COLUMN, pa.string()), pa.field(postgres.SEQUENCE_COLUMN, pa.string())] \
         if changes else []
-    return pa.schema(head + [pa.field(c.name, _arrow_type(c)) for c in cols])
+    return pa.schema(head + [_field(c) for c in cols])
 
 
 def _pages(conn: psycopg.Connection, query, cols: Sequence[PgColumn], changes: bool) -> Iterator[list[list]]:

@@ -381,3 +381,40 @@ def test_a_large_transaction_is_extracted_page_by_page_into_one_batch(orders, mo
     assert_target_equals_source(cluster, db, cfg)
     # every change in the one extract, in the changelog's order
     assert taken_sequences(cfg) == sorted(taken_sequences(cfg)) and len(taken_sequences(cfg)) == 450 + 150 + 65
+
+
+def test_values_the_target_cannot_hold_go_to_quarantine_and_the_rest_applies(orders):
+    """PostgreSQL holds values no target type can: numeric NaN, timestamps and dates at ±infinity.
+    A change holding one goes to quarantine naming its column; the changes around it apply, and the
+    next batch is taken as usual (the table never stops)."""
+    from deltalake import DeltaTable
+
+    cluster, db, cfg = orders
+    rng = random.Random(11)
+    cfg = enabled(orders, 3, rng)
+    with cluster.connect(db) as conn:
+        conn.execute("UPDATE public.orders SET amount = 'NaN' WHERE id = 0")
+        conn.execute("UPDATE public.orders SET placed = 'infinity' WHERE id = 1")
+        conn.execute("UPDATE public.orders SET day = '-infinity' WHERE id = 2")
+        insert(conn, 7, "us", rng)
+    before = {r["id"]: r for r in target_rows(cfg, "ORDERS")} if os.path.exists(
+        os.path.join(cfg.table_dir("ORDERS"), "target")) else {}
+    outcome = run_table(cfg, "ORDERS")
+    assert outcome.ok, outcome
+    quarantine = DeltaTable(os.path.join(cfg.table_dir("ORDERS"), "quarantine")).to_pyarrow_table().to_pylist()
+    reasons = sorted(r["_cdc_reason"] for r in quarantine)
+    assert len(reasons) == 3 and all("does not fit" in r for r in reasons), reasons
+    assert {c for c in ("amount", "placed", "day") if any(repr(c) in r for r in reasons)} == {"amount", "placed", "day"}
+    target = {r["id"]: r for r in target_rows(cfg, "ORDERS")}
+    assert set(target) == {0, 1, 2, 7}  # the valid change of the same batch applied; the others keep their rows
+    for i in (0, 1, 2):
+        if before:
+            assert target[i] == before[i]
+    with cluster.connect(db) as conn:
+        conn.execute("UPDATE public.orders SET amount = 2.5 WHERE id = 0")
+    run_ok(cfg)
+    assert target_rows_by_id(cfg)[0]["amount"] == decimal.Decimal("2.50")
+
+
+def target_rows_by_id(cfg) -> dict:
+    return {r["id"]: r for r in target_rows(cfg, "ORDERS")}
