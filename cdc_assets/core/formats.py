@@ -407,7 +407,7 @@ def scalar_column_type(t: pa.DataType) -> str | None:
 DECLARED_TYPE = b"cdc_assets.type"
 
 
-def declared_types(schema) -> dict[str, str]:
+def declared_types(schema: pa.Schema) -> dict[str, str]:
     """The columns of an Arrow schema that carry their type as field metadata (DECLARED_TYPE)."""
     return {f.name: f.metadata[DECLARED_TYPE].decode() for f in schema
             if f.metadata and DECLARED_TYPE in f.metadata}
