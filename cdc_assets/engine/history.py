@@ -389,8 +389,8 @@ def _spark_rules(first, table: TableConfig, columns: dict[str, str], truncates: 
             F.col("_cdc_key"), F.col("_t").alias("_cdc_order"), F.element_at(about, F.col("_t"))["b"].alias("_cdc_batch"),
             F.element_at(about, F.col("_t"))["e"].alias("_cdc_event_id"), F.lit(DELETE).alias("_cdc_op"),
             F.lit(None).cast("string").alias(versions.UNSET))
-        first = first.unionByName(deletes.select(*first.columns))
-    others = [F.col(c) for c in first.columns if c not in columns]
+        first = first.unionByName(deletes.select(*[F.col(spark_name(c)) for c in first.columns]))
+    others = [F.col(spark_name(c)) for c in first.columns if c not in columns]
     if combines(table):
         # each column from the latest change since the key's last delete that carried it
         first = first.withColumn("_seg", F.sum((op == DELETE).cast("int")).over(so_far))

@@ -211,3 +211,15 @@ def test_generated_feeds_delivered_late_give_the_in_order_history(spark, workdir
     folded, whole = history_rows(cfg, "LATE_T"), history_rows(cfg, "LATE")
     assert 0 < len(folded) < len(whole)
     assert_rebuild_agrees(spark, cfg, "LATE_T")
+
+
+def test_a_truncate_closes_versions_of_columns_named_with_backticks_and_dots(spark, workdir):
+    """A truncate's closing versions are selected by column name: names Delta allows that Spark
+    would parse (a backtick, a dot) are columns, not expressions, there too."""
+    cfg = write_config(workdir, [{"name": "TN", "keys": ["id"], "format": "debezium-json", "history": True}])
+    run_batches(cfg, "TN", [[pg("c", 100, {"id": 1, "a.b": "x", "k`ey": "y"}), pg("t", 200),
+                             pg("c", 300, {"id": 2, "a.b": "z", "k`ey": None})]])
+    rows = history_rows(cfg, "TN")
+    assert sorted((r["id"], r["_cdc_operation"], r["_cdc_is_current"], r["a.b"], r["k`ey"]) for r in rows) == [
+        (1, "delete", False, None, None), (1, "insert", False, "x", "y"), (2, "insert", True, "z", None)]
+    assert_rebuild_agrees(spark, cfg, "TN")
