@@ -223,3 +223,15 @@ def test_a_truncate_closes_versions_of_columns_named_with_backticks_and_dots(spa
     assert sorted((r["id"], r["_cdc_operation"], r["_cdc_is_current"], r["a.b"], r["k`ey"]) for r in rows) == [
         (1, "delete", False, None, None), (1, "insert", False, "x", "y"), (2, "insert", True, "z", None)]
     assert_rebuild_agrees(spark, cfg, "TN")
+
+
+def test_a_placeholder_update_that_arrives_before_the_insert_takes_the_inserts_value(spark, workdir):
+    """An update carrying a TOAST placeholder lands first, the insert before it (by LSN) a batch
+    later: the update's version shows the insert's value of the left-out column (rule 10), in the
+    history the batches built and in a rebuild."""
+    cfg = write_config(workdir, [{"name": "TL", "keys": ["id"], "format": "debezium-json", "history": True}])
+    run_batches(cfg, "TL", [[pg("u", 200, {"id": 1, "a": PLACEHOLDER, "b": "b2"})],
+                            [pg("c", 100, {"id": 1, "a": "a1", "b": "b1"})]])
+    assert versions_by_key(history_rows(cfg, "TL"), "a", "b") == {
+        1: [("insert", False, "a1", "b1"), ("update", True, "a1", "b2")]}
+    assert_rebuild_agrees(spark, cfg, "TL")
