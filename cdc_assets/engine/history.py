@@ -325,7 +325,8 @@ def _build(spark, cfg: Config, table: TableConfig, dt_, through: int, columns: d
         raise OutOfOrder(f"table {table.name}: no changes or base snapshot to build the history from yet")
     _check_track_except(table, columns)
     records = records.where((F.col("_cdc_batch_seq") <= through) & (F.col("_cdc_op") != TRUNCATE)) \
-        .withColumn(versions.UNSET, F.get_json_object(F.col("_cdc_row"), f"$.{UNSET_KEY}"))
+        .withColumn(versions.UNSET, F.to_json(  # from_json reads NaN and Infinity, which images may hold
+            F.from_json(F.col("_cdc_row"), f"struct<`{UNSET_KEY}`: array<string>>")[UNSET_KEY]))
     meta = shape.META_COLUMNS + _OP
     typed = _typed_frame(records, columns, _spark_columns(columns) + ", " + ", ".join(f"`{m}` string" for m in meta),
                          extra=_OP)

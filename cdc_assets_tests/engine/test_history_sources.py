@@ -235,3 +235,16 @@ def test_a_placeholder_update_that_arrives_before_the_insert_takes_the_inserts_v
     assert versions_by_key(history_rows(cfg, "TL"), "a", "b") == {
         1: [("insert", False, "a1", "b1"), ("update", True, "a1", "b2")]}
     assert_rebuild_agrees(spark, cfg, "TL")
+
+
+def test_a_rebuild_keeps_a_placeholder_beside_a_non_finite_double(spark, workdir):
+    """A change whose image holds an infinity (JSON's non-standard numbers) and leaves a
+    column out: the rebuilt history still knows the column was left out, as the updates did."""
+    cfg = write_config(workdir, [{"name": "NF", "keys": ["id"], "format": "debezium-json", "history": True,
+                                  "columns": {"x": "double"}}])
+    run_batches(cfg, "NF", [[pg("c", 100, {"id": 1, "a": "a1", "x": 1.5}),
+                             pg("u", 200, {"id": 1, "a": PLACEHOLDER, "x": float("inf")})],
+                            [pg("u", 300, {"id": 1, "a": PLACEHOLDER, "x": float("-inf")})]])
+    assert [v[:3] for v in versions_by_key(history_rows(cfg, "NF"), "a")[1]] == [
+        ("insert", False, "a1"), ("update", False, "a1"), ("update", True, "a1")]
+    assert_rebuild_agrees(spark, cfg, "NF")
