@@ -29,6 +29,14 @@ without overrunning hypothesis' buffer):
   timestamp column), and changeset JSON lines whose columns are all declared
   (`columns:`: long, double, string, timestamp), which changes and staging
   store in typed columns, some of their files Parquet (read column by column);
+- the sources of rules 9 to 12 (SOURCE_KINDS), each table drawing `partial_updates: true` (an
+  update leaves columns out or null) and `deletes: soft` (the `_cdc_deleted` flag is compared too):
+  Debezium events (c, u, d; ts_ms, then the PostgreSQL, MySQL, SQL Server or Oracle position) whose
+  updates and deletes may carry TOAST placeholders (`__debezium_unavailable_value`, also as a
+  one-element array) and whose deletes may carry the key alone; whole exports (`format: snapshot`),
+  a feed's keys inserted, updated, deleted or left alone between exports; and Debezium (`op: t`) and
+  change-set (`options.truncates`) feeds that truncate, one feed per table, since a truncate clears
+  every key of it;
 - column names: every table kind, in one of the two examples, names its columns (keys and
   partition column included) from NAME_POOL, names Delta stores without column mapping; the
   plan keeps logical names, renamed where files and cdc.yaml are written and rows read back;
@@ -41,7 +49,9 @@ apart), so one run of a table applies them all. Each batch is landed, then the
 table is run as `cdc-assets run` runs it (`cdc_assets.defs.run_loop.run_table`:
 the ledger entry, the Dagster base, ingest and apply jobs of
 `build_definitions`, their asset checks), in this process.
-Normal run: 2 examples x 7 tables x 18 feeds = 252 feeds; `--long`: 10 x 7 x 40 = 2800.
+Normal run: 2 examples x (7 tables x 18 feeds + 2 tables of SOURCE_KINDS, one of 18 feeds and
+one truncating table of 1 feed) = 290 feeds; `--long`: 10 x (9 x 40 + 2) = 3620.
+RANDOM_FEEDS_KINDS=dbz,snap,cs_t,dbz_t draws only the named kinds, each in every example.
 RANDOM_FEEDS_EXAMPLES / RANDOM_FEEDS_PER_TABLE override both; RANDOM_FEEDS_THREADS (default 2)
 is how many tables run side by side.
 
@@ -946,7 +956,8 @@ def declared_columns(kind: str, scale: int, csv_involved: bool) -> dict[str, str
 
 def plan_table(rnd: random.Random, pools: Pools, name: str, kind: str, n_feeds: int, long: bool,
                partitioned: bool = False, named: bool = False) -> TablePlan:
-    n_batches = rnd.randint(2, 5 if long else 4)
+    # (a normal run's tables of SOURCE_KINDS land 2 or 3 batches, to keep within the suite's time)
+    n_batches = rnd.randint(2, 5 if long else 3 if kind in SOURCE_KINDS else 4)
     base = kind == "ds_base" or (kind != "ds" and rnd.random() < 0.5)
     fmt = {"ds": "datastream-json", "ds_base": "datastream-json", "bqa": "bigquery-append",
            "bqc": "bigquery-cdc", "cs_csv": "changeset", "cs_json": "changeset", "cs_typed": "changeset",
