@@ -516,7 +516,10 @@ def _histories(table_dir: str, table: TableConfig, keys: list[str], reached: int
 
 
 def _same_row(image: dict, row: dict, columns: dict[str, str]) -> bool:
-    """Whether a row image holds the target row's values (each converted to its column's type)."""
+    """Whether a row image holds the target row's values (each converted to its column's type); a
+    value of a column the target does not have yet is one the row lacks."""
+    if any(v is not None for c, v in image.items() if c not in columns):
+        return False
     try:
         return all(same(convert(image.get(c), t), row.get(c)) for c, t in columns.items())
     except Misfit:

@@ -326,7 +326,8 @@ def _build(spark, cfg: Config, table: TableConfig, dt_, through: int, columns: d
         raise OutOfOrder(f"table {table.name}: no changes or base snapshot to build the history from yet")
     _check_track_except(table, columns)
     records = records.where((F.col("_cdc_batch_seq") <= through) & (F.col("_cdc_op") != TRUNCATE)) \
-        .withColumn(versions.UNSET, F.get_json_object(F.col("_cdc_row"), f"$.{UNSET_KEY}"))
+        .withColumn(versions.UNSET, F.to_json(  # from_json reads NaN and Infinity, which images may hold
+            F.from_json(F.col("_cdc_row"), f"struct<`{UNSET_KEY}`: array<string>>")[UNSET_KEY]))
     meta = shape.META_COLUMNS + _OP
     typed = _typed_frame(records, columns, _spark_columns(columns) + ", " + ", ".join(f"`{m}` string" for m in meta),
                          extra=_OP)
@@ -390,8 +391,8 @@ def _spark_rules(first, table: TableConfig, columns: dict[str, str], truncates: 
             F.col("_cdc_key"), F.col("_t").alias("_cdc_order"), F.element_at(about, F.col("_t"))["b"].alias("_cdc_batch"),
             F.element_at(about, F.col("_t"))["e"].alias("_cdc_event_id"), F.lit(DELETE).alias("_cdc_op"),
             F.lit(None).cast("string").alias(versions.UNSET))
-        first = first.unionByName(deletes.select(*first.columns))
-    others = [F.col(c) for c in first.columns if c not in columns]
+        first = first.unionByName(deletes.select(*[F.col(spark_name(c)) for c in first.columns]))
+    others = [F.col(spark_name(c)) for c in first.columns if c not in columns]
     if combines(table):
         # each column from the latest change since the key's last delete that carried it
         first = first.withColumn("_seg", F.sum((op == DELETE).cast("int")).over(so_far))

@@ -211,3 +211,40 @@ def test_generated_feeds_delivered_late_give_the_in_order_history(spark, workdir
     folded, whole = history_rows(cfg, "LATE_T"), history_rows(cfg, "LATE")
     assert 0 < len(folded) < len(whole)
     assert_rebuild_agrees(spark, cfg, "LATE_T")
+
+
+def test_a_truncate_closes_versions_of_columns_named_with_backticks_and_dots(spark, workdir):
+    """A truncate's closing versions are selected by column name: names Delta allows that Spark
+    would parse (a backtick, a dot) are columns, not expressions, there too."""
+    cfg = write_config(workdir, [{"name": "TN", "keys": ["id"], "format": "debezium-json", "history": True}])
+    run_batches(cfg, "TN", [[pg("c", 100, {"id": 1, "a.b": "x", "k`ey": "y"}), pg("t", 200),
+                             pg("c", 300, {"id": 2, "a.b": "z", "k`ey": None})]])
+    rows = history_rows(cfg, "TN")
+    assert sorted((r["id"], r["_cdc_operation"], r["_cdc_is_current"], r["a.b"], r["k`ey"]) for r in rows) == [
+        (1, "delete", False, None, None), (1, "insert", False, "x", "y"), (2, "insert", True, "z", None)]
+    assert_rebuild_agrees(spark, cfg, "TN")
+
+
+def test_a_placeholder_update_that_arrives_before_the_insert_takes_the_inserts_value(spark, workdir):
+    """An update carrying a TOAST placeholder lands first, the insert before it (by LSN) a batch
+    later: the update's version shows the insert's value of the left-out column (rule 10), in the
+    history the batches built and in a rebuild."""
+    cfg = write_config(workdir, [{"name": "TL", "keys": ["id"], "format": "debezium-json", "history": True}])
+    run_batches(cfg, "TL", [[pg("u", 200, {"id": 1, "a": PLACEHOLDER, "b": "b2"})],
+                            [pg("c", 100, {"id": 1, "a": "a1", "b": "b1"})]])
+    assert versions_by_key(history_rows(cfg, "TL"), "a", "b") == {
+        1: [("insert", False, "a1", "b1"), ("update", True, "a1", "b2")]}
+    assert_rebuild_agrees(spark, cfg, "TL")
+
+
+def test_a_rebuild_keeps_a_placeholder_beside_a_non_finite_double(spark, workdir):
+    """A change whose image holds an infinity (JSON's non-standard numbers) and leaves a
+    column out: the rebuilt history still knows the column was left out, as the updates did."""
+    cfg = write_config(workdir, [{"name": "NF", "keys": ["id"], "format": "debezium-json", "history": True,
+                                  "columns": {"x": "double"}}])
+    run_batches(cfg, "NF", [[pg("c", 100, {"id": 1, "a": "a1", "x": 1.5}),
+                             pg("u", 200, {"id": 1, "a": PLACEHOLDER, "x": float("inf")})],
+                            [pg("u", 300, {"id": 1, "a": PLACEHOLDER, "x": float("-inf")})]])
+    assert [v[:3] for v in versions_by_key(history_rows(cfg, "NF"), "a")[1]] == [
+        ("insert", False, "a1"), ("update", False, "a1"), ("update", True, "a1")]
+    assert_rebuild_agrees(spark, cfg, "NF")

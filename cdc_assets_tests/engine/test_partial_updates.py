@@ -137,3 +137,18 @@ def test_partial_updates_start_from_nothing_after_a_truncate(spark, workdir, mon
     cfg = run_batches(workdir, table, TRUNCATED_BATCHES, state)  # the last batch waits: the fresh read shows it
     apply.rebuild(spark, cfg, cfg.table("PT"), None)
     assert state(target_rows(cfg, "PT")) == TRUNCATED_BATCHES[-1][1]
+
+
+@pytest.mark.parametrize("partial", [False, True], ids=["toast", "partial"])
+def test_a_late_change_fills_a_column_the_target_does_not_have_yet(spark, workdir, partial):
+    """The first batch's only change of a column leaves it out (a TOAST placeholder, or a null on a
+    partial-update table), so the target has no such column; a change ranking below it arrives a
+    batch later carrying the column: the key takes that value (the latest that carried one)."""
+    cfg = write_config(workdir, [{"name": "LATE", "keys": ["id"], "format": "debezium-json",
+                                  "partial_updates": partial}])
+    left_out = None if partial else UNAVAILABLE
+    land(cfg, "LATE", "b1", {"e.jsonl": jsonl([pg("u", {"id": 1, "doc": left_out, "v": "new"}, 2000)])})
+    run_ok(cfg, "LATE")
+    land(cfg, "LATE", "b2", {"e.jsonl": jsonl([pg("c", {"id": 1, "doc": "long text", "v": "old"}, 1000)])})
+    run_ok(cfg, "LATE")
+    assert by_key(target_rows(cfg, "LATE"), "id") == {(1,): {"id": 1, "doc": "long text", "v": "new"}}
