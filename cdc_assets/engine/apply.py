@@ -482,10 +482,10 @@ def _combined_winners(table_dir: str, table: TableConfig, dt_: DeltaTable, pendi
 
 
 def _keys_above(dt_: DeltaTable, order: str) -> set[str]:
-    """The keys of the target rows ranking above `order` (one pass over two columns)."""
-    import pyarrow.dataset as ds
-
-    rows = dt_.to_pyarrow_dataset().to_table(columns=["_cdc_key"], filter=ds.field("_cdc_order") > order)
+    """The keys of the target rows ranking above `order` (one pass over two columns), through delta-rs'
+    query engine: an Arrow dataset filter over a partitioned table compares each file's partition
+    values, which delta-rs gives as string views, with plain strings, and Arrow has no kernel for that."""
+    rows = delta.query(dt_, f"SELECT _cdc_key FROM t WHERE _cdc_order > {delta.sql_text(order)}")
     return set(rows["_cdc_key"].to_pylist())
 
 

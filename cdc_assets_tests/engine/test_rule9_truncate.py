@@ -130,3 +130,18 @@ def test_a_change_set_truncate_without_sequence_columns_ranks_by_arrival(spark, 
     run_ok(cfg, "CS")
     assert target_rows(cfg, "CS") == []
     assert delta_version(cfg, "CS", QUARANTINE) == -1  # nothing quarantined
+
+
+def test_the_rows_above_a_truncate_are_found_in_a_partitioned_target_delta_rs_wrote_with_string_views(tmp_path):
+    """A pending truncate on a partial-update table looks up the target's keys ranking above it. A
+    partitioned target whose files delta-rs wrote with string views made Arrow's dataset filter compare
+    partition values of two string types, and the apply failed (no kernel for string and string_view)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from cdc_assets.engine import apply
+
+    views = pa.schema([("_cdc_key", pa.string_view()), ("_cdc_order", pa.string_view()), ("region", pa.string_view())])
+    rows = pa.table({"_cdc_key": ["a", "b", "c"], "_cdc_order": ["1", "2", "3"], "region": ["x", "y", "x"]})
+    write_deltalake(str(tmp_path / "target"), rows.cast(views), partition_by=["region"])
+    assert apply._keys_above(DeltaTable(str(tmp_path / "target")), "1") == {"b", "c"}
