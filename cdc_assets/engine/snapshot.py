@@ -14,6 +14,11 @@ updated nor deleted. A rejection whose key cannot be read (an unreadable line or
 without its key) leaves the batch without deletes, since which key is missing cannot be told; a
 batch whose files hold no rows and no rejections is an empty table, and deletes every key.
 
+In this process, a batch of Parquet files of one schema whose every column has a column type is
+read column by column (`typed_export`, as a typed base export is: core/typed_export.py) and
+compared with the state a column at a time; only the rows that change get a row image. Other
+batches are read row by row, by the code Spark's tasks run, which names each bad row.
+
 A batch above ingest.LOCAL_PARSE_BYTES, or a state above spark_apply.LOCAL_ROWS rows, is read and
 compared by Spark executors (the state from the target's Parquet files), in buckets of keys, by
 the same comparison a small batch runs in this process (`derive`); the executors write the
@@ -21,13 +26,17 @@ derived changes and delta-rs commits them, so the driver holds counts and reject
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
 import time
+from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from ..core import names, ordering
@@ -35,8 +44,10 @@ from ..core import target as shape
 from ..core.changes import DELETE, RECORD_FIELDS, REJECT_FIELDS, UPSERT
 from ..core.config import Config, TableConfig
 from ..core.errors import OutOfOrder
-from ..core.schema import joined, plain
-from ..core.values import STRING, decode_row, encode_row, key_text
+from ..core.formats import _target_names, arrow_column_type
+from ..core.schema import admit_columns, joined, plain
+from ..core.typed_export import export_batch, export_columns
+from ..core.values import STRING, decode_row, encode_row, key_text, source_value
 from . import delta, spark_apply, spark_files
 from .apply import (
     _as_target_rows,
@@ -51,11 +62,13 @@ from .ingest import (
     LEDGER,
     LOCAL_PARSE_BYTES,
     PARSED_FIELDS,
+    UnreadableFile,
     _bytes_of,
     _parse_partition,
     column_types,
     parse_files,
     quarantine,
+    read_landed,
     snapshot_listing,
 )
 from .landing import Batch, is_done_or_next
@@ -92,36 +105,68 @@ def _same(a: pa.Array, b: pa.Array) -> pa.Array:
 
 
 def derive(state: pa.Table, export: pa.Table, columns: dict[str, str], table: TableConfig, seq: int,
-           batch_id: str, deletes_at: str | None) -> pa.Table:
+           batch_id: str, deletes_at: str | None, typed: TypedExport | None = None) -> pa.Table:
     """The changes (RECORD_FIELDS) that turn `state` into `export`.
 
     `state`: the live rows before the batch, `_cdc_key` and `columns` (in their target types).
     `export`: the batch's records (RECORD_FIELDS), op U; a record of op Q holds the key of a row
-    in quarantine, which stays as it is. `deletes_at`: the derived deletes' ordering key; None
-    when the batch derives none. Keys are compared whole, so the result of a bucket of keys is
-    the result of the whole for those keys."""
+    in quarantine, which stays as it is. `typed`: the export read column by column, whose records
+    carry the source columns instead of row images (`export` then holds them too). `deletes_at`:
+    the derived deletes' ordering key; None when the batch derives none. Keys are compared whole,
+    so the result of a bucket of keys is the result of the whole for those keys."""
     state = state.cast(pa.schema([pa.field(KEY, pa.string())]
                                  + [pa.field(c, shape.arrow_type(t)) for c, t in columns.items()]))
     ops = export[OP]
     held = export.filter(pc.equal(ops, HELD))[KEY]
-    rows = _latest(export.filter(pc.equal(ops, UPSERT)).select(RECORD_NAMES))
-    images = [decode_row(r) for r in rows["_cdc_row"].to_pylist()]
-    typed = shape.typed_columns(images, columns)
-    at = pc.index_in(rows[KEY], value_set=state[KEY].combine_chunks())
+    rows = _latest(export.filter(pc.equal(ops, UPSERT)))
+    new = _compared_values(rows, columns, typed is not None)
+    state_keys = state[KEY].combine_chunks()
+    at = pc.index_in(rows[KEY], value_set=state_keys)
     known = pc.is_valid(at)
     differs = pc.invert(known)
-    for c, t in columns.items():
-        new = pa.array(typed[c], shape.arrow_type(t))
-        differs = pc.or_(differs, pc.invert(_same(new, state[c].combine_chunks().take(at))))
+    for c in columns:
+        differs = pc.or_(differs, pc.invert(_same(new[c], state[c].combine_chunks().take(at))))
     kinds = pc.if_else(known, pa.scalar(UPDATE), pa.scalar(INSERT))
     rows = rows.set_column(rows.schema.get_field_index("_cdc_change_type"), "_cdc_change_type", kinds)
     upserts = rows.filter(differs)
+    upserts = (_with_images(upserts, typed) if typed is not None else upserts).select(RECORD_NAMES)
     if deletes_at is None or state.num_rows == 0:
         return upserts.cast(delta.arrow_schema(RECORD_FIELDS))
-    present = pa.concat_arrays([rows[KEY].combine_chunks(), held.combine_chunks().cast(pa.string())])
-    gone = state.filter(pc.invert(pc.is_in(state[KEY], value_set=present)))
+    # a state row is gone when no export row (nor a row in quarantine) found it: the state has one
+    # row per key, so the positions `index_in` found are the rows kept
+    kept = np.zeros(state.num_rows, dtype=bool)
+    kept[at.drop_null().to_numpy()] = True
+    kept[pc.index_in(held.cast(pa.string()), value_set=state_keys).drop_null().to_numpy()] = True
+    gone = state.filter(pa.array(~kept))
     return pa.concat_tables([upserts.cast(delta.arrow_schema(RECORD_FIELDS)),
                              _deletes(gone, table, seq, batch_id, deletes_at)])
+
+
+def _compared_values(rows: pa.Table, columns: dict[str, str], by_column: bool) -> dict[str, pa.Array]:
+    """Each column of the export's rows as the target would store it. Rows read column by column
+    carry their source columns, cast to the target's types as typed changes are (exactly, or
+    value by value as a row image's values are)."""
+    if not by_column:
+        typed = shape.typed_columns([decode_row(r) for r in rows["_cdc_row"].to_pylist()], columns)
+        return {c: pa.array(typed[c], shape.arrow_type(t)) for c, t in columns.items()}
+    typed = _cast_typed(rows, columns, ())
+    return {c: typed[c].combine_chunks() for c in columns}
+
+
+def _with_images(rows: pa.Table, typed: TypedExport) -> pa.Table:
+    """The row images of the changes derived from rows read column by column: each row's values
+    as its file holds them, as the row-by-row reader writes them (`_cdc_row`)."""
+    where = {f: i for i, f in enumerate(typed.files)}
+    files, lines = rows["_cdc_file"].to_pylist(), rows["_cdc_line"].to_pylist()
+    images: list[str | None] = [None] * rows.num_rows
+    for name, i in where.items():
+        picked = [j for j, f in enumerate(files) if f == name]
+        if not picked:
+            continue
+        data = typed.data[i].take(pa.array([lines[j] - 1 for j in picked], pa.int64()))
+        for j, record in zip(picked, data.to_pylist()):
+            images[j] = encode_row({c: source_value(v) for c, v in record.items()})
+    return rows.set_column(rows.schema.get_field_index("_cdc_row"), "_cdc_row", pa.array(images, pa.string()))
 
 
 def _latest(rows: pa.Table) -> pa.Table:
@@ -143,6 +188,57 @@ def _deletes(gone: pa.Table, table: TableConfig, seq: int, batch_id: str, order:
         "_cdc_batch": pa.array([batch_id] * n, pa.string()), "_cdc_file": pa.nulls(n, pa.string()),
         "_cdc_line": pa.array([0] * n, pa.int64()),
     }).cast(delta.arrow_schema(RECORD_FIELDS))
+
+
+# ---- an export read column by column -------------------------------------------------
+
+@dataclass
+class TypedExport:
+    """A batch's export read column by column (core/typed_export.py): its records carry the
+    source columns in their file types, and no row image until a row turns out to change."""
+    records: pa.Table  # RECORD_FIELDS, `_cdc_row` null, then the source columns
+    files: list[str]  # the batch's file names (`_cdc_file`), in file order
+    data: list[pa.Table]  # each file's rows as read: a changed row's image is made from them
+    types: dict[str, str]  # the table's column types once the export's are admitted
+
+
+def typed_export(table: TableConfig, files: list[dict], types: dict[str, str], root: str) -> TypedExport | None:
+    """The batch's export read column by column, when it can be: every file is a readable Parquet
+    file, all of one schema whose every column has a column type, no row lacks its key, and the
+    columns join the table's column types whatever their values (`schema.admit_columns`). Any
+    other batch returns None and is read row by row, which names each bad row in quarantine."""
+    if table.rename or not files or not all(f["file"].lower().endswith(".parquet") for f in files):
+        return None
+    data = []
+    for f in files:
+        try:
+            data.append(pq.read_table(io.BytesIO(read_landed(f["path"], root))))
+        except (UnreadableFile, pa.ArrowException, OSError):
+            return None
+    schema = data[0].schema
+    columns = export_columns(schema, table.keys, table.partition_by)
+    if columns is None or any(not d.schema.equals(schema) for d in data[1:]) \
+            or isinstance(_target_names(tuple(schema.names), ()), str) \
+            or any(c not in types and names.same_but_case(c, types) is not None for c in schema.names):
+        return None
+    parts = []
+    for f, d in zip(files, data):
+        part = export_batch(d, 0, table.keys, table.partition_by, f["file"], columns, shape.arrow_type,
+                            batch_seq=f["batch_seq"], batch_id=f["batch_id"], file_index=f["file_index"])
+        if part.column("_cdc_reason").null_count < part.num_rows:
+            return None  # a row without its key
+        parts.append(pa.Table.from_batches([part]).drop_columns(["_cdc_reason", "_cdc_raw"]))
+    records = pa.concat_tables(parts)
+    sample = {}
+    for c in columns:
+        valid = pc.is_valid(records[c])
+        if pc.any(valid).as_py():
+            sample[c] = source_value(records[c][pc.index(valid, True).as_py()].as_py())
+    admitted = dict(types)
+    file_types = {f.name: t for f in schema if (t := arrow_column_type(f.type))}
+    if sample and not admit_columns(admitted, [sample], {**(table.columns or {}), **file_types}):
+        return None
+    return TypedExport(records, [f["file"] for f in files], data, joined(types, admitted))
 
 
 # ---- the state before the batch ------------------------------------------------------
@@ -178,10 +274,13 @@ def state_here(table_dir: str, table: TableConfig, dt_: DeltaTable | None, appli
     meta = (KEY, ORDER)
     parts = []
     if dt_ is not None:
-        rows = dt_.to_pyarrow_dataset().to_table()
-        rows = _live(rows, SOFT_DELETED in rows.column_names)
-        cast = _cast_typed(rows, columns, meta)
-        parts.append(cast.append_column(OP, pa.array([UPSERT] * cast.num_rows, pa.string())))
+        stored = set(dt_.schema().to_arrow().names)
+        soft = SOFT_DELETED in stored
+        # only the columns compared: the target's other bookkeeping is never read
+        rows = dt_.to_pyarrow_dataset().to_table(
+            columns=[c for c in (*meta, *columns, SOFT_DELETED) if c in stored and (c != SOFT_DELETED or soft)])
+        cast = _cast_typed(_live(rows, soft), columns, meta)
+        parts.append(cast.append_column(OP, pa.repeat(pa.scalar(UPSERT, pa.string()), cast.num_rows)))
     records = [read_records(path(table_dir, CHANGES), _since(applied, seq))]
     if _base_needed(table_dir, table, dt_):
         records.append(_base_records(path(table_dir, BASE)))
@@ -191,7 +290,8 @@ def state_here(table_dir: str, table: TableConfig, dt_: DeltaTable | None, appli
     schema = pa.schema([pa.field(KEY, pa.string()), pa.field(ORDER, pa.string())]
                        + [pa.field(c, shape.arrow_type(t)) for c, t in columns.items()] + [pa.field(OP, pa.string())])
     every = pa.concat_tables([p.select(schema.names).cast(schema) for p in parts]) if parts else schema.empty_table()
-    latest = _latest(every)  # the target alone has one row per key
+    # the target alone has one row per key: only changes laid over it need each key's latest
+    latest = _latest(every) if len(parts) > 1 or dt_ is None else every
     return latest.filter(pc.equal(latest[OP], UPSERT)).select([KEY, *columns])
 
 
@@ -262,31 +362,46 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
     text_columns = tuple(c for c, t in plain(types).items() if t == STRING)
     if _bytes_of(files) > LOCAL_PARSE_BYTES or _state_rows(table_dir, target, applied) > spark_apply.LOCAL_ROWS:
         return _on_spark(session_of(spark), cfg, table, batch, files, types, text_columns, target, applied, log, t0)
-    schema = delta.arrow_schema(PARSED_FIELDS)
-    listing = pa.RecordBatch.from_pylist(snapshot_listing(files))
-    parsed = pa.Table.from_batches(list(_parse_partition(table, False, cfg.landing_dir(table.name), text_columns,
-                                                          types)([listing])), schema=schema)
-    ops, reasons = parsed[OP], parsed["_cdc_reason"]
-    ledgers = [json.loads(r) for r in parsed.filter(pc.equal(ops, LEDGER))["_cdc_row"].to_pylist()]
-    types = joined(types, *ledgers)
-    rejected = parsed.filter(pc.is_valid(reasons))
+    typed = typed_export(table, files, types, landing)
+    if typed is not None:
+        types, good, n_read = typed.types, typed.records, typed.records.num_rows
+        rejected = delta.arrow_schema(REJECT_FIELDS + ((KEY, "string"),)).empty_table()
+    else:
+        good, rejected, types, n_read = _read_by_row(table, files, types, landing, text_columns)
     keyless = rejected.num_rows - pc.count(rejected[KEY]).as_py()
     held = rejected.filter(pc.is_valid(rejected[KEY])).select([KEY]).append_column(
         OP, pa.array([HELD] * (rejected.num_rows - keyless), pa.string()))
-    good = parsed.filter(pc.and_(pc.is_null(reasons), pc.not_equal(ops, LEDGER))).select(RECORD_NAMES)
     columns = _state_columns(table_dir, table, target, types)
     state = state_here(table_dir, table, target, applied, batch.seq, columns)
     export = pa.concat_tables([good, held], promote_options="default")
     deletes_at = deletes_order(batch.seq, len(files)) if files and not keyless else None
-    derived = derive(state, export, columns, table, batch.seq, batch.id, deletes_at)
+    derived = derive(state, export, columns, table, batch.seq, batch.id, deletes_at, typed)
     n_rejected = quarantine(table, table_dir, rejected.select([c for c, _ in REJECT_FIELDS]), batch.seq, log)
     kinds = derived["_cdc_change_type"].to_pylist()
-    metrics = _metrics(files, parsed.num_rows - len(ledgers), good.num_rows, pc.count_distinct(good[KEY]).as_py(),
+    metrics = _metrics(files, n_read, good.num_rows, pc.count_distinct(good[KEY]).as_py(),
                        n_rejected, keyless, {k: kinds.count(k) for k in (INSERT, UPDATE, DELETED)},
                        deletes_at is not None)
+    if typed is not None:
+        metrics["typed_columns"] = typed.records.num_columns - len(RECORD_NAMES)  # read column by column
     version = delta.append(path(table_dir, CHANGES), derived, CHANGES, batch.seq,
                            {**metrics, "column_types": json.dumps(types)})
     return _finish(path(table_dir, CHANGES), metrics, version, t0)
+
+
+def _read_by_row(table: TableConfig, files: list[dict], types: dict[str, str], landing: str,
+                 text_columns: tuple[str, ...]) -> tuple[pa.Table, pa.Table, dict[str, str], int]:
+    """The export read row by row, in this process by the code Spark's tasks run: its records
+    (RECORD_FIELDS), its rejections (with the key of a row whose key could be read), the column
+    types once its rows are admitted, and how many rows were read."""
+    schema = delta.arrow_schema(PARSED_FIELDS)
+    listing = pa.RecordBatch.from_pylist(snapshot_listing(files))
+    parsed = pa.Table.from_batches(list(_parse_partition(table, False, landing, text_columns, types)([listing])),
+                                   schema=schema)
+    ops, reasons = parsed[OP], parsed["_cdc_reason"]
+    ledgers = [json.loads(r) for r in parsed.filter(pc.equal(ops, LEDGER))["_cdc_row"].to_pylist()]
+    rejected = parsed.filter(pc.is_valid(reasons)).select([c for c, _ in REJECT_FIELDS] + [KEY])
+    good = parsed.filter(pc.and_(pc.is_null(reasons), pc.not_equal(ops, LEDGER))).select(RECORD_NAMES)
+    return good, rejected, joined(types, *ledgers), parsed.num_rows - len(ledgers)
 
 
 def _metrics(files: list[dict], read: int, rows: int, keys: int, rejected: int, keyless: int,
