@@ -14,12 +14,13 @@ updated nor deleted. A rejection whose key cannot be read (an unreadable line or
 without its key) leaves the batch without deletes, since which key is missing cannot be told; a
 batch whose files hold no rows and no rejections is an empty table, and deletes every key.
 
-In this process, a batch of Parquet files of one schema whose every column has a column type is
-read column by column (`typed_export`, as a typed base export is: core/typed_export.py) and
-compared with the state a column at a time; only the rows that change get a row image. Other
-batches are read row by row, by the code Spark's tasks run, which names each bad row.
+A batch of Parquet files of one schema whose every column has a column type is read column by
+column in this process (`typed_export`, as a typed base export is: core/typed_export.py) and
+compared with the state a column at a time, up to spark_files.LOCAL_ROWS rows of export and of
+state (the size a typed base export is imported here); only the rows that change get a row
+image. Other batches are read row by row, by the code Spark's tasks run, which names each bad row.
 
-A batch above ingest.LOCAL_PARSE_BYTES, or a state above spark_apply.LOCAL_ROWS rows, is read and
+Another batch above ingest.LOCAL_PARSE_BYTES, or a state above spark_apply.LOCAL_ROWS rows, is read and
 compared by Spark executors (the state from the target's Parquet files), in buckets of keys, by
 the same comparison a small batch runs in this process (`derive`); the executors write the
 derived changes and delta-rs commits them, so the driver holds counts and rejections only.
@@ -202,17 +203,23 @@ class TypedExport:
     types: dict[str, str]  # the table's column types once the export's are admitted
 
 
-def typed_export(table: TableConfig, files: list[dict], types: dict[str, str], root: str) -> TypedExport | None:
+def typed_export(table: TableConfig, files: list[dict], types: dict[str, str], root: str,
+                 max_rows: int) -> TypedExport | None:
     """The batch's export read column by column, when it can be: every file is a readable Parquet
     file, all of one schema whose every column has a column type, no row lacks its key, and the
     columns join the table's column types whatever their values (`schema.admit_columns`). Any
-    other batch returns None and is read row by row, which names each bad row in quarantine."""
+    other batch, or one of more than `max_rows` rows, returns None: it is read row by row, which
+    names each bad row in quarantine."""
     if table.rename or not files or not all(f["file"].lower().endswith(".parquet") for f in files):
         return None
-    data = []
+    data, rows = [], 0
     for f in files:
         try:
-            data.append(pq.read_table(io.BytesIO(read_landed(f["path"], root))))
+            parquet = pq.ParquetFile(io.BytesIO(read_landed(f["path"], root)))
+            rows += parquet.metadata.num_rows
+            if rows > max_rows:
+                return None
+            data.append(parquet.read())
         except (UnreadableFile, pa.ArrowException, OSError):
             return None
     schema = data[0].schema
@@ -360,9 +367,12 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
     # A column earlier batches made text stays text: its CSV values keep their spelling, so a key
     # reads the same in every export.
     text_columns = tuple(c for c, t in plain(types).items() if t == STRING)
-    if _bytes_of(files) > LOCAL_PARSE_BYTES or _state_rows(table_dir, target, applied) > spark_apply.LOCAL_ROWS:
+    state_rows = _state_rows(table_dir, target, applied)
+    # a typed export is compared here up to the size a typed base export is imported here
+    typed = typed_export(table, files, types, landing, spark_files.LOCAL_ROWS) \
+        if state_rows <= spark_files.LOCAL_ROWS else None
+    if typed is None and (_bytes_of(files) > LOCAL_PARSE_BYTES or state_rows > spark_apply.LOCAL_ROWS):
         return _on_spark(session_of(spark), cfg, table, batch, files, types, text_columns, target, applied, log, t0)
-    typed = typed_export(table, files, types, landing)
     if typed is not None:
         types, good, n_read = typed.types, typed.records, typed.records.num_rows
         rejected = delta.arrow_schema(REJECT_FIELDS + ((KEY, "string"),)).empty_table()
