@@ -27,7 +27,6 @@ derived changes and delta-rs commits them, so the driver holds counts and reject
 """
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
@@ -62,17 +61,16 @@ from .apply import (
 from .ingest import (
     LEDGER,
     LOCAL_PARSE_BYTES,
+    MAX_TASKS,
     PARSED_FIELDS,
-    UnreadableFile,
     _bytes_of,
     _parse_partition,
     column_types,
     parse_files,
     quarantine,
-    read_landed,
     snapshot_listing,
 )
-from .landing import Batch, is_done_or_next
+from .landing import Batch, inside, is_done_or_next
 from .records import read_records
 from .spark import session_of
 from .stage import first_of_each, latest_per_key
@@ -156,17 +154,9 @@ def _compared_values(rows: pa.Table, columns: dict[str, str], by_column: bool) -
 
 def _with_images(rows: pa.Table, typed: TypedExport) -> pa.Table:
     """The row images of the changes derived from rows read column by column: each row's values
-    as its file holds them, as the row-by-row reader writes them (`_cdc_row`)."""
-    where = {f: i for i, f in enumerate(typed.files)}
-    files, lines = rows["_cdc_file"].to_pylist(), rows["_cdc_line"].to_pylist()
-    images: list[str | None] = [None] * rows.num_rows
-    for name, i in where.items():
-        picked = [j for j, f in enumerate(files) if f == name]
-        if not picked:
-            continue
-        data = typed.data[i].take(pa.array([lines[j] - 1 for j in picked], pa.int64()))
-        for j, record in zip(picked, data.to_pylist()):
-            images[j] = encode_row({c: source_value(v) for c, v in record.items()})
+    as the row-by-row reader writes them (`_cdc_row`), every column of the export in its order."""
+    values = rows.select(list(typed.columns)).to_pylist()
+    images = [encode_row({c: source_value(v.get(c)) for c in typed.image_columns}) for v in values]
     return rows.set_column(rows.schema.get_field_index("_cdc_row"), "_cdc_row", pa.array(images, pa.string()))
 
 
@@ -196,56 +186,96 @@ def _deletes(gone: pa.Table, table: TableConfig, seq: int, batch_id: str, order:
 @dataclass
 class TypedExport:
     """A batch's export read column by column (core/typed_export.py): its records carry the
-    source columns in their file types, and no row image until a row turns out to change."""
-    records: pa.Table  # RECORD_FIELDS, `_cdc_row` null, then the source columns
-    files: list[str]  # the batch's file names (`_cdc_file`), in file order
-    data: list[pa.Table]  # each file's rows as read: a changed row's image is made from them
+    source columns in their file types, and no row image until a row turns out to change. Each
+    column's file type is its column type's own Arrow type, so a record's values are the values
+    the row-by-row reader takes, and a changed row's image is made from them."""
+    columns: dict[str, str]  # the source columns the records carry, and their column types
+    image_columns: list[str]  # the export's columns in file order: a changed row's image holds each
     types: dict[str, str]  # the table's column types once the export's are admitted
+    slices: list[dict]  # the export's row groups: file (as `files` lists it), row group, first line
 
 
-def typed_export(table: TableConfig, files: list[dict], types: dict[str, str], root: str,
-                 max_rows: int) -> TypedExport | None:
-    """The batch's export read column by column, when it can be: every file is a readable Parquet
-    file, all of one schema whose every column has a column type, no row lacks its key, and the
-    columns join the table's column types whatever their values (`schema.admit_columns`). Any
-    other batch, or one of more than `max_rows` rows, returns None: it is read row by row, which
-    names each bad row in quarantine."""
+def typed_export(table: TableConfig, files: list[dict], types: dict[str, str], root: str) -> TypedExport | None:
+    """How to read the batch's export column by column, when it can be, from the files' metadata:
+    every file is a readable Parquet file in the landing area, all of one schema whose every
+    column has a column type whose Arrow type the file already has, every key column's statistics
+    say it holds no null, and the columns join the table's column types whatever their values
+    (`schema.admit_columns`, given one value of each column). Any other batch returns None: it is
+    read row by row, which names each bad row in quarantine."""
     if table.rename or not files or not all(f["file"].lower().endswith(".parquet") for f in files):
         return None
-    data, rows = [], 0
+    metas = []
     for f in files:
-        try:
-            parquet = pq.ParquetFile(io.BytesIO(read_landed(f["path"], root)))
-            rows += parquet.metadata.num_rows
-            if rows > max_rows:
-                return None
-            data.append(parquet.read())
-        except (UnreadableFile, pa.ArrowException, OSError):
+        if not inside(f["path"], root) or os.path.isdir(f["path"]):
             return None
-    schema = data[0].schema
+        try:
+            metas.append(pq.ParquetFile(f["path"]))
+        except (pa.ArrowException, OSError):
+            return None
+    schema = metas[0].schema_arrow
     columns = export_columns(schema, table.keys, table.partition_by)
-    if columns is None or any(not d.schema.equals(schema) for d in data[1:]) \
+    if columns is None or any(not m.schema_arrow.equals(schema) for m in metas[1:]) \
+            or any(schema.field(c).type != shape.arrow_type(t) for c, t in columns.items()) \
             or isinstance(_target_names(tuple(schema.names), ()), str) \
-            or any(c not in types and names.same_but_case(c, types) is not None for c in schema.names):
+            or any(c not in types and names.same_but_case(c, types) is not None for c in schema.names) \
+            or not all(_no_nulls(m, schema.get_field_index(k)) for m in metas for k in table.keys):
         return None
-    parts = []
-    for f, d in zip(files, data):
-        part = export_batch(d, 0, table.keys, table.partition_by, f["file"], columns, shape.arrow_type,
-                            batch_seq=f["batch_seq"], batch_id=f["batch_id"], file_index=f["file_index"])
-        if part.column("_cdc_reason").null_count < part.num_rows:
-            return None  # a row without its key
-        parts.append(pa.Table.from_batches([part]).drop_columns(["_cdc_reason", "_cdc_raw"]))
-    records = pa.concat_tables(parts)
-    sample = {}
-    for c in columns:
-        valid = pc.is_valid(records[c])
-        if pc.any(valid).as_py():
-            sample[c] = source_value(records[c][pc.index(valid, True).as_py()].as_py())
+    sample = {c: v for c in columns if (v := _first_value(metas, c)) is not None}
     admitted = dict(types)
     file_types = {f.name: t for f in schema if (t := arrow_column_type(f.type))}
     if sample and not admit_columns(admitted, [sample], {**(table.columns or {}), **file_types}):
         return None
-    return TypedExport(records, [f["file"] for f in files], data, joined(types, admitted))
+    slices, rows = [], 0
+    for f, m in zip(files, metas):
+        first = 0
+        for g in range(m.metadata.num_row_groups):
+            slices.append({**f, "row_group": g, "first_line": first})
+            first += m.metadata.row_group(g).num_rows
+        rows += first
+    return TypedExport(columns, list(schema.names), joined(types, admitted), slices)
+
+
+def _no_nulls(parquet: pq.ParquetFile, column: int) -> bool:
+    """Whether the statistics of every row group say the column holds no null."""
+    for g in range(parquet.metadata.num_row_groups):
+        stats = parquet.metadata.row_group(g).column(column).statistics
+        if stats is None or not stats.has_null_count or stats.null_count:
+            return False
+    return True
+
+
+def _first_value(metas: list[pq.ParquetFile], column: str):
+    """The column's first value that is not null, as the row-by-row reader takes it; None if all are."""
+    for m in metas:
+        for g in range(m.metadata.num_row_groups):
+            values = m.read_row_group(g, columns=[column]).column(0)
+            if values.null_count < len(values):
+                return source_value(values.filter(pc.is_valid(values))[0].as_py())
+    return None
+
+
+def typed_rows(table: TableConfig, typed: TypedExport):
+    """The function that turns slices of the export (TypedExport.slices) into records: RECORD_FIELDS
+    (`_cdc_row` null), then the source columns; run here or by Spark's tasks."""
+    keys, partition_by = list(table.keys), list(table.partition_by)
+    columns = typed.columns
+
+    def run(listings):
+        for listing in listings:
+            for s in listing.to_pylist():
+                data = pq.ParquetFile(s["path"]).read_row_group(s["row_group"], columns=list(columns))
+                part = export_batch(data, s["first_line"], keys, partition_by, s["file"], columns, shape.arrow_type,
+                                    batch_seq=s["batch_seq"], batch_id=s["batch_id"], file_index=s["file_index"])
+                yield part.drop_columns(["_cdc_reason", "_cdc_raw"])
+    return run
+
+
+def typed_records(table: TableConfig, typed: TypedExport, max_rows: int) -> pa.Table | None:
+    """The export's records, read in this process; None above `max_rows` rows."""
+    if sum(pq.ParquetFile(s["path"]).metadata.row_group(s["row_group"]).num_rows for s in typed.slices) > max_rows:
+        return None
+    listing = pa.RecordBatch.from_pylist(typed.slices)
+    return pa.Table.from_batches(list(typed_rows(table, typed)([listing])))
 
 
 # ---- the state before the batch ------------------------------------------------------
@@ -369,12 +399,15 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
     text_columns = tuple(c for c, t in plain(types).items() if t == STRING)
     state_rows = _state_rows(table_dir, target, applied)
     # a typed export is compared here up to the size a typed base export is imported here
-    typed = typed_export(table, files, types, landing, spark_files.LOCAL_ROWS) \
-        if state_rows <= spark_files.LOCAL_ROWS else None
-    if typed is None and (_bytes_of(files) > LOCAL_PARSE_BYTES or state_rows > spark_apply.LOCAL_ROWS):
-        return _on_spark(session_of(spark), cfg, table, batch, files, types, text_columns, target, applied, log, t0)
-    if typed is not None:
-        types, good, n_read = typed.types, typed.records, typed.records.num_rows
+    typed = typed_export(table, files, types, landing)
+    records = typed_records(table, typed, spark_files.LOCAL_ROWS) \
+        if typed is not None and state_rows <= spark_files.LOCAL_ROWS else None
+    if records is None and (typed is not None or _bytes_of(files) > LOCAL_PARSE_BYTES
+                            or state_rows > spark_apply.LOCAL_ROWS):
+        return _on_spark(session_of(spark), cfg, table, batch, files, types, text_columns, target, applied, log, t0,
+                         typed)
+    if typed is not None and records is not None:
+        types, good, n_read = typed.types, records, records.num_rows
         rejected = delta.arrow_schema(REJECT_FIELDS + ((KEY, "string"),)).empty_table()
     else:
         good, rejected, types, n_read = _read_by_row(table, files, types, landing, text_columns)
@@ -392,7 +425,7 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
                        n_rejected, keyless, {k: kinds.count(k) for k in (INSERT, UPDATE, DELETED)},
                        deletes_at is not None)
     if typed is not None:
-        metrics["typed_columns"] = typed.records.num_columns - len(RECORD_NAMES)  # read column by column
+        metrics["typed_columns"] = len(typed.columns)  # read column by column
     version = delta.append(path(table_dir, CHANGES), derived, CHANGES, batch.seq,
                            {**metrics, "column_types": json.dumps(types)})
     return _finish(path(table_dir, CHANGES), metrics, version, t0)
@@ -436,36 +469,50 @@ def _finish(changes_path: str, metrics: dict, version: int, t0: float) -> dict:
 
 
 def _on_spark(session, cfg: Config, table: TableConfig, batch: Batch, files: list[dict], types: dict[str, str],
-              text_columns: tuple[str, ...], target: DeltaTable | None, applied: int, log, t0: float) -> dict:
+              text_columns: tuple[str, ...], target: DeltaTable | None, applied: int, log, t0: float,
+              typed: TypedExport | None = None) -> dict:
     from pyspark.sql import functions as F
 
     table_dir = cfg.table_dir(table.name)
     changes_path = path(table_dir, CHANGES)
-    parsed = parse_files(session, table, files, root=cfg.landing_dir(table.name), text_columns=text_columns,
-                         ledger=types).cache()
+    if typed is not None:  # Spark's tasks read the export's row groups column by column
+        listing = session.createDataFrame(typed.slices, "path string, file string, file_index int, batch_seq long, "
+                                                        "batch_id string, row_group int, first_line long")
+        parsed = listing.repartition(max(1, min(len(typed.slices), MAX_TASKS))).mapInArrow(
+            typed_rows(table, typed), delta.spark_schema(RECORD_FIELDS) + ", " + _spark_columns(typed.columns))
+        parsed = parsed.toDF(*RECORD_NAMES, *[f"_{i}" for i in range(len(typed.columns))]).cache()
+    else:
+        parsed = parse_files(session, table, files, root=cfg.landing_dir(table.name), text_columns=text_columns,
+                             ledger=types).cache()
     derived = None
     try:
-        ledgers = [json.loads(r[0]) for r in parsed.where(F.col(OP) == LEDGER).select("_cdc_row").collect()]
-        types = joined(types, *ledgers)
-        rejected = parsed.where(F.col("_cdc_reason").isNotNull())
-        n_rejected = quarantine(table, table_dir, rejected.select(*[c for c, _ in REJECT_FIELDS]).toArrow(),
-                                batch.seq, log)
-        keyless = rejected.where(F.col(KEY).isNull()).count()
-        good = parsed.where(F.col("_cdc_reason").isNull() & (F.col(OP) != LEDGER)).select(*RECORD_NAMES)
-        held = rejected.where(F.col(KEY).isNotNull()).select(
-            *[(F.lit(HELD) if n == OP else F.col(n) if n == KEY else F.lit(None).cast(t)).alias(n)
-              for n, t in ((n, "bigint" if t == "long" else t) for n, t in RECORD_FIELDS)])
+        if typed is not None:
+            types, ledgers, n_rejected, keyless, good, held = typed.types, [], 0, 0, parsed, None
+        else:
+            ledgers = [json.loads(r[0]) for r in parsed.where(F.col(OP) == LEDGER).select("_cdc_row").collect()]
+            types = joined(types, *ledgers)
+            rejected = parsed.where(F.col("_cdc_reason").isNotNull())
+            n_rejected = quarantine(table, table_dir, rejected.select(*[c for c, _ in REJECT_FIELDS]).toArrow(),
+                                    batch.seq, log)
+            keyless = rejected.where(F.col(KEY).isNull()).count()
+            good = parsed.where(F.col("_cdc_reason").isNull() & (F.col(OP) != LEDGER)).select(*RECORD_NAMES)
+            held = rejected.where(F.col(KEY).isNotNull()).select(
+                *[(F.lit(HELD) if n == OP else F.col(n) if n == KEY else F.lit(None).cast(t)).alias(n)
+                  for n, t in ((n, "bigint" if t == "long" else t) for n, t in RECORD_FIELDS)])
         columns = _state_columns(table_dir, table, target, types)
         state = _state_on_spark(session, table_dir, table, target, applied, batch.seq, columns)
         buckets = max(16, math.ceil(_state_rows(table_dir, target, applied) / BUCKET_ROWS)
                       + math.ceil(_bytes_of(files) / (16 * 2**20)))
         deletes_at = deletes_order(batch.seq, len(files)) if files and not keyless else None
-        derived = _derive_on_spark(state, good.unionByName(held), columns, table, batch, deletes_at, buckets).cache()
+        export = good if held is None else good.unionByName(held)
+        derived = _derive_on_spark(state, export, columns, table, batch, deletes_at, buckets, typed).cache()
         kinds = {r[0]: int(r[1]) for r in derived.groupBy("_cdc_change_type").count().collect()}
         kinds = {k: kinds.get(k, 0) for k in (INSERT, UPDATE, DELETED)}
         n_read, n_good, n_keys = parsed.count() - len(ledgers), good.count(), good.select(KEY).distinct().count()
         metrics = {**_metrics(files, n_read, n_good, n_keys, n_rejected, keyless, kinds, deletes_at is not None),
                    "applied_on": "spark"}
+        if typed is not None:
+            metrics["typed_columns"] = len(typed.columns)
         dt_ = delta.open_table(changes_path)
         if delta.txn_version(dt_, CHANGES) >= batch.seq:
             raise delta.CommitConflict(f"{changes_path}: another writer committed {CHANGES} batch {batch.seq} first")
@@ -486,8 +533,10 @@ def _on_spark(session, cfg: Config, table: TableConfig, batch: Batch, files: lis
 
 
 def _derive_on_spark(state, export, columns: dict[str, str], table: TableConfig, batch: Batch,
-                     deletes_at: str | None, buckets: int):
-    """`derive` on Spark executors, one bucket of keys at a time (every row of a key in one)."""
+                     deletes_at: str | None, buckets: int, typed: TypedExport | None = None):
+    """`derive` on Spark executors, one bucket of keys at a time (every row of a key in one).
+    `typed`: the export was read column by column; its source columns follow RECORD_FIELDS, under
+    their positions (`_0`, `_1`, ...)."""
     from pyspark.sql import functions as F
 
     def bucketed(frame):
@@ -498,14 +547,17 @@ def _derive_on_spark(state, export, columns: dict[str, str], table: TableConfig,
     left = bucketed(state).toDF(*[f"_{i}" for i in range(len(state_names))], BUCKET)
     right = bucketed(export)
     seq, batch_id = batch.seq, batch.id
+    sources = list(typed.columns) if typed is not None else []
+    export_schema = delta.arrow_schema(RECORD_FIELDS)
+    for c, t in (typed.columns.items() if typed is not None else ()):
+        export_schema = export_schema.append(pa.field(c, shape.arrow_type(t)))
 
     def run(state_part: pa.Table, export_part: pa.Table) -> pa.Table:
         state_part = state_part.drop_columns([BUCKET]).rename_columns(state_names) if state_part.num_columns else \
             pa.schema([pa.field(KEY, pa.string())]
                       + [pa.field(c, shape.arrow_type(t)) for c, t in columns.items()]).empty_table()
-        records = delta.arrow_schema(RECORD_FIELDS)
-        export_part = export_part.select(RECORD_NAMES).cast(records) if export_part.num_columns else \
-            records.empty_table()
-        return derive(state_part, export_part, columns, table, seq, batch_id, deletes_at)
+        export_part = export_part.drop_columns([BUCKET]).rename_columns([*RECORD_NAMES, *sources]).cast(export_schema) \
+            if export_part.num_columns else export_schema.empty_table()
+        return derive(state_part, export_part, columns, table, seq, batch_id, deletes_at, typed)
 
     return left.groupBy(BUCKET).cogroup(right.groupBy(BUCKET)).applyInArrow(run, delta.spark_schema(RECORD_FIELDS))

@@ -291,24 +291,30 @@ def test_a_value_of_every_type_is_compared_exactly_and_both_readings_derive_the_
     """An export whose Parquet columns all have column types is compared column by column; an
     unchanged row (NaN, an infinity, -0.0, nulls, empty text and bytes) derives nothing, and each
     changed value (NaN to 1.0, -0.0 to 0.0, a microsecond, a byte, a cent, null to empty text)
-    derives an update. Read row by row instead, the same batches give the same records byte for
-    byte, ordering keys and row images included."""
-    cfg = write_config(workdir, [{"name": t, "keys": ["code"], "format": "snapshot"} for t in ("COLS", "ROWS")])
+    derives an update. Read column by column by Spark's tasks, or row by row, the same batches give
+    the same records byte for byte, ordering keys and row images included."""
+    tables = ("COLS", "SPARKY", "ROWS")
+    cfg = write_config(workdir, [{"name": t, "keys": ["code"], "format": "snapshot"} for t in tables])
     for n, rows in enumerate(_every_type_exports(), start=1):
-        for t in ("COLS", "ROWS"):
+        for t in tables:
             land(cfg, t, f"b{n}", {"part-0.parquet": _parquet(rows[:2], EVERY_TYPE),
                                    "part-1.parquet": _parquet(rows[2:], EVERY_TYPE)})
         run_ok(cfg, "COLS")
         with monkeypatch.context() as m:
+            m.setattr(snapshot.spark_files, "LOCAL_ROWS", -1)  # read column by column by Spark's tasks
+            run_ok(cfg, "SPARKY")
+        with monkeypatch.context() as m:
             m.setattr(snapshot, "typed_export", lambda *a, **k: None)  # every batch read row by row
             run_ok(cfg, "ROWS")
-        assert delta.step_commit(os.path.join(cfg.table_dir("COLS"), "changes"), "changes", n)["typed_columns"] == "11"
-        assert "typed_columns" not in delta.step_commit(os.path.join(cfg.table_dir("ROWS"), "changes"), "changes", n)
+        commits = {t: delta.step_commit(os.path.join(cfg.table_dir(t), "changes"), "changes", n) for t in tables}
+        assert commits["COLS"]["typed_columns"] == commits["SPARKY"]["typed_columns"] == "11"
+        assert commits["SPARKY"]["applied_on"] == "spark" and "typed_columns" not in commits["ROWS"]
     assert derived(cfg, "COLS", 1, "code") == [("INSERT", c) for c in ("007", "0070", "1", "7")]
     assert derived(cfg, "COLS", 2, "code") == []
     assert derived(cfg, "COLS", 3, "code") == [("UPDATE", c) for c in ("007", "0070", "1", "7")]
     for name in ("changes", "target"):
-        assert _comparable(delta_rows(cfg, "COLS", name)) == _comparable(delta_rows(cfg, "ROWS", name)), name
+        for t in ("SPARKY", "ROWS"):
+            assert _comparable(delta_rows(cfg, "COLS", name)) == _comparable(delta_rows(cfg, t, name)), (t, name)
     got = {r["code"]: r for r in target_rows(cfg, "COLS")}
     assert math.copysign(1, got["0070"]["f"]) == -1 and math.copysign(1, got["7"]["f"]) == 1
     assert got["0070"]["note"] == "" and got["7"]["note"] is None and got["007"]["blob"] == b"\x00\x00"
