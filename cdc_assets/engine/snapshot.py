@@ -15,10 +15,11 @@ without its key) leaves the batch without deletes, since which key is missing ca
 batch whose files hold no rows and no rejections is an empty table, and deletes every key.
 
 A batch of Parquet files of one schema whose every column has a column type is read column by
-column in this process (`typed_export`, as a typed base export is: core/typed_export.py) and
-compared with the state a column at a time, up to spark_files.LOCAL_ROWS rows of export and of
-state (the size a typed base export is imported here); only the rows that change get a row
-image. Other batches are read row by row, by the code Spark's tasks run, which names each bad row.
+column (`typed_export`, as a typed base export is: core/typed_export.py) and compared with the
+state a column at a time: in this process up to spark_files.LOCAL_ROWS rows of export and of
+state (the size a typed base export is imported here), by Spark's tasks above that; only the
+rows that change get a row image. Other batches are read row by row, by the code Spark's tasks
+run, which names each bad row.
 
 Another batch above ingest.LOCAL_PARSE_BYTES, or a state above spark_apply.LOCAL_ROWS rows, is read and
 compared by Spark executors (the state from the target's Parquet files), in buckets of keys, by
