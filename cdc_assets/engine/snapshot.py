@@ -356,7 +356,9 @@ def _state_on_spark(session, table_dir: str, table: TableConfig, dt_: DeltaTable
                 cast = cast.append_column(OP, pa.array([UPSERT] * cast.num_rows, pa.string()))
                 yield from cast.select([KEY, ORDER, OP, *columns]).to_batches()
         frames.append(map_in_arrow(rows, as_state, ddl).select(*wanted))
-    sources = [CHANGES] + ([BASE] if _base_needed(table_dir, table, dt_) else [])
+    # batches are taken in order: `changes` holds none after the target's unless its last is later
+    taken = delta.step_version(path(table_dir, CHANGES), CHANGES) > applied
+    sources = ([CHANGES] if taken else []) + ([BASE] if _base_needed(table_dir, table, dt_) else [])
     for name in sources:
         if delta.open_table(path(table_dir, name)) is None:
             continue
@@ -371,7 +373,9 @@ def _state_on_spark(session, table_dir: str, table: TableConfig, dt_: DeltaTable
     every = frames[0]
     for f in frames[1:]:
         every = every.unionByName(f)
-    return latest_per_key(every).where(F.col(OP) == UPSERT).select(F.col(KEY), *[F.col(names.spark(c)) for c in columns])
+    if len(frames) > 1 or dt_ is None:  # the target alone has one row per key: no shuffle to find each key's latest
+        every = latest_per_key(every)
+    return every.where(F.col(OP) == UPSERT).select(F.col(KEY), *[F.col(names.spark(c)) for c in columns])
 
 
 # ---- the step ------------------------------------------------------------------------
