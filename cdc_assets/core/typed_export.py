@@ -112,27 +112,46 @@ def string_array(values: pa.Array | pa.ChunkedArray | Sequence[str | None]) -> p
 
 
 _HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
-_NIBBLE_SHIFTS = np.arange(60, -4, -4, dtype=np.uint64)  # the 16 hex digits of a u64, first digit first
 # A base row's ordering key: BASE_TIER + u64(line) + "|" + arrival(0, 0, line), where arrival is
 # u64(batch 0) + 8 hex digits of file 0 + u64(line); the line's digits sit at these offsets.
 _BASE_ORDER = (ordering.BASE_TIER + ordering.u64(0) + "|" + ordering.arrival(0, 0, 0)).encode("ascii")
 _BASE_LINE_AT = (1, len(_BASE_ORDER) - 16)
 
 
+# The two hex digits of each byte value
+_HEX_PAIRS = np.stack([_HEX_DIGITS[np.arange(256) >> 4], _HEX_DIGITS[np.arange(256) & 15]], axis=1)
+
+
 def _hex16(values: np.ndarray) -> np.ndarray:
-    """`ordering.u64` of each value as a row of 16 ASCII bytes."""
-    digits: np.ndarray = _HEX_DIGITS[(values.astype(np.uint64)[:, None] >> _NIBBLE_SHIFTS) & np.uint64(15)]
+    """`ordering.u64` of each value as a row of 16 ASCII bytes: its 8 big-endian bytes, each
+    looked up as its two digits."""
+    big_endian = np.ascontiguousarray(values.astype(np.uint64).astype(">u8")).view(np.uint8).reshape(-1, 8)
+    digits: np.ndarray = _HEX_PAIRS[big_endian].reshape(-1, 16)
     return digits
 
 
 def base_orders(lines: np.ndarray) -> pa.Array:
     """The ordering key of the base row at each line, byte for byte what the row-by-row reader
-    stores (`changes.to_record` of a snapshot change): every key has the same width, so the keys
-    are written by numpy into one buffer instead of formatted row by row."""
-    n, width = len(lines), len(_BASE_ORDER)
-    out = np.tile(np.frombuffer(_BASE_ORDER, dtype=np.uint8), (n, 1))
+    stores (`changes.to_record` of a snapshot change)."""
+    return _line_orders(_BASE_ORDER, _BASE_LINE_AT, lines)
+
+
+def batch_orders(batch_seq: int, file_index: int, lines: np.ndarray) -> pa.Array:
+    """The ordering key of each line of file `file_index` of a `format: snapshot` batch, which
+    ranks by its batch: CHANGE_TIER + u64(batch) + "|" + arrival(batch, file, line), byte for
+    byte what the row-by-row reader stores."""
+    template = (ordering.CHANGE_TIER + ordering.u64(batch_seq) + "|"
+                + ordering.arrival(batch_seq, file_index, 0)).encode("ascii")
+    return _line_orders(template, (len(template) - 16,), lines)
+
+
+def _line_orders(template: bytes, line_at: Sequence[int], lines: np.ndarray) -> pa.Array:
+    """`template` with each line's 16 hex digits at the offsets `line_at`: every key has the same
+    width, so the keys are written by numpy into one buffer instead of formatted row by row."""
+    n, width = len(lines), len(template)
+    out = np.tile(np.frombuffer(template, dtype=np.uint8), (n, 1))
     digits = _hex16(lines)
-    for at in _BASE_LINE_AT:
+    for at in line_at:
         out[:, at:at + 16] = digits
     offsets = np.arange(0, (n + 1) * width, width, dtype=np.int64)
     return pa.Array.from_buffers(pa.large_string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(out)]) \
@@ -140,9 +159,11 @@ def base_orders(lines: np.ndarray) -> pa.Array:
 
 
 def export_batch(data: pa.Table, first_line: int, keys: Sequence[str], partition_by: Sequence[str], file_name: str,
-                 columns: dict[str, str], arrow_type: ArrowType) -> pa.RecordBatch:
-    """Rows of an export (lines first_line+1 ...) as base records; a row without a key value
-    is a rejection naming the key column, as when the export is read row by row."""
+                 columns: dict[str, str], arrow_type: ArrowType, batch_seq: int = 0, batch_id: str = "base",
+                 file_index: int = 0) -> pa.RecordBatch:
+    """Rows of an export (lines first_line+1 ...) as base records (batch 0), or as the records
+    of file `file_index` of a `format: snapshot` batch; a row without a key value is a rejection
+    naming the key column, as when the export is read row by row."""
     n = data.num_rows
     schema = record_schema(columns, arrow_type)
     declared = declared_types(data.schema)
@@ -168,11 +189,12 @@ def export_batch(data: pa.Table, first_line: int, keys: Sequence[str], partition
     def constant(v: object, t: pa.DataType = _STRING) -> pa.Array:
         return pa.nulls(n, t) if v is None else pa.repeat(pa.scalar(v, t), n)
 
+    orders = base_orders(lines) if batch_seq == 0 else batch_orders(batch_seq, file_index, lines)
     meta = {
-        "_cdc_key": string_array(keys_text), "_cdc_op": constant(UPSERT), "_cdc_order": base_orders(lines),
+        "_cdc_key": string_array(keys_text), "_cdc_op": constant(UPSERT), "_cdc_order": orders,
         "_cdc_event_id": constant(None), "_cdc_row": constant(None), "_cdc_partition": string_array(partitions),
-        "_cdc_change_type": constant(SNAPSHOT), "_cdc_batch_seq": constant(0, pa.int64()),
-        "_cdc_batch": constant("base"), "_cdc_file": constant(file_name), "_cdc_line": pa.array(lines),
+        "_cdc_change_type": constant(SNAPSHOT), "_cdc_batch_seq": constant(batch_seq, pa.int64()),
+        "_cdc_batch": constant(batch_id), "_cdc_file": constant(file_name), "_cdc_line": pa.array(lines),
         "_cdc_reason": _at_rows(n, reasons), "_cdc_raw": _at_rows(n, {
             i: json.dumps(data.slice(i, 1).to_pylist()[0], default=str)[:RAW_PREVIEW] for i in bad}),
     }

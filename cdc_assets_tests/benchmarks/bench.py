@@ -4,6 +4,7 @@
     .venv/bin/python -m cdc_assets_tests.benchmarks.bench --long     # the issue's sizes, every case and layout
     .venv/bin/python -m cdc_assets_tests.benchmarks.bench --sizes 200k,1M --cases W2,many --tables 65 \
         --layouts flat,partitioned --step-timeout 600 --out docs/figures
+    .venv/bin/python -m cdc_assets_tests.benchmarks.bench --cases F1 --sizes 1M,10M --out docs/figures
 
 Workloads (generated deterministically from --seed):
   base  id int64 0..N-1, customer (10,000 values), amount decimal(12,2), status (5 values),
@@ -21,6 +22,14 @@ Workloads (generated deterministically from --seed):
         CDC_ASSETS_LOCAL_APPLY_ROWS at 0); with --master the standalone cluster's executors do the
         work and --run-driver-memory / --driver-memory cap the drivers (the issue: 1g)
 Each workload runs flat and partitioned by region (--layouts).
+  F1    what each source feature costs at each of --sizes, against a plain apply of the same
+        changes, all in one run, flat (features.csv, features.md): a 1,000-change W2 batch applied
+        plainly; the same batch on a `partial_updates: true` table with its updates' customer,
+        amount and status null (each keeps its stored value); a truncate (one `options.truncates`
+        row ranked below the batch) with the same 1,000 changes above it; and a `format: snapshot`
+        export of the table with 1 % of it changed (W1's mix) against a plain apply of that 1 %.
+        Each `cdc-assets run` is a fresh process; its target is compared by value with the
+        expected table, built here from the data.
 
 cdc_assets is driven only as a user drives it: a cdc.yaml (format changeset, Parquet change files),
 `cdc-assets run` in a fresh process (cold) and again with SPARK_REMOTE pointing at a Spark Connect
@@ -863,6 +872,194 @@ class Bench:
         self.stop_server()
 
 
+# --- the feature-cost case (F1) ----------------------------------------------------------------
+
+FEATURES = "F1"
+TRUNCATE_OP = "T"
+PARTIAL_NULLS = ("customer", "amount", "status")  # half the columns; id, region and seq stay
+# (feature, its table, its peer: the plain apply of the same changes)
+PLAIN_1K, PARTIAL_1K, TRUNCATE_1K, PLAIN_PCT, SNAPSHOT_PCT = (
+    "plain 1,000", "partial updates 1,000", "truncate + 1,000 above it", "plain 1 %", "snapshot 1 % changed")
+FEATURE_TABLES = {PLAIN_1K: "PLAIN", PARTIAL_1K: "PARTIAL", TRUNCATE_1K: "TRUNC", PLAIN_PCT: "PLAIN_PCT",
+                  SNAPSHOT_PCT: "SNAP"}
+FEATURE_PEERS = {PARTIAL_1K: PLAIN_1K, TRUNCATE_1K: PLAIN_1K, SNAPSHOT_PCT: PLAIN_PCT}
+
+
+@dataclass
+class FeatureResult:
+    case: str
+    rows: int
+    feature: str
+    changes: int  # the changes the batch holds or (a snapshot) implies
+    seconds: float | None = None  # the `cdc-assets run` process
+    tables_s: float | None = None  # its table's own time (the summary line: ingest, staging, apply, checks)
+    peak_mb: int | None = None
+    peer: str = ""
+    ratio: float | None = None  # tables_s / the peer's tables_s
+    ratio_process: float | None = None  # seconds / the peer's seconds
+    values_equal: bool | None = None
+    status: str = ""
+    error: str = ""
+
+
+def without(table: pa.Table, ids: pa.Array) -> pa.Table:
+    return table.filter(pc.invert(pc.is_in(table["id"], value_set=ids)))
+
+
+def plain_result(base: pa.Table, batch: pa.Table) -> pa.Table:
+    """A batch of distinct ids applied to the base: deletes gone, inserts and updates as sent."""
+    upserts = batch.filter(pc.not_equal(batch["op"], "D")).select(COLUMNS)
+    return pa.concat_tables([without(base, batch["id"]), upserts])
+
+
+def partial_batch(batch: pa.Table) -> pa.Table:
+    """The batch with PARTIAL_NULLS null in its updates: each update carries only id, region and seq."""
+    updates = pc.equal(batch["op"], "U")
+    out = batch
+    for c in PARTIAL_NULLS:
+        i = out.schema.get_field_index(c)
+        out = out.set_column(i, c, pc.if_else(updates, pa.nulls(len(batch), out.schema.field(c).type), out[c]))
+    return out
+
+
+def partial_result(base: pa.Table, batch: pa.Table) -> pa.Table:
+    """The partial batch applied: an update keeps the stored value of each column it leaves null."""
+    updates = batch.filter(pc.equal(batch["op"], "U"))
+    stored = base.take(pc.index_in(updates["id"], value_set=base["id"]))
+    filled = updates.select(COLUMNS)
+    for c in PARTIAL_NULLS:
+        filled = filled.set_column(filled.schema.get_field_index(c), c, pc.coalesce(updates[c], stored[c]))
+    inserts = batch.filter(pc.equal(batch["op"], "I")).select(COLUMNS)
+    return pa.concat_tables([without(base, batch["id"]), filled, inserts])
+
+
+def truncate_batch(batch: pa.Table) -> pa.Table:
+    """One truncate ranked below every change of the batch (seq 0; its other columns null), first."""
+    row = {c: None for c in CHANGE_SCHEMA.names} | {"seq": 0, "op": TRUNCATE_OP}
+    return pa.concat_tables([pa.Table.from_pylist([row], schema=CHANGE_SCHEMA), batch.cast(CHANGE_SCHEMA)])
+
+
+def truncate_result(batch: pa.Table) -> pa.Table:
+    """After the truncate only the rows the changes above it insert or update are left."""
+    return batch.filter(pc.is_in(batch["op"], value_set=pa.array(["I", "U"]))).select(COLUMNS)
+
+
+def feature_table(name: str, base: str, feature: str) -> dict:
+    t = {"name": name, "keys": ["id"], "base_snapshot": base}
+    if feature == SNAPSHOT_PCT:
+        return {**t, "format": "snapshot"}
+    options = dict(CHANGESET, truncates=[TRUNCATE_OP]) if feature == TRUNCATE_1K else CHANGESET
+    return {**t, "format": "changeset", "options": options} | ({"partial_updates": True} if feature == PARTIAL_1K else {})
+
+
+def feature_batches(base: pa.Table, seed: int) -> dict[str, tuple[pa.Table, int]]:
+    """Each feature's landed file and how many changes it holds or implies."""
+    n = base.num_rows
+    w2, pct = changes(n, 1000, "W2", seed), changes(n, max(1, n // 100), "W1", seed)
+    return {PLAIN_1K: (w2, w2.num_rows), PARTIAL_1K: (partial_batch(w2), w2.num_rows),
+            TRUNCATE_1K: (truncate_batch(w2), w2.num_rows + 1), PLAIN_PCT: (pct, pct.num_rows),
+            SNAPSHOT_PCT: (plain_result(base, pct), pct.num_rows)}
+
+
+def expected_target(feature: str, base: pa.Table, batch: pa.Table) -> pa.Table:
+    if feature == PARTIAL_1K:
+        return partial_result(base, batch)
+    if feature == TRUNCATE_1K:
+        return truncate_result(batch.filter(pc.not_equal(batch["op"], TRUNCATE_OP)))
+    if feature == SNAPSHOT_PCT:
+        return batch  # the export is the table
+    return plain_result(base, batch)
+
+
+def run_features(bench: Bench, n: int) -> list[FeatureResult]:
+    """F1 at one size: one base import (copied to every feature's table), then each feature's
+    batch in a fresh `cdc-assets run` of its own table, from a fresh copy of the base."""
+    os.makedirs(bench._path("data"), exist_ok=True)
+    base_file = write_base(bench._path("data", f"base-{n}-s{bench.seed}.parquet"), n, bench.seed)
+    base_ws = bench._path("features", f"base-{size_label(n)}")
+    shutil.rmtree(base_ws, ignore_errors=True)
+    os.makedirs(os.path.join(base_ws, "landing"))
+    config = os.path.join(base_ws, "cdc.yaml")
+    with open(config, "w") as fh:
+        json.dump({"warehouse": "./warehouse", "landing": "./landing",
+                   "tables": [feature_table(t, base_file, f) for f, t in FEATURE_TABLES.items()]}, fh, indent=2)
+    first = FEATURE_TABLES[PLAIN_1K]
+    bench.echo(f"F1 {size_label(n)}: cdc_assets imports the base ...", flush=True)
+    step = run_measured([*bench.cli, "run", "--config", config, "--table", first], child_env(), bench.timeout,
+                        os.path.join(base_ws, "import.log"))
+    results = []
+    base = pq.read_table(base_file) if step.ok else None
+    batches = feature_batches(base, bench.seed) if base is not None else {}
+    for feature, table in FEATURE_TABLES.items():
+        r = FeatureResult(FEATURES, n, feature, batches[feature][1] if batches else 0, peer=FEATURE_PEERS.get(feature, ""))
+        results.append(r)
+        if not step.ok:
+            r.status, r.error = f"import {step.status}", step.error
+            continue
+        ws = bench._path("features", f"{size_label(n)}-{table}")
+        shutil.rmtree(ws, ignore_errors=True)
+        shutil.copytree(base_ws, ws, ignore=shutil.ignore_patterns("*.log"))
+        if table != first:  # the imported base, as this table's own (the many-table case does the same)
+            shutil.copytree(os.path.join(ws, "warehouse", first), os.path.join(ws, "warehouse", table))
+        batch = batches[feature][0]
+        publish(batch, os.path.join(ws, "landing", table, "batch-0001"),
+                "export.parquet" if feature == SNAPSHOT_PCT else "changes.parquet")
+        bench.echo(f"F1 {size_label(n)}: {feature} ...", flush=True)
+        run = run_measured([*bench.cli, "run", "--config", os.path.join(ws, "cdc.yaml"), "--table", table],
+                           child_env(), bench.timeout, os.path.join(ws, "run.log"))
+        r.status, r.error, r.peak_mb = run.status, run.error, _mb(run)
+        if run.ok:
+            r.seconds, r.tables_s = run.seconds, run_parts(run.output)[0]
+            c = compare(read_target(os.path.join(ws, "warehouse", table, "target")),
+                        expected_target(feature, base, batch))
+            r.values_equal = c["ids_equal"] and c["values_equal"]
+            r.error = c["differences"]
+        shutil.rmtree(ws, ignore_errors=True)
+    shutil.rmtree(base_ws, ignore_errors=True)
+    by_feature = {r.feature: r for r in results}
+    for r in results:
+        peer = by_feature.get(r.peer)
+        if peer is not None:
+            if r.tables_s and peer.tables_s:
+                r.ratio = round(r.tables_s / peer.tables_s, 2)
+            if r.seconds and peer.seconds:
+                r.ratio_process = round(r.seconds / peer.seconds, 2)
+    return results
+
+
+FEATURE_HEADER = ("rows", "feature", "changes", "run s", "table s", "peak GB", "against", "ratio (table s)",
+                  "ratio (run s)", "target as expected", "status")
+
+
+def feature_rows(results: list[FeatureResult]) -> list[tuple[str, ...]]:
+    return [(size_label(r.rows), r.feature, str(r.changes), _s(r.seconds), _s(r.tables_s), _gb(r.peak_mb),
+             r.peer or "-", "-" if r.ratio is None else f"{r.ratio:.2f}x",
+             "-" if r.ratio_process is None else f"{r.ratio_process:.2f}x",
+             "-" if r.values_equal is None else ("yes" if r.values_equal else "NO"),
+             r.status + (f": {r.error}" if r.error else "")) for r in results]
+
+
+def write_features(results: list[FeatureResult], out: str, command: str) -> list[str]:
+    paths = [os.path.join(out, "features.csv"), os.path.join(out, "features.md")]
+    with open(paths[0], "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(FeatureResult.__dataclass_fields__))
+        w.writeheader()
+        for r in results:
+            w.writerow(asdict(r))
+    lines = [f"Measured by `{command}` on {time.strftime('%Y-%m-%d')} ({os.cpu_count()} cores, shared; "
+             "one run each, so compare ratios within a run rather than seconds across runs).", "",
+             "| " + " | ".join(FEATURE_HEADER) + " |", "|" + "---|" * len(FEATURE_HEADER)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in feature_rows(results)]
+    lines += ["", "Run s: a fresh `cdc-assets run --table T` process. Table s: the table's own seconds from its "
+              "summary line (landing, ingest, staging, apply, checks; without Python's start-up, imports and "
+              "Dagster's instance). Ratio: against the plain apply of the same changes in the same run (the "
+              "snapshot's against a plain apply of the 1 % its export changes). Each target is compared by value "
+              "with the table expected from the data."]
+    with open(paths[1], "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    return paths
+
+
 # --- results ----------------------------------------------------------------------------------
 
 HEADER = ("case", "layout", "rows", "changes", "engine", "import s", "apply cold s", "apply warm s",
@@ -1057,8 +1254,10 @@ def parse_args(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--long", action="store_true",
                     help="the issue's sizes: W1 5M rows/100,000 changes, W2 1M,10M,50M, 65 tables of 1M rows")
-    ap.add_argument("--sizes", type=lambda t: [parse_size(x) for x in t.split(",")], help="W2 table sizes (default 200k)")
-    ap.add_argument("--cases", type=_list(("W1", "W2", "many", CATCHUP)), help="default W1,W2; --long W1,W2,many")
+    ap.add_argument("--sizes", type=lambda t: [parse_size(x) for x in t.split(",")],
+                    help="W2 and F1 table sizes (default 200k)")
+    ap.add_argument("--cases", type=_list(("W1", "W2", "many", CATCHUP, FEATURES)),
+                    help="default W1,W2; --long W1,W2,many; F1 runs at each of --sizes")
     ap.add_argument("--layouts", type=_list(("flat", "partitioned")), help="default flat; --long flat,partitioned")
     ap.add_argument("--modes", type=_list(("cold", "warm")), default=["cold", "warm"],
                     help="cdc_assets apply runs: a fresh process, and/or through a Spark Connect server")
@@ -1116,6 +1315,19 @@ def run(args, echo=print) -> list[Result]:
     return results
 
 
+def run_feature_sizes(args, echo=print) -> list[FeatureResult]:
+    """F1 at each of --sizes, in one run."""
+    work = args.work or tempfile.mkdtemp(prefix="bench-", dir="/tmp")
+    bench = Bench(work, seed=args.seed, step_timeout=args.step_timeout, modes=(), echo=echo)
+    echo(f"work folder {work}; step timeout {args.step_timeout:.0f} s", flush=True)
+    try:
+        return [r for n in args.sizes for r in run_features(bench, n)]
+    finally:
+        bench.close()
+        if not args.keep and not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def _stop_on_term(signum, frame):
     # SIGTERM as an exception, so that the Connect server and the running step are stopped too
     raise SystemExit(128 + signum)
@@ -1132,20 +1344,30 @@ def main(argv=None) -> int:
         return 0
     args = parse_args(argv)
     command = "python -m cdc_assets_tests.benchmarks.bench " + " ".join(argv)
+    os.makedirs(args.out, exist_ok=True)
+    features = run_feature_sizes(args) if FEATURES in args.cases else []
+    if features:
+        print()
+        body = feature_rows(features)
+        widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(FEATURE_HEADER)]
+        for cells in [FEATURE_HEADER, *body]:
+            print("  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip())
+        print("\nwrote " + ", ".join(write_features(features, args.out, command.strip())))
+    if not plan(args):
+        return 1 if any(r.values_equal is False for r in features) else 0
     results = run(args)
     print()
     print(text_table(results))
     print()
     for line in ratios(results) or ["no ratios: no case has both a product and a delta-rs apply time"]:
         print(line)
-    os.makedirs(args.out, exist_ok=True)
     paths = [os.path.join(args.out, n) for n in ("bench.csv", "bench.md", "bench_apply.png")]
     write_csv(results, paths[0])
     write_markdown(results, paths[1], command.strip())
     write_plot(results, paths[2])
     print("\nwrote " + ", ".join(paths))
     unequal = [r for r in results if r.engine != DELTA and r.values_equal is False]
-    return 1 if unequal else 0
+    return 1 if unequal or any(r.values_equal is False for r in features) else 0
 
 
 if __name__ == "__main__":

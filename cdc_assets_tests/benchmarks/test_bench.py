@@ -184,3 +184,41 @@ def test_the_catch_up_case_takes_its_sizes_and_sends_every_apply_to_spark():
     # W1's mix: 40% inserts, 40% updates, 20% deletes
     ops = bench.changes(1000, 100, "W1", 7)["op"].to_pylist()
     assert (ops.count("I"), ops.count("U"), ops.count("D")) == (40, 40, 20)
+
+
+def test_the_feature_case_builds_each_batch_and_the_target_it_must_give(tmp_path):
+    base = pq.read_table(bench.write_base(str(tmp_path / "base.parquet"), 5000, 7))
+    batches = bench.feature_batches(base, 7)
+    plain, n = batches[bench.PLAIN_1K]
+    assert n == 1000 and plain.equals(bench.changes(5000, 1000, "W2", 7))
+    # partial updates: an update carries id, region and seq only; inserts and deletes are whole
+    partial, _ = batches[bench.PARTIAL_1K]
+    updates = partial.filter(pc.equal(partial["op"], "U"))
+    assert updates.num_rows == 700 and all(updates[c].null_count == 700 for c in bench.PARTIAL_NULLS)
+    assert updates["region"].null_count == 0 and partial.filter(pc.equal(partial["op"], "I"))["customer"].null_count == 0
+    expected = {r["id"]: r for r in bench.expected_target(bench.PARTIAL_1K, base, partial).to_pylist()}
+    stored = {r["id"]: r for r in base.to_pylist()}
+    some = updates["id"][0].as_py()
+    assert expected[some]["customer"] == stored[some]["customer"] and expected[some]["seq"] > 0
+    assert len(expected) == 5000 + 200 - 100
+    # a truncate ranked below the 1,000 changes: only their inserts and updates are left
+    truncate, n = batches[bench.TRUNCATE_1K]
+    assert n == 1001 and truncate.slice(0, 1).to_pylist()[0] | {"seq": 0} == \
+        {c: None for c in bench.COLUMNS} | {"seq": 0, "op": bench.TRUNCATE_OP}
+    assert bench.expected_target(bench.TRUNCATE_1K, base, truncate).num_rows == 900
+    # the snapshot: the whole table with 1 % of it changed, and the plain peer holds that 1 %
+    pct, n = batches[bench.PLAIN_PCT]
+    export, implied = batches[bench.SNAPSHOT_PCT]
+    assert n == implied == 50 and export.num_rows == 5000 + 20 - 10
+    assert bench.compare(export, bench.expected_target(bench.PLAIN_PCT, base, pct))["values_equal"]
+
+
+def test_the_feature_case_writes_its_table_with_ratios(tmp_path):
+    results = [bench.FeatureResult("F1", 100_000, bench.PLAIN_1K, 1000, seconds=10.0, tables_s=2.0, values_equal=True,
+                                   status="ok"),
+               bench.FeatureResult("F1", 100_000, bench.SNAPSHOT_PCT, 1000, seconds=11.0, tables_s=3.0,
+                                   peer=bench.PLAIN_1K, ratio=1.5, ratio_process=1.1, values_equal=True, status="ok")]
+    csv_path, md_path = bench.write_features(results, str(tmp_path), "bench --cases F1")
+    text = open(md_path).read()
+    assert "| 100k | snapshot 1 % changed | 1000 | 11.0 | 3.00 | - | plain 1,000 | 1.50x | 1.10x | yes | ok |" in text
+    assert "ratio" in open(csv_path).readline()

@@ -407,3 +407,26 @@ def test_base_orders_cover_every_edge_line_byte_for_byte():
     from cdc_assets.core.typed_export import base_orders
 
     assert base_orders(np.array(LINE_EDGES, dtype=np.uint64)).to_pylist() == [_base_record_order(n) for n in LINE_EDGES]
+
+
+def _batch_record_order(seq: int, file_index: int, line: int) -> str:
+    """What the row-by-row reader stores for line `line` of file `file_index` of a `format:
+    snapshot` batch (ranked by its batch: ingest._parse_partition, then to_record)."""
+    change = Change(line=line, key=(1,), op="U", row={"id": 1}, order=ordering.u64(seq), event_id=None,
+                    change_type="SNAPSHOT")
+    return to_record(change, batch_seq=seq, batch_id="b", file_name="f", file_index=file_index,
+                     partition_by=[])["_cdc_order"]
+
+
+@FAST
+@given(st.one_of(st.sampled_from(LINE_EDGES), st.integers(min_value=1, max_value=U64_MAX)),
+       st.one_of(st.sampled_from([0, 1, 15, 16, 2**32 - 1]), st.integers(min_value=0, max_value=2**32 - 1)),
+       st.lists(st.one_of(st.sampled_from(LINE_EDGES), st.integers(min_value=1, max_value=U64_MAX)), max_size=40))
+def test_batch_orders_of_a_snapshot_file_are_the_row_by_row_readers_byte_for_byte(seq, file_index, lines):
+    import numpy as np
+
+    from cdc_assets.core.typed_export import batch_orders
+
+    got = batch_orders(seq, file_index, np.array(lines, dtype=np.uint64))
+    assert got.type == pa.string()
+    assert got.to_pylist() == [_batch_record_order(seq, file_index, n) for n in lines]
