@@ -14,7 +14,9 @@ def register(sub) -> None:
                                    "`disable` removes every object enable made; `status` shows the changes waiting "
                                    "and the oldest one's age. Exit 1: a table failed; 2: cdc.yaml is not valid, "
                                    "names no such table, or the table has no PostgreSQL source.")
-    p.add_argument("action", choices=("enable", "disable", "status"))
+    p.add_argument("action", choices=("enable", "disable", "status"),
+                   help="enable: start capturing (and take the base); disable: remove what enable made; "
+                        "status: the changes waiting")
     p.add_argument("tables", nargs="*", help="the tables (default: every table with a PostgreSQL source)")
     p.add_argument("--config", default="cdc.yaml", help="path of cdc.yaml (default ./cdc.yaml)")
     p.set_defaults(func=main)

@@ -92,7 +92,7 @@ def test_every_sub_command_describes_itself_and_each_of_its_options():
 
     parser = build_parser()
     [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    assert sorted(sub.choices) == ["demo", "generate", "history", "init", "maintain", "read", "rekey", "restore", "run", "spark", "status",
+    assert sorted(sub.choices) == ["capture", "demo", "generate", "history", "init", "maintain", "read", "rekey", "restore", "run", "spark", "status",
                                   "ui"]
     for name, command in sub.choices.items():
         assert command.description, f"cdc-assets {name} --help has no description"
