@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import json
-import sys
 
-from .common import config_or_none, tables_or_none
+from .common import config_or_none, each_table, tables_or_none
 
 
 def register(sub) -> None:
@@ -23,7 +22,6 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
-    from ..engine.errors import root_cause_of_exception
     from ..engine.lock import table_lock
     from ..engine.maintenance import maintain
 
@@ -33,17 +31,12 @@ def main(args) -> int:
     tables = tables_or_none(cfg, args.tables)
     if tables is None:
         return 2
-    failed = False
-    for table in tables:
-        try:
-            with table_lock(cfg.table_dir(table.name)):
-                report = maintain(cfg, table)
-        except Exception as e:  # noqa: BLE001 - one failing table never stops the others
-            failed = True
-            print(f"{table.name}: FAILED; error: {root_cause_of_exception(e)}", file=sys.stderr)
-            continue
+    def act(table) -> None:
+        with table_lock(cfg.table_dir(table.name)):
+            report = maintain(cfg, table)
         print(json.dumps(report.to_json()) if args.json else summary(report))
-    return 1 if failed else 0
+
+    return each_table(tables, act)
 
 
 def summary(r) -> str:

@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import json
-import sys
 
-from .common import config_or_none, tables_or_none
+from .common import config_or_none, each_table, tables_or_none
 
 
 def register(sub) -> None:
@@ -23,7 +22,6 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
-    from ..engine.errors import root_cause_of_exception
     from ..engine.lock import table_lock
     from ..engine.rekey import rekey
     from ..engine.spark import choose_session
@@ -41,17 +39,12 @@ def main(args) -> int:
             sessions.append(choose_session(cfg.spark, cfg).session)
         return sessions[0]
 
-    failed = False
-    for table in tables:
-        try:
-            with table_lock(cfg.table_dir(table.name)):
-                report = rekey(spark, cfg, table)
-        except Exception as e:  # noqa: BLE001 - one failing table never stops the others
-            failed = True
-            print(f"{table.name}: FAILED; error: {root_cause_of_exception(e)}", file=sys.stderr)
-            continue
+    def act(table) -> None:
+        with table_lock(cfg.table_dir(table.name)):
+            report = rekey(spark, cfg, table)
         changed = sum(report.keys_changed.values())
         print(json.dumps(report.to_json()) if args.json else
               f"{table.name}: {changed} stored keys recomputed"
               + ("; target and tombstones rebuilt" if report.target_rebuilt else "") + f"; {report.seconds}s")
-    return 1 if failed else 0
+
+    return each_table(tables, act)
