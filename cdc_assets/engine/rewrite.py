@@ -242,7 +242,9 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
         # Small files the batch's keys fall in, unchanged, join the new files of their partition
         # (only where the batch writes new files: elsewhere merging would not lessen the files).
         writing = {_part_id(dict(zip(partition_by, values)))
-                   for values, part in spark_files.split_by_partition(new_rows, partition_by) if part.num_rows}
+                   for values, part in spark_files.split_by_partition(new_rows.select(partition_by), partition_by)
+                   if part.num_rows}
+        absorbed: list[pa.Table] = []
         budget: float = rows_per_file  # rows merged unchanged: about one full file's, whatever the table
         for file in sorted((f for f in at if f not in changed_in and _rows_in(chosen[at[f]]) < small
                             and _part_id(chosen[at[f]]["partition"]) in writing),
@@ -251,10 +253,10 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
             budget -= _rows_in(action)
             if budget < 0:
                 break
-            spill.append(_with_partition(pq.read_table(file, filesystem=fs, schema=data_schema),
-                                         action["partition"], schema))
+            absorbed.append(_with_partition(pq.read_table(file, filesystem=fs, schema=data_schema),
+                                            action["partition"], schema))
             removes.append(spark_files.remove_action(action, action["partition"], now))
-        new_rows = pa.concat_tables([new_rows] + spill[len(merged):])
+        new_rows = pa.concat_tables([new_rows, *absorbed])
         for values, part in spark_files.split_by_partition(new_rows, partition_by):
             if part.num_rows:
                 partition = dict(zip(partition_by, values))
