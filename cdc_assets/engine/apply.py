@@ -18,6 +18,7 @@ import dataclasses
 import datetime as dt
 import json
 import math
+import os
 import time
 
 import numpy as np
@@ -44,7 +45,7 @@ from ..core.values import (
     decode_row,
     same,
 )
-from . import combine, delta, faults, retype, rewrite, spark_apply, spark_files, storage
+from . import combine, delta, faults, key_spans, retype, rewrite, spark_apply, spark_files, storage
 from .ingest import column_types
 from .records import read_committed_records, read_records, stored_columns
 from .settings import settings
@@ -847,6 +848,92 @@ class _LocalHistory:
         pass
 
 
+class NotProven(Exception):
+    """The base's files do not prove each key once (core/key_order): the build counts instead."""
+
+
+class _BaseFiles:
+    """The first build of a target from its base alone (no change staged yet), a base file at a
+    time: each typed base file becomes one target file, by a task that reads it, casts its columns
+    to the target's types and writes it (engine/key_spans.run_per_file: threads here, or Spark
+    tasks for a base above settings.local_build_rows rows). An export in key order, each file
+    strictly ascending and their key spans disjoint, holds each key once, which is what a build
+    must otherwise learn by counting every key of the table at once; its rows are their own
+    latest changes and already in key order. Anything else (an export out of key order, a
+    repeated key, a row image) raises NotProven and the build takes the general way."""
+
+    def __init__(self, spark, table_dir: str, table: TableConfig, columns: dict[str, str]):
+        self.spark, self.table, self.columns = spark, table, columns
+        base = delta.open_table(path(table_dir, BASE))
+        if base is None:
+            raise NotProven(table.name)  # applies() saw it imported: a base gone since has nothing to build from
+        if "typed_columns" not in (delta.step_commit(base, BASE, 0) or {}):
+            raise NotProven(table.name)  # an export read row by row keeps its rows as images
+        self.base = base
+        self.history_rows = self.keys = delta.file_stats(base)[2]
+        self.truncate = None
+
+    @staticmethod
+    def applies(table_dir: str, table: TableConfig, reached: int, partition_keys) -> bool:
+        """Whether the target as of batch `reached` is its base alone, built whole, unpartitioned."""
+        return (reached == 0 and partition_keys is None and table.base_snapshot is not None
+                and not table.partition_by and delta.step_version(path(table_dir, BASE), BASE) >= 0)
+
+    def write_target(self, target_path: str, table: TableConfig, partition_keys) -> list:
+        folder = spark_files.new_folder(target_path)
+        if not storage.is_remote(folder):
+            os.makedirs(folder)
+        fields = spark_files.WRITTEN + key_spans.SPAN_FIELDS
+        try:
+            done = key_spans.run_per_file(self.spark, sorted(self.base.file_uris()), self.history_rows,
+                                          _base_file_task(target_path, folder, self.columns, table), fields)
+            if sum(done["rows"].to_pylist()) != self.history_rows or not key_spans.proven_unique(done, table.keys):
+                raise NotProven(table.name)
+        except Exception:
+            storage.remove_tree(folder)
+            raise
+        return spark_files.add_actions(done.select([n for n, _ in spark_files.WRITTEN]).to_pylist())
+
+    def write_deletes(self, tomb_path: str) -> list:
+        return []  # a base holds no deletes
+
+    def close(self) -> None:
+        pass
+
+
+def _base_file_task(target_path: str, folder: str, columns: dict[str, str], table: TableConfig):
+    """A task making a target file of each base file it is handed (_BaseFiles)."""
+    keys, soft = list(table.keys), table.soft_deletes
+    schema = _target_schema(columns)
+    write = spark_files.writer_task(target_path, folder, schema, [], storage.settings())
+    out = delta.arrow_schema(spark_files.WRITTEN + key_spans.SPAN_FIELDS)
+    store = storage.settings()
+
+    def run(batches):
+        for pf in spark_files.listed_files(batches, store):
+            have = set(pf.schema_arrow.names)
+            records = pf.read(columns=[c for c in [*columns, *shape.META_COLUMNS, "_cdc_row", "_cdc_op"]
+                                       if c in have])
+            if not records.num_rows:
+                continue
+            rows = _cast_typed(records, columns)
+            if soft:  # every base row is live (rule 12)
+                i = rows.schema.get_field_index(shape.DELETED)
+                rows = rows.set_column(i, shape.DELETED, pa.repeat(pa.scalar(False), rows.num_rows))
+            rows = rows.cast(schema)
+            said = key_spans.span(rows, keys)
+            # a row image, or a change other than an upsert, is no typed base row: not proven either
+            said["ascending"] = said["ascending"] and records["_cdc_row"].null_count == records.num_rows \
+                and pc.all(pc.equal(records["_cdc_op"], UPSERT)).as_py()
+            if not said["ascending"]:  # the build takes the general way: no file is worth writing
+                yield pa.RecordBatch.from_pylist([said], schema=out)
+                continue
+            for b in write(rows.to_batches()):  # one file: the writer keeps one per partition value
+                for w in b.to_pylist():
+                    yield pa.RecordBatch.from_pylist([{**w, **said}], schema=out)
+    return run
+
+
 def _where(rows: pa.Table, mask) -> pa.Table:
     """rows.filter(mask), without copying the rows when the mask keeps all of them."""
     return rows if pc.all(pc.fill_null(mask, False)).as_py() else rows.filter(mask)
@@ -896,13 +983,22 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
     if partition_keys is not None and _existing_columns(dt_) != columns | {m: STRING for m in shape.META_COLUMNS}:
         partition_keys = None  # a column is new or wider since: every file is rewritten with the new schema
     has_base = table.base_snapshot is not None
-    history: _LocalHistory | _SparkHistory
-    if _history_rows(table_dir, has_base) <= settings().local_build_rows:
-        history = _LocalHistory(table_dir, table, columns, reached)
-    else:
-        history = _SparkHistory(session_of(spark), table_dir, table, columns, reached)
+    history: _BaseFiles | _LocalHistory | _SparkHistory | None = None
+    adds = None
+    if _BaseFiles.applies(table_dir, table, reached, partition_keys):
+        try:
+            history = _BaseFiles(spark, table_dir, table, columns)
+            adds = history.write_target(target_path, table, partition_keys)
+        except NotProven:
+            history = None
+    if history is None:
+        if _history_rows(table_dir, has_base) <= settings().local_build_rows:
+            history = _LocalHistory(table_dir, table, columns, reached)
+        else:
+            history = _SparkHistory(session_of(spark), table_dir, table, columns, reached)
     try:
-        adds = history.write_target(target_path, table, partition_keys)
+        if adds is None:
+            adds = history.write_target(target_path, table, partition_keys)
         arrow_schema = _target_schema(columns)
         if partition_keys is None or dt_ is None:
             removes = None  # every file, and the schema, replaced

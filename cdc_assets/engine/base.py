@@ -187,7 +187,7 @@ def _export_tasks(table: TableConfig, columns: dict[str, str], folder: str):
                 out, partitions = [], set()
                 fs, target_path = storage.filesystem(target, settings)
                 with fs.open_output_stream(target_path) as stream, pq.ParquetWriter(
-                        stream, file_schema, use_dictionary=spark_files.dictionary_columns(file_schema)) as writer:
+                        stream, file_schema, use_dictionary=spark_files.dictionary_columns(file_schema, data)) as writer:
                     for start in range(0, max(data.num_rows, 1), SLICE_ROWS):
                         batch = export_batch(data.slice(start, SLICE_ROWS), first + start, keys, partition_by,
                                              file_name, columns, shape.arrow_type)

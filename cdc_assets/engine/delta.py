@@ -16,7 +16,7 @@ from . import faults, storage
 
 APP = "cdc_assets"
 
-_ARROW = {"string": pa.string(), "long": pa.int64(), "boolean": pa.bool_(), "double": pa.float64()}
+_ARROW = {"string": pa.string(), "long": pa.int64(), "boolean": pa.bool_(), "double": pa.float64(), "binary": pa.binary()}
 
 
 def arrow_schema(fields) -> pa.Schema:

@@ -115,8 +115,9 @@ def _write(table_path: str, name: str, rows: pa.Table, data_schema: pa.Schema, p
         written.append(location)
         fs, p = storage.filesystem(location)
         with fs.open_output_stream(p) as stream:
-            pq.write_table(rows.slice(offset, rows_per_file).select(data_schema.names).cast(data_schema), stream,
-                           compression="snappy", coerce_timestamps="us")
+            part = rows.slice(offset, rows_per_file).select(data_schema.names).cast(data_schema)
+            pq.write_table(part, stream, compression="snappy", coerce_timestamps="us",
+                           use_dictionary=spark_files.dictionary_columns(data_schema, part))
         adds.append(spark_files.add_action(table_path, location, data_schema, partition))
     return adds
 

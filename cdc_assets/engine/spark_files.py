@@ -214,12 +214,38 @@ def split_by_partition(table: pa.Table, partition_by: list[str]):
 UNIQUE_COLUMNS = ("_cdc_key", "_cdc_order", "_cdc_line", "_cdc_event_id")
 
 
-def dictionary_columns(schema: pa.Schema) -> list[str]:
-    """The columns a Parquet writer tries to dictionary-encode: all but those unique per row."""
-    return [n for n in schema.names if n not in UNIQUE_COLUMNS]
+# Rows of a file's first rows looked at to tell whether a column repeats its values.
+DICTIONARY_SAMPLE = 4096
 
 
-def _writer_task(table_path: str, folder: str, schema: pa.Schema, partition_by: list[str], settings: dict):
+def dictionary_columns(schema: pa.Schema, rows: pa.Table | pa.RecordBatch | None = None) -> list[str]:
+    """The columns a Parquet writer tries to dictionary-encode: all but those unique per row, and,
+    given the file's `rows`, but those whose first rows are mostly distinct values (an id, an
+    amount): the writer would build their dictionary, find it too large and drop it, which takes
+    more time than writing the file's values."""
+    names = [n for n in schema.names if n not in UNIQUE_COLUMNS]
+    if rows is None or not rows.num_rows:
+        return names
+    sample = rows.slice(0, DICTIONARY_SAMPLE)
+    repeating = []
+    for n in names:
+        if n not in sample.schema.names:
+            repeating.append(n)
+            continue
+        values = sample.column(n)
+        present = len(values) - values.null_count
+        try:
+            distinct = pc.count_distinct(values).as_py() if present else 0
+        except (pa.ArrowNotImplementedError, pa.ArrowTypeError):  # nested values: as the writer decides
+            distinct = 0
+        if distinct * 2 <= present or present < 16:
+            repeating.append(n)
+    return repeating
+
+
+def writer_task(table_path: str, folder: str, schema: pa.Schema, partition_by: list[str], settings: dict):
+    """What a task runs to write the batches it is handed as Parquet files of the table in
+    `folder`, a file per partition value; it yields one WRITTEN record per file."""
     data_schema = pa.schema([f for f in schema if f.name not in partition_by])  # Delta keeps those in the log
     out_schema = delta.arrow_schema(WRITTEN)
 
@@ -237,7 +263,7 @@ def _writer_task(table_path: str, folder: str, schema: pa.Schema, partition_by: 
                         location = storage.join(folder, f"part-{task}-{len(writers):05d}.snappy.parquet")
                         stream = fs.open_output_stream(storage.filesystem(location, settings)[1])
                         writers[texts] = (pq.ParquetWriter(stream, data_schema, compression="snappy",
-                                                           use_dictionary=dictionary_columns(data_schema),
+                                                           use_dictionary=dictionary_columns(data_schema, part),
                                                            coerce_timestamps="us"), location, stream)
                     writers[texts][0].write_table(part.select(data_schema.names))
             written = []
@@ -266,12 +292,12 @@ def _write_through_workers(frame, table_path: str, partition_by: list[str], sort
     if order:
         frame = frame.sortWithinPartitions(*_columns(order))  # one file per partition value per task; key ranges
     try:
-        written = map_in_arrow(frame, _writer_task(table_path, folder, schema, partition_by, storage.settings()),
+        written = map_in_arrow(frame, writer_task(table_path, folder, schema, partition_by, storage.settings()),
                                delta.spark_schema(WRITTEN)).toArrow()
     except Exception:
         storage.remove_tree(folder)
         raise
-    return _add_actions(written.to_pylist())
+    return add_actions(written.to_pylist())
 
 
 def write_arrow(data: pa.Table, table_path: str, partition_by=(), rows_per_file: int | None = None) -> list[AddAction]:
@@ -282,7 +308,7 @@ def write_arrow(data: pa.Table, table_path: str, partition_by=(), rows_per_file:
     folder = new_folder(table_path)
     if not storage.is_remote(folder):
         os.makedirs(folder)
-    task = _writer_task(table_path, folder, data.schema, partition_by, storage.settings())
+    task = writer_task(table_path, folder, data.schema, partition_by, storage.settings())
     step = rows_per_file or max(data.num_rows, 1)
     try:
         written = [w for start in range(0, data.num_rows, step)
@@ -290,28 +316,34 @@ def write_arrow(data: pa.Table, table_path: str, partition_by=(), rows_per_file:
     except Exception:
         storage.remove_tree(folder)
         raise
-    return _add_actions(written)
+    return add_actions(written)
 
 
-def _add_actions(written: list[dict]) -> list[AddAction]:
+def add_actions(written: list[dict]) -> list[AddAction]:
+    """The add actions of files writer_task wrote (its WRITTEN records)."""
     now = int(time.time() * 1000)
     return [AddAction(path=w["path"], size=w["size"], partition_values=json.loads(w["partition_values"]),
                       modification_time=now, data_change=True, stats=w["stats"])
             for w in sorted(written, key=lambda w: w["path"])]
 
 
+def listed_files(batches, settings: dict):
+    """Each Parquet file a task's listing batches name (their first column: URIs), opened."""
+    for listing in batches:
+        for uri in listing.column(0).to_pylist():
+            fs, p = storage.filesystem(uri, settings)
+            yield pq.ParquetFile(fs.open_input_file(p))
+
+
 def _reader_task(schema: pa.Schema, settings: dict):
     def run(batches):
-        for listing in batches:
-            for uri in listing.column(0).to_pylist():
-                fs, p = storage.filesystem(uri, settings)
-                pf = pq.ParquetFile(fs.open_input_file(p))
-                have = set(pf.schema_arrow.names)
-                for rb in pf.iter_batches(columns=[n for n in schema.names if n in have]):
-                    # A column the file lacks (added later) reads as nulls, as Spark's reader does.
-                    yield pa.RecordBatch.from_arrays(
-                        [rb.column(f.name).cast(f.type) if f.name in have else pa.nulls(rb.num_rows, f.type)
-                         for f in schema], schema=schema)
+        for pf in listed_files(batches, settings):
+            have = set(pf.schema_arrow.names)
+            for rb in pf.iter_batches(columns=[n for n in schema.names if n in have]):
+                # A column the file lacks (added later) reads as nulls, as Spark's reader does.
+                yield pa.RecordBatch.from_arrays(
+                    [rb.column(f.name).cast(f.type) if f.name in have else pa.nulls(rb.num_rows, f.type)
+                     for f in schema], schema=schema)
     return run
 
 

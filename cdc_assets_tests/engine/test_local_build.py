@@ -117,3 +117,54 @@ def test_a_small_table_built_in_process_equals_the_one_spark_builds(spark, tmp_p
     if export_format == "parquet":  # typed by the export's schema (a CSV export's types are inferred)
         assert target[1]["amount"] == Decimal("7.50")
     assert len(local["tombstones"][1]) == 2  # keys 2 and 42
+
+
+def import_and_build(workdir, name: str, export: pa.Table, monkeypatch, local_rows: int = 10**6,
+                     by_files: bool = True) -> tuple[list[dict], int, dict]:
+    """A table imported from `export` (a row group per 3 rows: a base file each) and built: its
+    target's rows, how many of its base files became target files one to one, and its checks."""
+    monkeypatch.setenv("CDC_ASSETS_LOCAL_BUILD_ROWS", str(local_rows))
+    made = []
+    write_target = apply._BaseFiles.write_target
+    monkeypatch.setattr(apply._BaseFiles, "write_target",
+                        lambda self, *a: (lambda adds: made.append(len(adds)) or adds)(write_target(self, *a)))
+    if not by_files:
+        monkeypatch.setattr(apply._BaseFiles, "applies", staticmethod(lambda *a: False))
+    (workdir / "landing").mkdir(parents=True)
+    pq.write_table(export, workdir / "export.parquet", row_group_size=3)
+    cfg = write_config(workdir, [{"name": name, "keys": ["id", "part"], "format": "datastream-json",
+                                  "base_snapshot": str(workdir / "export.parquet")}])
+    first = run_ok(cfg, name)
+    target = DeltaTable(os.path.join(cfg.table_dir(name), "target")).to_pyarrow_table()
+    return sorted(target.to_pylist(), key=lambda r: r["_cdc_order"]), sum(made), first.checks
+
+
+def in_key_order(ids: list[int]) -> pa.Table:
+    n = len(ids)
+    return pa.table({"id": pa.array(ids, pa.int64()), "part": pa.array(["p"] * n),
+                     "amount": pa.array([Decimal(i) / 100 for i in range(n)], pa.decimal128(9, 2)),
+                     "name": pa.array([f"n{i}" for i in range(n)])})
+
+
+@pytest.mark.parametrize("local_rows", [10**6, 0])
+def test_an_export_in_key_order_becomes_the_target_file_by_file_as_the_counting_build_makes_it(
+        spark, tmp_path, monkeypatch, local_rows):
+    export = in_key_order([1, 2, 3, 5, 8, 13, 21, 34])  # three files: ascending, spans apart
+    by_files, files, checks = import_and_build(tmp_path / "files", "FILES", export, monkeypatch, local_rows)
+    counted, _, counted_checks = import_and_build(tmp_path / "counted", "COUNTED", export, monkeypatch,
+                                                  local_rows, by_files=False)
+    assert files == 3
+    assert by_files == counted and len(by_files) == 8
+    assert checks == counted_checks == {"keys_unique": True}
+
+
+@pytest.mark.parametrize("local_rows", [10**6, 0])
+def test_a_key_repeated_in_a_later_file_of_an_export_is_not_taken_for_proven(spark, tmp_path, monkeypatch,
+                                                                             local_rows):
+    """Each file in key order, but key 3 in the first and the second: the later line wins, once."""
+    export = in_key_order([1, 2, 3, 3, 4, 5])
+    rows, files, checks = import_and_build(tmp_path / "w", "REPEAT", export, monkeypatch, local_rows)
+    assert files == 0  # built the counting way
+    assert [r["id"] for r in rows] == [1, 2, 3, 4, 5]
+    assert next(r for r in rows if r["id"] == 3)["name"] == "n3"
+    assert checks == {"keys_unique": True}
