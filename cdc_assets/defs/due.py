@@ -50,6 +50,8 @@ def held_reason(steps: Steps) -> str | None:
 
 
 def batch_run_unfinished(instance, table: TableConfig) -> bool:
-    """Whether a batch run of the table is queued or running: it applies what it stages when due."""
-    return bool(instance.get_runs(dg.RunsFilter(job_name=TableNames(table.name).batch_job, statuses=UNFINISHED),
-                                  limit=1))
+    """Whether a batch run (or a base import's run) of the table is queued or running: it applies
+    what it stages (imports) when due."""
+    names = TableNames(table.name)
+    jobs = [names.batch_job] + ([names.base_job] if table.base_snapshot else [])
+    return any(instance.get_runs(dg.RunsFilter(job_name=job, statuses=UNFINISHED), limit=1) for job in jobs)

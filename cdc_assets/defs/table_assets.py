@@ -212,10 +212,11 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
         check_specs=target_check_specs(table, names.key("target")), can_subset=True,
         backfill_policy=dg.BackfillPolicy.single_run())
     def target(context: dg.AssetExecutionContext, pyspark: CdcSparkResource):
-        if context.run.job_name == names.batch_job:
-            # A batch's run applies when the planner says the apply is due: every registered batch
-            # staged, the base imported, no failed batch, the `apply:` policy. Otherwise target is
-            # not materialized in this run (nothing yielded), and the sensor asks for the apply once due.
+        if context.run.job_name in (names.batch_job, names.base_job):
+            # A batch's run (or the import's) applies when the planner says the apply is due: every
+            # registered batch staged, the base imported, no failed batch, the `apply:` policy.
+            # Otherwise target is not materialized in this run (nothing yielded), and the sensor
+            # asks for the apply once due.
             _, steps = due_now(context.instance, cfg, table, Ingest.NEXT)
             if not steps.apply:
                 context.log.info(f"{table.name}: not applied in this run: " + (
@@ -274,7 +275,13 @@ def table_jobs(table: TableConfig) -> list:
             names.freshness_job, selection=dg.AssetSelection.checks(dg.AssetCheckKey(names.key("target"),
                                                                                      WITHIN_MAX_STALENESS)),
             description=f"Evaluate {table.name}'s {WITHIN_MAX_STALENESS} check without applying anything."))
-    if table.base_snapshot:
+    if table.base_snapshot and table.partition_by:
         jobs.append(dg.define_asset_job(names.base_job, selection=[names.key("base")],
                                         description=f"Import {table.name}'s base snapshot."))
+    elif table.base_snapshot:
+        # The import's run also builds target from it when the apply is then due (no batch waits
+        # to be staged), as a batch's run applies what it stages: one Dagster run where two were.
+        jobs.append(dg.define_asset_job(names.base_job, selection=[names.key("base"), names.key("target")],
+                                        description=f"Import {table.name}'s base snapshot, and build target from "
+                                                    "it when the apply is due."))
     return jobs

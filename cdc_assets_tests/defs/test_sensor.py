@@ -280,7 +280,8 @@ def test_one_sensor_for_all_tables_brings_in_each_tables_batches_and_passes_over
 
 def test_base_snapshot_first_then_apply_and_a_base_alone_is_applied(spark, tmp_path, instance):
     """The base import and the first ingest are asked for together; the apply waits for both
-    (whichever run finishes first), and a table with only its base snapshot is applied too."""
+    (whichever run finishes first: the import's run applies when the batch is staged by then),
+    and a table with only its base snapshot is applied too."""
     feed = generate(tmp_path, changes=100, batches=1, files_per_batch=1, seed=43)
     base_csv = tmp_path / "base.csv"
     base_csv.write_text("id,customer,amount,status,region\n9001,base,1.5,,emea\n9002,base,2,new,apac\n")
@@ -302,8 +303,9 @@ def test_base_snapshot_first_then_apply_and_a_base_alone_is_applied(spark, tmp_p
     data = daemon.tick()
     assert APPLY not in [r.job_name for r in data.run_requests], "apply asked for before the base import"
     assert [r.run_key for r in daemon.new_requests(data)] == [base_request.run_key]
-    daemon.launch(base_request)
-    assert daemon.settle() == 1  # now the apply
+    result = daemon.launch(base_request)  # the batch is staged: the import's run applies both
+    assert {e.asset_key.path[-1] for e in result.get_asset_materialization_events()} == {"base", "target"}
+    assert daemon.settle() == 0  # no apply of its own
     expected = dict(read_export(feed["export"]))
     expected.update(read_export(str(base_csv)))
     assert differences(target_table(cfg), expected) == []
