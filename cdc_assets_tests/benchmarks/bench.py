@@ -47,6 +47,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -1039,15 +1040,24 @@ def feature_rows(results: list[FeatureResult]) -> list[tuple[str, ...]]:
              r.status + (f": {r.error}" if r.error else "")) for r in results]
 
 
-def write_features(results: list[FeatureResult], out: str, command: str) -> list[str]:
+def measured_line(command: str, note: str) -> str:
+    """The first line of a written table: the command, the commit it measured, the date, and what
+    else ran on the machine (`note`)."""
+    from cdc_assets_tests.figures import _commit
+
+    return (f"Measured by `{command}` at commit `{_commit()}` on {time.strftime('%Y-%m-%d')} ({os.cpu_count()} cores"
+            + (f"; {note}" if note else "; shared") + "; one run each, so compare ratios within a run rather than "
+            "seconds across runs).")
+
+
+def write_features(results: list[FeatureResult], out: str, command: str, note: str = "") -> list[str]:
     paths = [os.path.join(out, "features.csv"), os.path.join(out, "features.md")]
     with open(paths[0], "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(FeatureResult.__dataclass_fields__))
         w.writeheader()
         for r in results:
             w.writerow(asdict(r))
-    lines = [f"Measured by `{command}` on {time.strftime('%Y-%m-%d')} ({os.cpu_count()} cores, shared; "
-             "one run each, so compare ratios within a run rather than seconds across runs).", "",
+    lines = [measured_line(command, note), "",
              "| " + " | ".join(FEATURE_HEADER) + " |", "|" + "---|" * len(FEATURE_HEADER)]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in feature_rows(results)]
     lines += ["", "Run s: a fresh `cdc-assets run --table T` process. Table s: the table's own seconds from its "
@@ -1165,10 +1175,9 @@ def write_csv(results: list[Result], path: str) -> None:
             w.writerow(asdict(r))
 
 
-def write_markdown(results: list[Result], path: str, command: str) -> None:
+def write_markdown(results: list[Result], path: str, command: str, note: str = "") -> None:
     body = table_rows(results)
-    lines = [f"Measured by `{command}` on {time.strftime('%Y-%m-%d')} ({os.cpu_count()} cores, shared; "
-             "one run each, so compare ratios within a run rather than seconds across runs).", "",
+    lines = [measured_line(command, note), "",
              "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in b) + " |" for b in body]
     rs = ratios(results)
@@ -1272,6 +1281,7 @@ def parse_args(argv=None):
                     help="seconds before a product or delta-rs step is killed and recorded as a timeout")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", default="docs/figures", help="where bench.csv, bench.md and bench_apply.png go")
+    ap.add_argument("--note", default="", help="what else ran on the machine, said in the table's first line")
     ap.add_argument("--work", help="generated data and warehouses (default: a new /tmp/bench-* folder)")
     ap.add_argument("--keep", action="store_true", help="keep the generated data and warehouses")
     ap.add_argument("--driver-memory", default="2g", help="the Spark Connect server's driver memory (warm runs)")
@@ -1343,7 +1353,13 @@ def main(argv=None) -> int:
         write_plot(read_csv(argv[1]), os.path.join(os.path.dirname(argv[1]) or ".", "bench_apply.png"))
         return 0
     args = parse_args(argv)
-    command = "python -m cdc_assets_tests.benchmarks.bench " + " ".join(argv)
+    shown, skip = [], False  # the command without its --note, which the line says apart
+    for a in argv:
+        if skip or a == "--note" or a.startswith("--note="):
+            skip = a == "--note"
+            continue
+        shown.append(shlex.quote(a))
+    command = "python -m cdc_assets_tests.benchmarks.bench " + " ".join(shown)
     os.makedirs(args.out, exist_ok=True)
     features = run_feature_sizes(args) if FEATURES in args.cases else []
     if features:
@@ -1352,7 +1368,7 @@ def main(argv=None) -> int:
         widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(FEATURE_HEADER)]
         for cells in [FEATURE_HEADER, *body]:
             print("  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip())
-        print("\nwrote " + ", ".join(write_features(features, args.out, command.strip())))
+        print("\nwrote " + ", ".join(write_features(features, args.out, command.strip(), args.note)))
     if not plan(args):
         return 1 if any(r.values_equal is False for r in features) else 0
     results = run(args)
@@ -1363,7 +1379,7 @@ def main(argv=None) -> int:
         print(line)
     paths = [os.path.join(args.out, n) for n in ("bench.csv", "bench.md", "bench_apply.png")]
     write_csv(results, paths[0])
-    write_markdown(results, paths[1], command.strip())
+    write_markdown(results, paths[1], command.strip(), args.note)
     write_plot(results, paths[2])
     print("\nwrote " + ", ".join(paths))
     unequal = [r for r in results if r.engine != DELTA and r.values_equal is False]
