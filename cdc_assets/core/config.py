@@ -276,8 +276,10 @@ def _pseudo_columns(fmt: str, options: ChangesetOptions) -> tuple[str, ...]:
     """The columns of a format's files that say what each change is, not what its row holds (SPEC 3)."""
     if fmt == "changeset":
         return (options["op_column"],)
-    if fmt in ("bigquery-cdc", postgres.FORMAT):
+    if fmt == "bigquery-cdc":
         return (postgres.OP_COLUMN, postgres.SEQUENCE_COLUMN)
+    if fmt == postgres.FORMAT:
+        return postgres.PSEUDO_COLUMNS
     if fmt == "bigquery-append":
         return ("datastream_metadata",)
     return ()
@@ -432,9 +434,6 @@ def _capture(value: object, source: str | None, here: str) -> str | None:
     method = "changelog" if value is None else value
     if method not in postgres.CAPTURE_METHODS:
         raise ConfigError(f"{here}: field 'capture' {value!r} must be one of {', '.join(postgres.CAPTURE_METHODS)}")
-    if method == "logical":
-        raise ConfigError(f"{here}: field 'capture': method 'logical' is not available in this version; "
-                          "use 'changelog' (the default)")
     return str(method)
 
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import json
 import struct
-from decimal import Decimal
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from .postgres import PgColumn, column_type
 
@@ -331,10 +331,10 @@ def array_json(text: str, element: str) -> str:
     return _json(items, element)
 
 
-def _array(s: str, i: int) -> tuple[list, int]:
+def _array(s: str, i: int) -> tuple[list[object], int]:
     if s[i] != "{":
         raise DecodeError(f"array text: {s[i]!r} at {i} where '{{' belongs")
-    items: list = []
+    items: list[object] = []
     i += 1
     if s[i] == "}":
         return items, i + 1
@@ -372,7 +372,8 @@ def _json(item: object, element: str) -> str:
         return "null"
     if isinstance(item, list):
         return "[" + ", ".join(_json(x, element) for x in item) + "]"
-    _, value = item  # type: ignore[misc]
+    assert isinstance(item, tuple)
+    value: str = item[1]
     if element in _JSON_NUMBERS + _FLOATS and value not in ("NaN", "Infinity", "-Infinity"):
         # to_jsonb reads a float through numeric: 1e+20 is 100000000000000000000
         return value if element in _JSON_NUMBERS else format(Decimal(value), "f")
@@ -380,7 +381,7 @@ def _json(item: object, element: str) -> str:
         return "true" if value == "t" else "false"
     if element in ("json", "jsonb"):
         return value
-    return json.dumps(value, ensure_ascii=False)
+    return str(json.dumps(value, ensure_ascii=False))
 
 
 # ---- building messages (tests, and whoever needs to write a stream) ------------------------

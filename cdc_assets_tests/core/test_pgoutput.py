@@ -8,8 +8,21 @@ import struct
 import pytest
 
 from cdc_assets.core import pgoutput
-from cdc_assets.core.pgoutput import (DELETE, TRUNCATE, UNCHANGED, UPSERT, Begin, Commit, Delete, Insert, Relation,
-                                      RelationColumn, TableChanges, Truncate, Update)
+from cdc_assets.core.pgoutput import (
+    DELETE,
+    TRUNCATE,
+    UNCHANGED,
+    UPSERT,
+    Begin,
+    Commit,
+    Delete,
+    Insert,
+    Relation,
+    RelationColumn,
+    TableChanges,
+    Truncate,
+    Update,
+)
 from cdc_assets.core.postgres import PgColumn
 
 COLS = (RelationColumn("id", True, 23, -1), RelationColumn("region", True, 25, -1),

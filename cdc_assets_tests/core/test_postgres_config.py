@@ -34,6 +34,11 @@ def test_a_postgresql_source_implies_its_format_the_changelog_method_and_the_bas
         ("app", "db.example", 5432, "shop", "public.orders")
 
 
+def test_capture_logical_is_a_method_of_a_postgresql_source(tmp_path):
+    table = parse_config(raw(tmp_path, keys=["id"], capture="logical"), str(tmp_path / "cdc.yaml")).tables[0]
+    assert (table.format, table.capture) == ("postgresql", "logical")
+
+
 def test_keys_default_to_the_primary_key_capture_enable_recorded(tmp_path):
     assert parse_config(raw(tmp_path), str(tmp_path / "cdc.yaml")).tables[0].keys == ()
     folder = postgres.capture_dir(str(tmp_path / "warehouse" / "ORDERS"))
@@ -50,7 +55,6 @@ def test_keys_default_to_the_primary_key_capture_enable_recorded(tmp_path):
     ({"source": "postgresql://app@db/shop/public.orders"}, "USER@HOST:PORT/DATABASE/SCHEMA.TABLE"),
     ({"source": "postgresql://app@db:5432/shop/orders"}, "SCHEMA.TABLE"),
     ({"capture": "trigger"}, "field 'capture' 'trigger' must be one of changelog, logical"),
-    ({"capture": "logical"}, "method 'logical' is not available"),
     ({"format": "bigquery-cdc"}, "leave 'format' out"),
     ({"source_position": "seq"}, "leave 'source_position' out"),
     ({"base_snapshot": "./orders.csv"}, "leave 'base_snapshot' out"),
