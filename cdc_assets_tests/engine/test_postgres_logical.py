@@ -211,3 +211,29 @@ def test_slot_names_are_a_slots_own_and_distinct_per_database():
     c = postgres_logical.slot_names(parse_source("postgresql://u@h:5432/Shop/public.Orders$"))
     assert a.slot == "cdc_assets_shop_public_orders" and a.slot != b.slot
     assert all(ch.islower() or ch.isdigit() or ch == "_" for ch in c.slot) and len(c.slot) <= 63
+
+
+def test_the_slot_retained_wal_check_warns_when_the_slot_keeps_more_wal_than_the_tables_limit(postgres_db, workdir):
+    cluster, db = postgres_db
+    with cluster.connect(db) as conn:
+        conn.execute("CREATE TABLE public.orders (id integer PRIMARY KEY, note text)")
+        conn.execute("CREATE TABLE public.filler (note text)")  # not captured: its WAL is the server's
+    cfg = write_config(workdir, [{"name": "ORDERS", "source": cluster.url(db, "public.orders"), "capture": "logical",
+                                  "max_retained_wal_mb": 1}])
+    assert capture(cfg, "enable") == 0
+    cfg = reload(cfg)
+    outcome = run_table(cfg, "ORDERS")
+    assert outcome.ok and outcome.checks["slot_retained_wal"] is True
+    # a transaction left open holds the slot's restart position: the WAL after it is kept
+    idle = cluster.connect(db, autocommit=False)
+    try:
+        idle.execute("INSERT INTO public.orders VALUES (1, 'open')")
+        with cluster.connect(db) as conn:
+            conn.execute("INSERT INTO public.filler SELECT md5(i::text) || md5((i + 1)::text) "
+                         "FROM generate_series(1, 40000) i")
+        outcome = run_table(cfg, "ORDERS")
+        assert outcome.ok, outcome  # a warning: it never fails the run
+        assert outcome.checks["slot_retained_wal"] is False
+    finally:
+        idle.rollback()
+        idle.close()
