@@ -10,9 +10,10 @@ def register(sub) -> None:
     p = sub.add_parser("capture", help="enable, disable or show the capture of PostgreSQL sources",
                        description="A table with `source: postgresql://...` is captured by cdc_assets itself. "
                                    "`enable` creates the changelog, its sequence and the trigger in schema "
-                                   "cdc_assets of the source's database and takes the table's base snapshot; "
-                                   "`disable` removes every object enable made; `status` shows the changes waiting "
-                                   "and the oldest one's age. Exit 1: a table failed; 2: cdc.yaml is not valid, "
+                                   "cdc_assets of the source's database (capture: logical: a publication and a "
+                                   "replication slot) and takes the table's base snapshot; `disable` removes every "
+                                   "object enable made; `status` shows the changes waiting, the oldest one's age "
+                                   "and a slot's retained WAL. Exit 1: a table failed; 2: cdc.yaml is not valid, "
                                    "names no such table, or the table has no PostgreSQL source.")
     p.add_argument("action", choices=("enable", "disable", "status"),
                    help="enable: start capturing (and take the base); disable: remove what enable made; "
