@@ -22,8 +22,9 @@ from cdc_assets_tests.engine.test_postgres_source import (
     assert_target_equals_source,
     capture,
     cli_run,
+    enabled,
     insert,
-    random_dml,
+    interleaved_rounds,
     reload,
     run_ok,
 )
@@ -41,15 +42,6 @@ def orders(postgres_db, workdir):
         conn.execute(SOURCE_DDL)
     cfg = write_config(workdir, [{"name": "ORDERS", "source": cluster.url(db, "public.orders"), "capture": "logical"}])
     return cluster, db, cfg
-
-
-def enabled(orders, rows: int, rng: random.Random):
-    cluster, db, cfg = orders
-    with cluster.connect(db) as conn:
-        for i in range(rows):
-            insert(conn, i, "eu", rng)
-    assert capture(cfg, "enable") == 0
-    return reload(cfg)
 
 
 def slot_position(cluster, db) -> str:
@@ -91,31 +83,13 @@ def test_random_workloads_of_two_interleaved_sessions_a_rollback_and_a_large_tra
     monkeypatch.setattr(postgres_source, "PAGE_ROWS", 100)
     rng = random.Random(2026)
     cfg = enabled(orders, 8, rng)
-    a, b = cluster.connect(db, autocommit=False), cluster.connect(db, autocommit=False)
-    try:
-        for round_ in range(3):
-            random_dml(a, rng, 0, 15)
-            random_dml(b, rng, 1000, 15)
-            b.commit()
-            random_dml(a, rng, 0, 5)
-            run_ok(cfg)  # a is still open: none of its changes are taken, and none is lost
-            assert_target_equals_source(cluster, db, cfg)
-            random_dml(b, rng, 1000, 10)
-            if round_ == 1:
-                b.rollback()  # never decoded
-            else:
-                b.commit()
-            a.commit()
-            run_ok(cfg)
-            assert_target_equals_source(cluster, db, cfg)
-        for i in range(2000, 2400):  # one large transaction, extracted page by page
-            insert(a, i, rng.choice(["eu", "us"]), rng)
-        a.execute("UPDATE public.orders SET qty = 0 WHERE id % 3 = 0")
-        a.execute("DELETE FROM public.orders WHERE id % 7 = 0")
-        a.commit()
-    finally:
-        a.close()
-        b.close()
+    interleaved_rounds(cluster, db, cfg, rng)
+    with cluster.connect(db, autocommit=False) as big:  # one large transaction, extracted page by page
+        for i in range(2000, 2400):
+            insert(big, i, rng.choice(["eu", "us"]), rng)
+        big.execute("UPDATE public.orders SET qty = 0 WHERE id % 3 = 0")
+        big.execute("DELETE FROM public.orders WHERE id % 7 = 0")
+        big.commit()
     run_ok(cfg)
     assert_target_equals_source(cluster, db, cfg)
     assert sources.status(cfg.table("ORDERS")).waiting == 0
