@@ -170,6 +170,7 @@ def enable(table: TableConfig, table_dir: str) -> ps.Enabled:
                                               .format(sql.Identifier(names.slot))).fetchone()
                 assert created is not None
                 start, snapshot = str(created[1]), str(created[2])
+                faults.point("postgres.slot_created")  # a slot and no base: the next enable starts over
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
                 rows = ps._write_parquet(

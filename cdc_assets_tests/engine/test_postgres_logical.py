@@ -10,6 +10,7 @@ import json
 import os
 import random
 import secrets
+import subprocess
 
 import pyarrow.parquet as pq
 import pytest
@@ -124,6 +125,29 @@ def test_a_run_killed_between_the_extract_and_the_slots_confirmation_loses_and_d
     assert len(taken) == len(set(taken)) == 10  # each change in exactly one extract
     assert [len(b.files) for b in registered(cfg.table_dir("ORDERS"))] == [2]
     assert sources.status(cfg.table("ORDERS")).waiting == 0
+
+
+def test_enable_killed_after_creating_the_slot_and_before_the_base_starts_over_and_takes_every_change_once(orders,
+                                                                                                          cli):
+    cluster, db, cfg = orders
+    rng = random.Random(3)
+    with cluster.connect(db) as conn:
+        for i in range(4):
+            insert(conn, i, "eu", rng)
+    env = {**os.environ, "CDC_ASSETS_CRASH_AT": "postgres.slot_created"}
+    killed = subprocess.run([*cli, "capture", "enable", "--config", cfg.path], env=env, capture_output=True,
+                            text=True)
+    assert killed.returncode == -9, killed.stderr
+    with cluster.connect(db) as conn:
+        conn.execute("UPDATE public.orders SET note = 'after' WHERE id = 3")
+    assert capture(cfg, "enable") == 0  # no base: it drops the slot left behind and starts over
+    cfg = reload(cfg)
+    with cluster.connect(db) as conn:
+        conn.execute("DELETE FROM public.orders WHERE id = 0")
+    run_ok(cfg)
+    assert_target_equals_source(cluster, db, cfg)
+    with cluster.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE database = %s", (db,)).fetchone()[0] == 1
 
 
 def test_enable_says_what_a_table_without_a_usable_replica_identity_needs_and_full_identity_works(postgres_db,
