@@ -299,13 +299,25 @@ _JSON_NUMBERS = (*_INTEGERS, "numeric", "oid")
 def typed(column: PgColumn, text: str | None) -> object:
     """A value's text (PostgreSQL's output form, with DateStyle ISO and TimeZone UTC) as the extract
     holds it (engine/postgres_source.py `_field`): booleans, integers, floats and bytea typed; arrays
-    as JSON arrays (to_jsonb's text); every other value its text, typed by the extract's reader."""
+    as JSON arrays (to_jsonb's text); every other value its text, typed by the extract's reader. A
+    text that is not of the column's current type (its type was changed since the change was
+    written) is a DecodeError naming the column, never the value."""
     if text is None:
         return None
+    try:
+        return _typed(column, text)
+    except (ValueError, IndexError):
+        raise DecodeError(f"a captured value of column {column.name!r} is not a {column.formatted} in PostgreSQL's "
+                          "text form (was the column's type changed?)") from None
+
+
+def _typed(column: PgColumn, text: str) -> object:
     if column.category == "A":
         return array_json(text, column.base[1:] if column.base.startswith("_") else column.base)
     kind = column_type(column)
     if kind == "boolean":
+        if text not in ("t", "f"):
+            raise ValueError("not a boolean")
         return text == "t"
     if kind in ("int", "long") and column.base in _INTEGERS:
         return int(text)
@@ -313,8 +325,7 @@ def typed(column: PgColumn, text: str | None) -> object:
         return float(text)  # NaN, Infinity and -Infinity included
     if kind == "binary":
         if not text.startswith("\\x"):
-            raise DecodeError(f"a bytea value not in hex output form (bytea_output must be hex) in column "
-                              f"{column.name!r}")
+            raise ValueError("a bytea value not in hex output form (bytea_output must be hex)")
         return bytes.fromhex(text[2:])
     return text
 
@@ -333,7 +344,7 @@ def array_json(text: str, element: str) -> str:
 
 def _array(s: str, i: int) -> tuple[list[object], int]:
     if s[i] != "{":
-        raise DecodeError(f"array text: {s[i]!r} at {i} where '{{' belongs")
+        raise DecodeError(f"array text: no '{{' at character {i}")
     items: list[object] = []
     i += 1
     if s[i] == "}":
@@ -364,7 +375,7 @@ def _array(s: str, i: int) -> tuple[list[object], int]:
         elif s[i] == "}":
             return items, i + 1
         else:
-            raise DecodeError(f"array text: {s[i]!r} at {i} where ',' or '}}' belongs")
+            raise DecodeError(f"array text: no ',' or '}}' at character {i}")
 
 
 def _json(item: object, element: str) -> str:
@@ -427,8 +438,12 @@ def encode(message: Message) -> bytes:
     return message.kind.encode()
 
 
-def changes(messages: Iterator[bytes], schema: str, table: str, keys: Sequence[str]) -> Iterator[LogicalChange]:
-    """Every change of schema.table in a stream of messages, in commit order."""
+def changes(messages: Iterator[bytes], schema: str, table: str, keys: Sequence[str], after: int = 0,
+            before: int | None = None) -> Iterator[LogicalChange]:
+    """The changes of schema.table in a stream of messages, in commit order: those of transactions
+    whose commit LSN is at least `after` and below `before` (engine/postgres_logical.py: why)."""
     reader = TableChanges(schema, table, keys)
     for data in messages:
-        yield from reader.feed(data)
+        for change in reader.feed(data):
+            if change.commit_lsn >= after and (before is None or change.commit_lsn < before):
+                yield change

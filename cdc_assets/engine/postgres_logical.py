@@ -26,7 +26,8 @@ the next enable drops that slot and starts again.
 Extraction, a batch. Each extraction first confirms the slot at the position the last extract (or
 the base) recorded (a crash may have come between an extract and its confirmation), then notes the
 flushed WAL position L and peeks the slot up to L: that gives every transaction whose commit record
-starts before L, and only those (decoding stops at the first record reaching L). Their changes of
+starts before L (decoding stops at the first record reaching L; one that starts at or past L, which
+a position inside a page header can let through, is left out here and comes again next time). Their changes of
 the table, ordered by commit LSN then position in the transaction (core/pgoutput.py), become one
 Parquet extract with L in its metadata; only once the extract is durable under its final name is
 the slot advanced to L, which passes over exactly the transactions whose commit starts before L.
@@ -217,12 +218,13 @@ def _peek(conn: psycopg.Connection, names: Slot, upto: int | None) -> Iterator[b
                 yield bytes(data)
 
 
-def _changes(conn: psycopg.Connection, names: Slot, source: PgSource, keys: Sequence[str], upto: int | None,
-             after: int) -> Iterator[pgoutput.LogicalChange]:
-    """The table's changes in the slot up to `upto`, leaving out those committed before `after`."""
-    for change in pgoutput.changes(_peek(conn, names, upto), source.schema, source.table, keys):
-        if change.commit_lsn >= after:
-            yield change
+def _changes(conn: psycopg.Connection, names: Slot, source: PgSource, keys: Sequence[str], after: int,
+             upto: int) -> Iterator[pgoutput.LogicalChange]:
+    """The table's changes of the transactions whose commit starts at or after `after` (where the
+    slot is confirmed) and before `upto`: decoding up to `upto` stops at the first record reaching
+    it, which may be a commit starting at or past it (`upto` inside a page header): that one is
+    left for the next extraction, as the slot advanced to `upto` gives it again."""
+    return pgoutput.changes(_peek(conn, names, upto), source.schema, source.table, keys, after=after, before=upto)
 
 
 def _schema(cols: Sequence[PgColumn]) -> pa.Schema:
@@ -268,7 +270,7 @@ def extract_new_rows(table: TableConfig, table_dir: str) -> ps.Extract | None:
             _advance(conn, names, last)  # a crash may have come between the last extract and its confirmation
             conn.commit()
             upto = _lsn(str(ps._one(conn, "SELECT pg_current_wal_flush_lsn()::text", ())))
-            pages = _rows(_changes(conn, names, source, record.keys, upto, last), cols)
+            pages = _rows(_changes(conn, names, source, record.keys, last, upto), cols)
             first = next(pages, None)
             if first is None:
                 conn.commit()
@@ -283,6 +285,8 @@ def extract_new_rows(table: TableConfig, table_dir: str) -> ps.Extract | None:
             conn.commit()
         except psycopg.Error as e:
             raise ps.SourceError(f"{where}: {ps._cause(e)}") from None
+        except pgoutput.DecodeError as e:
+            raise ps.SourceError(f"{where}: slot {names.slot}: {e}") from None
     return ps.Extract(name, rows)
 
 
@@ -349,5 +353,7 @@ def status(table: TableConfig) -> ps.CaptureStatus:
             conn.commit()
         except psycopg.Error as e:
             raise ps.SourceError(f"{where}: {ps._cause(e)}") from None
+        except pgoutput.DecodeError as e:
+            raise ps.SourceError(f"{where}: slot {names.slot}: {e}") from None
     age = None if oldest is None else now - (PG_EPOCH + dt.timedelta(microseconds=oldest))
     return ps.CaptureStatus(table.name, str(source), True, waiting, age, int(retained))

@@ -151,3 +151,25 @@ def test_text_values_are_typed_as_the_catalog_types_them():
 ])
 def test_arrays_become_the_json_text_to_jsonb_gives(text, element, expected):
     assert pgoutput.array_json(text, element) == expected
+
+
+def test_only_the_changes_committed_within_the_window_are_taken():
+    """An extraction takes the transactions whose commit starts at or after where the slot was
+    confirmed and before the position it reads up to: one read past that position (decoding stops
+    at the first record reaching it) is left for the next extraction, which the slot gives again."""
+    messages = stream(ORDERS, *(m for lsn in (0x100, 0x200, 0x300) for m in (
+        Begin(lsn, 0, 1), Insert(16384, (str(lsn), "eu", None)), Commit(lsn, lsn + 0x30, 0))))
+    taken = pgoutput.changes(iter(messages), "public", "orders", ("id",), after=0x200, before=0x300)
+    assert [c.values["id"] for c in taken] == [str(0x200)]
+    everything = pgoutput.changes(iter(messages), "public", "orders", ("id",))
+    assert [c.values["id"] for c in everything] == [str(0x100), str(0x200), str(0x300)]
+
+
+@pytest.mark.parametrize("column, text", [
+    (col("int4"), "abc"), (col("bool", "B"), "yes"), (col("float8"), "1,5"), (col("bytea", "U"), "\\xzz"),
+    (col("_int4", "A"), "{1,2"), (col("_int4", "A"), "1,2}"),
+])
+def test_a_value_whose_text_does_not_fit_the_catalogs_type_is_an_error_naming_the_column_not_the_value(column, text):
+    with pytest.raises(pgoutput.DecodeError, match="column 'c'") as e:
+        pgoutput.typed(column, text)
+    assert text not in str(e.value)
