@@ -51,7 +51,7 @@ def slot_position(cluster, db) -> str:
                                 (db,)).fetchone()[0])
 
 
-def test_enable_then_runs_keep_the_target_equal_to_the_source_and_an_unchanged_toasted_value_is_kept(orders, capsys):
+def test_runs_keep_the_target_equal_to_the_source_through_key_changes_toasted_values_new_columns_and_truncates(orders, capsys):
     cluster, db, cfg = orders
     rng = random.Random(7)
     cfg = enabled(orders, 5, rng)
@@ -76,6 +76,14 @@ def test_enable_then_runs_keep_the_target_equal_to_the_source_and_an_unchanged_t
     assert_target_equals_source(cluster, db, cfg)
     assert next(r for r in target_rows(cfg, "ORDERS") if r["id"] == 1)["doc"] == json.dumps({"big": big})
     assert run_ok(cfg).new_batch is None
+    with cluster.connect(db) as conn:  # a column added, then a truncate between changes
+        conn.execute("ALTER TABLE public.orders ADD COLUMN extra text")
+        conn.execute("UPDATE public.orders SET extra = 'e' WHERE id = 4")
+        conn.execute("TRUNCATE public.orders")
+        insert(conn, 20, "eu", rng)
+    run_ok(cfg)
+    assert_target_equals_source(cluster, db, cfg)
+    assert len(target_rows(cfg, "ORDERS")) == 1
     assert sources.status(cfg.table("ORDERS")).waiting == 0
 
 
