@@ -23,12 +23,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from .errors import TerminalError
 from .postgres import PgColumn, column_type
 
 UPSERT, DELETE, TRUNCATE = "UPSERT", "DELETE", "TRUNCATE"
 
 
-class DecodeError(ValueError):
+class DecodeError(TerminalError, ValueError):
     """A message that is not what protocol version 1 of pgoutput sends (names the message kind and
     the byte; never a value)."""
 
