@@ -49,7 +49,7 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def cluster() -> Iterator[Cluster]:
+def cluster(wal_level: str = "logical") -> Iterator[Cluster]:
     bin_dir = _bin_dir()
     if bin_dir is None:
         pytest.skip("no PostgreSQL server (./bootstrap.sh test installs Debian's postgresql)")
@@ -63,7 +63,7 @@ def cluster() -> Iterator[Cluster]:
         subprocess.run([*as_postgres, f"{bin_dir}/initdb", "-D", data, "-A", "trust", "-U", "postgres",
                         "--no-sync"], check=True, capture_output=True)
         subprocess.run([*as_postgres, f"{bin_dir}/pg_ctl", "-D", data, "-l", log, "-w", "-o",
-                        f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c wal_level=logical "
+                        f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c wal_level={wal_level} "
                         "-c fsync=off -c max_connections=50 -c lock_timeout=20s", "start"], check=True, capture_output=True)
         try:
             yield Cluster("127.0.0.1", port, "postgres")

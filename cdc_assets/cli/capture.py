@@ -10,9 +10,10 @@ def register(sub) -> None:
     p = sub.add_parser("capture", help="enable, disable or show the capture of PostgreSQL sources",
                        description="A table with `source: postgresql://...` is captured by cdc_assets itself. "
                                    "`enable` creates the changelog, its sequence and the trigger in schema "
-                                   "cdc_assets of the source's database and takes the table's base snapshot; "
-                                   "`disable` removes every object enable made; `status` shows the changes waiting "
-                                   "and the oldest one's age. Exit 1: a table failed; 2: cdc.yaml is not valid, "
+                                   "cdc_assets of the source's database (capture: logical: a publication and a "
+                                   "replication slot) and takes the table's base snapshot; `disable` removes every "
+                                   "object enable made; `status` shows the changes waiting, the oldest one's age "
+                                   "and a slot's retained WAL. Exit 1: a table failed; 2: cdc.yaml is not valid, "
                                    "names no such table, or the table has no PostgreSQL source.")
     p.add_argument("action", choices=("enable", "disable", "status"),
                    help="enable: start capturing (and take the base); disable: remove what enable made; "
@@ -24,7 +25,7 @@ def register(sub) -> None:
 
 def main(args) -> int:
     from ..core.postgres import is_postgresql
-    from ..engine import postgres_source
+    from ..engine import sources
     from ..engine.lock import table_lock
 
     cfg = config_or_none(args.config)
@@ -43,15 +44,17 @@ def main(args) -> int:
     def act(table) -> None:
         if args.action == "enable":
             with table_lock(cfg.table_dir(table.name)):
-                done = postgres_source.enable(table, cfg.table_dir(table.name))
+                done = sources.enable(table, cfg.table_dir(table.name))
             print(f"{table.name}: capture enabled; keys {', '.join(done.keys)}; base snapshot of "
                   f"{done.base_rows} rows")
         elif args.action == "disable":
-            print(f"{table.name}: capture disabled; removed {'; '.join(postgres_source.disable(table))}")
+            print(f"{table.name}: capture disabled; removed {'; '.join(sources.disable(table))}")
         else:
-            s = postgres_source.status(table)
+            s = sources.status(table)
             print(f"{table.name}: " + (f"{s.waiting} changes waiting"
                                        + (f", oldest {s.oldest.total_seconds():.0f}s" if s.oldest else "")
+                                       + (f"; {s.retained_wal / 2**20:.1f} MiB of WAL retained by the slot"
+                                          if s.retained_wal is not None else "")
                                        if s.enabled else "capture not enabled"))
 
     return each_table(tables, act)

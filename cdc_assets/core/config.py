@@ -57,6 +57,7 @@ class TableConfig:
     source: str | None = None  # bigquery://project.dataset.table: the changes are that table's rows;
     # postgresql://USER@HOST:PORT/DATABASE/SCHEMA.TABLE: the changes are captured from that table
     capture: str | None = None  # a PostgreSQL source's capture method (core/postgres.py CAPTURE_METHODS)
+    max_retained_wal_mb: int | None = None  # `capture: logical`: the slot's WAL the slot_retained_wal check allows
     source_position: str | None = None  # the source column that grows as rows are appended
     publish: Publish = field(default_factory=lambda: Publish(), hash=False, compare=False)
     change_feed: bool = False  # the target records Delta's change data feed: row-level changes per version
@@ -276,8 +277,10 @@ def _pseudo_columns(fmt: str, options: ChangesetOptions) -> tuple[str, ...]:
     """The columns of a format's files that say what each change is, not what its row holds (SPEC 3)."""
     if fmt == "changeset":
         return (options["op_column"],)
-    if fmt in ("bigquery-cdc", postgres.FORMAT):
+    if fmt == "bigquery-cdc":
         return (postgres.OP_COLUMN, postgres.SEQUENCE_COLUMN)
+    if fmt == postgres.FORMAT:
+        return postgres.PSEUDO_COLUMNS
     if fmt == "bigquery-append":
         return ("datastream_metadata",)
     return ()
@@ -349,6 +352,7 @@ def _table(t: object, i: int, where: str, base_dir: str) -> TableConfig:
     reconcile = t.get("reconcile_with")
     source, position = _source(t.get("source"), t.get("source_position"), fmt, here)
     capture = _capture(t.get("capture"), source, here)
+    max_retained_wal = _max_retained_wal(t.get("max_retained_wal_mb"), capture, here)
     change_feed = t.get("change_feed", False)
     if not isinstance(change_feed, bool):
         raise ConfigError(f"{here}: field 'change_feed' must be true or false, not {change_feed!r}")
@@ -380,6 +384,7 @@ def _table(t: object, i: int, where: str, base_dir: str) -> TableConfig:
     return TableConfig(
         name=name, keys=keys, format=fmt, options=options, partition_by=partition_by,
         columns=_columns(t.get("columns"), here, rename), source=source, source_position=position, capture=capture,
+        max_retained_wal_mb=max_retained_wal,
         publish=_publish(t.get("publish"), source, here), change_feed=change_feed,
         apply=_apply_policy(t.get("apply"), here), maintenance=maintenance,
         insert_only=insert_only, partial_updates=partial_updates, history=history,
@@ -432,10 +437,24 @@ def _capture(value: object, source: str | None, here: str) -> str | None:
     method = "changelog" if value is None else value
     if method not in postgres.CAPTURE_METHODS:
         raise ConfigError(f"{here}: field 'capture' {value!r} must be one of {', '.join(postgres.CAPTURE_METHODS)}")
-    if method == "logical":
-        raise ConfigError(f"{here}: field 'capture': method 'logical' is not available in this version; "
-                          "use 'changelog' (the default)")
     return str(method)
+
+
+DEFAULT_MAX_RETAINED_WAL_MB = 1024
+
+
+def _max_retained_wal(value: object, capture: str | None, here: str) -> int | None:
+    """`max_retained_wal_mb:` of a `capture: logical` table (default 1 GiB)."""
+    if capture != "logical":
+        if value is not None:
+            raise ConfigError(f"{here}: field 'max_retained_wal_mb' needs 'capture: logical' (only a replication "
+                              "slot retains WAL)")
+        return None
+    if value is None:
+        return DEFAULT_MAX_RETAINED_WAL_MB
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{here}: field 'max_retained_wal_mb' {value!r} must be a whole number of MiB, at least 1")
+    return value
 
 
 def _postgresql_source(table: TableConfig, warehouse: str, where: str) -> TableConfig:

@@ -73,8 +73,12 @@ KEYS: tuple[Key, ...] = (
         "Read the changes from a BigQuery table instead of landed files (formats `bigquery-append`, `bigquery-cdc`), "
         "or capture them from a PostgreSQL table (format implied; `keys` default to its primary key; the password "
         "and TLS come from libpq: `PGPASSWORD`, `~/.pgpass`, `PGSSLMODE`)."),
-    Key("tables[].capture", "`changelog`", "`changelog`",
-        "How a PostgreSQL source's changes are captured: a trigger-filled changelog (`cdc-assets capture enable`)."),
+    Key("tables[].capture", "`changelog` or `logical`", "`changelog`",
+        "How a PostgreSQL source's changes are captured (`cdc-assets capture enable`): a trigger-filled changelog, "
+        "or a publication and a logical replication slot (needs `wal_level=logical`)."),
+    Key("tables[].max_retained_wal_mb", "a whole number of MiB, 1 or more", "`1024` with `capture: logical`",
+        "The `slot_retained_wal` check warns once the table's replication slot keeps more WAL than this on the "
+        "PostgreSQL server."),
     Key("tables[].source_position", "a column name (`a.b` for a record's field)", "required for `bigquery-cdc`",
         "The source column that grows as rows are appended."),
     Key("tables[].publish", "a mapping", "none", "Copies of the target kept elsewhere."),

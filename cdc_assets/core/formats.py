@@ -854,7 +854,7 @@ def _bigquery_append(record: Record, keys: Sequence[str], options: ChangesetOpti
 
 
 def _bigquery_cdc(record: Record, keys: Sequence[str], options: ChangesetOptions, line: int,
-                  typing: Typing | None = None) -> Change:
+                  typing: Typing | None = None, unset: frozenset[str] = frozenset()) -> Change:
     change_type = str(record.get("_CHANGE_TYPE", "")).upper()
     if change_type not in CDC_TYPES:
         raise RecordError(f"unknown change type {record.get('_CHANGE_TYPE')!r} (expected UPSERT or DELETE)")
@@ -863,17 +863,29 @@ def _bigquery_cdc(record: Record, keys: Sequence[str], options: ChangesetOptions
     order = "0" if csn is None else "1" + ordering.change_sequence_number(str(csn) if isinstance(csn, int) else csn)
     row = _row({k: v for k, v in record.items() if k not in ("_CHANGE_TYPE", "_CHANGE_SEQUENCE_NUMBER")}, typing)
     return _change(line, _key(row, keys), CDC_TYPES[change_type], row, order, None, change_type,
-                   content_ids=csn is not None)
+                   content_ids=csn is not None, unset=unset)
 
 
 def _postgresql(record: Record, keys: Sequence[str], options: ChangesetOptions, line: int,
                 typing: Typing | None = None) -> Change:
     """A PostgreSQL source's extracted change (engine/postgres_source.py): bigquery-cdc's two columns,
-    and a TRUNCATE of the whole table (rule 9) ranked by its changelog sequence like any change."""
+    a TRUNCATE of the whole table (rule 9) ranked by its capture's order like any change, and
+    `_CHANGE_UNSET`: the columns an upsert does not carry (unchanged TOASTed values, rule 10)."""
     if record.get("_CHANGE_TYPE") == "TRUNCATE":
         order = "1" + ordering.change_sequence_number(str(record.get("_CHANGE_SEQUENCE_NUMBER")))
         return _change(line, (), TRUNCATE, {}, order, None, "TRUNCATE")
-    return _bigquery_cdc(record, keys, options, line, typing)
+    raw = record.get("_CHANGE_UNSET")
+    try:
+        unset = frozenset(json.loads(raw)) if isinstance(raw, str) else frozenset()
+    except (ValueError, TypeError):
+        raise RecordError("_CHANGE_UNSET is not a JSON list of column names") from None
+    if raw is not None and not (isinstance(raw, str) and all(isinstance(c, str) for c in unset)):
+        raise RecordError("_CHANGE_UNSET is not a JSON list of column names")
+    record = {k: v for k, v in record.items() if k != "_CHANGE_UNSET" and k not in unset}
+    if unset:
+        rename = dict(typing.rename) if typing else {}
+        unset = frozenset(rename.get(c, c) for c in unset)
+    return _bigquery_cdc(record, keys, options, line, typing, unset)
 
 
 def _changeset(record: Record, keys: Sequence[str], options: ChangesetOptions, line: int,

@@ -24,6 +24,10 @@ CAPTURE_DIR = "capture"  # <warehouse>/<TABLE>/capture/: the base snapshot and w
 # The columns an extract gives each change beside the source's own (the `postgresql` format reads them
 # as `bigquery-cdc` reads its own: UPSERT or DELETE, and the changelog's sequence as the ordering key).
 OP_COLUMN, SEQUENCE_COLUMN = "_CHANGE_TYPE", "_CHANGE_SEQUENCE_NUMBER"
+# The columns an upsert does not carry (a JSON list; null: it carries them all): `capture: logical`'s
+# unchanged TOASTed values, which keep the key's stored value (core/partial.py).
+UNSET_COLUMN = "_CHANGE_UNSET"
+PSEUDO_COLUMNS = (OP_COLUMN, SEQUENCE_COLUMN, UNSET_COLUMN)
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,14 @@
-"""Asset checks beside their assets: key uniqueness, batch accounting, reconciliation, freshness.
+"""Asset checks beside their assets: key uniqueness, batch accounting, reconciliation, freshness,
+and the WAL a `capture: logical` source's replication slot retains.
 
 Key uniqueness and reconciliation are evaluated by target's own step, batch accounting by
 staging's (their specs and results are here, table_assets.py yields them): a check of its own
 would be a step of its own, and a step costs a run about a tenth of a second outside its work.
 Each still shows in the UI as an evaluation of its asset, under its name, and a failed blocking
 check fails the step after its materialization, so downstream waits as before. The freshness
-check stays a check of its own: a job evaluates it alone when no apply ran.
+check stays a check of its own: a job evaluates it alone when no apply ran. So does the slot's,
+on the source asset: each run evaluates it, whatever else the run did or failed to do, since a
+capture that stopped taking changes is when the slot's WAL grows.
 """
 
 from collections.abc import Iterator
@@ -15,7 +18,7 @@ import dagster as dg
 from ..core.apply_policy import format_duration
 from ..core.config import Config, TableConfig
 from ..core.reconcile import discrepancies
-from ..engine import checks, status
+from ..engine import checks, postgres_logical, status
 from ..engine.landing import Batch
 from .metadata import as_metadata
 
@@ -23,6 +26,7 @@ KEYS_UNIQUE = "keys_unique"
 BATCH_ACCOUNTED = "batch_accounted"
 RECONCILES_WITH_SOURCE = "reconciles_with_source"
 WITHIN_MAX_STALENESS = "within_max_staleness"
+SLOT_RETAINED_WAL = "slot_retained_wal"
 
 
 def staging_check_specs(staging: dg.AssetKey, batches: dg.PartitionsDefinition) -> list[dg.AssetCheckSpec]:
@@ -61,10 +65,30 @@ def target_checks(cfg: Config, table: TableConfig, spark) -> Iterator[dg.AssetCh
                                   metadata=as_metadata(report), severity=dg.AssetCheckSeverity.WARN)
 
 
-def table_checks(cfg: Config, table: TableConfig, target: dg.AssetKey) -> list[dg.AssetChecksDefinition]:
+def table_checks(cfg: Config, table: TableConfig, target: dg.AssetKey,
+                 source: dg.AssetKey) -> list[dg.AssetChecksDefinition]:
     """The checks of their own (the others are evaluated by their asset's step)."""
     max_staleness = table.apply.max_staleness
-    return [within_max_staleness_check(cfg, table, target, max_staleness)] if max_staleness is not None else []
+    own = [within_max_staleness_check(cfg, table, target, max_staleness)] if max_staleness is not None else []
+    if table.max_retained_wal_mb is not None:
+        own.append(slot_retained_wal_check(table, source, table.max_retained_wal_mb))
+    return own
+
+
+def slot_retained_wal_check(table: TableConfig, source: dg.AssetKey, limit_mb: int) -> dg.AssetChecksDefinition:
+    @dg.asset_check(asset=source, name=SLOT_RETAINED_WAL,
+                    description=f"The replication slot keeps at most {limit_mb} MiB of WAL on the PostgreSQL server "
+                                "(max_retained_wal_mb); a warning: a slot nobody reads keeps every WAL file "
+                                "from its position on, until the server's disk fills.")
+    def slot_retained_wal() -> dg.AssetCheckResult:
+        retained = postgres_logical.retained_wal(table)
+        # A warning, not an error: the capture is still exact, but the source's disk is filling.
+        return dg.AssetCheckResult(
+            passed=retained is not None and retained <= limit_mb * 2**20, severity=dg.AssetCheckSeverity.WARN,
+            metadata=as_metadata({"slot_found": retained is not None, "retained_wal_bytes": retained or 0,
+                                  "max_retained_wal_mb": limit_mb}))
+
+    return slot_retained_wal
 
 
 def within_max_staleness_check(cfg: Config, table: TableConfig, target: dg.AssetKey,

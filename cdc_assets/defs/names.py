@@ -41,5 +41,9 @@ class TableNames:
     def freshness_job(self) -> str:
         return f"{self.table}_freshness_check_job"
 
+    @property
+    def capture_check_job(self) -> str:
+        return f"{self.table}_capture_check_job"
+
     def key(self, asset: str) -> dg.AssetKey:
         return dg.AssetKey([self.table, asset])

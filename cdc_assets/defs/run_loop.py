@@ -214,6 +214,9 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
         outcome.error = root_cause_of_exception(e)
         if settings().debug:
             traceback.print_exc()
+    if table.max_retained_wal_mb is not None:
+        # whatever the run did or failed at: a capture that takes nothing is when its slot's WAL grows
+        jobs.run("capture check", names.capture_check_job, tags)
     outcome.seconds = round(time.time() - t0, 1)
     record_run(cfg, table, outcome.ok, outcome.error)
     faults.point("run.table_done")

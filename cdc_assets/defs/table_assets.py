@@ -29,7 +29,14 @@ from ..engine.partitions import staged_partition_keys
 from ..engine.retry import on_conflict
 from ..engine.tables import path
 from . import dagster_fixes  # noqa: F401 - a waiting step sleeps; the storages reuse their engines
-from .checks import WITHIN_MAX_STALENESS, batch_accounted, staging_check_specs, target_check_specs, target_checks
+from .checks import (
+    SLOT_RETAINED_WAL,
+    WITHIN_MAX_STALENESS,
+    batch_accounted,
+    staging_check_specs,
+    target_check_specs,
+    target_checks,
+)
 from .due import due_now, held_reason
 from .metadata import as_metadata, delta_table_metadata
 from .names import TableNames
@@ -275,6 +282,12 @@ def table_jobs(table: TableConfig) -> list:
             names.freshness_job, selection=dg.AssetSelection.checks(dg.AssetCheckKey(names.key("target"),
                                                                                      WITHIN_MAX_STALENESS)),
             description=f"Evaluate {table.name}'s {WITHIN_MAX_STALENESS} check without applying anything."))
+    if table.max_retained_wal_mb is not None:
+        # The slot's check alone: `run` evaluates it each time, and a user can launch or schedule it.
+        jobs.append(dg.define_asset_job(
+            names.capture_check_job, selection=dg.AssetSelection.checks(dg.AssetCheckKey(names.key(SOURCE),
+                                                                                         SLOT_RETAINED_WAL)),
+            description=f"Evaluate {table.name}'s {SLOT_RETAINED_WAL} check: the WAL its replication slot keeps."))
     if table.base_snapshot and table.partition_by:
         jobs.append(dg.define_asset_job(names.base_job, selection=[names.key("base")],
                                         description=f"Import {table.name}'s base snapshot."))

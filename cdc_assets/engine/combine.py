@@ -27,9 +27,10 @@ _MARK = '"' + UNSET_KEY + '"'
 
 
 def combines(table: TableConfig) -> bool:
-    """Whether a table's changes can leave columns out: partial updates, a Debezium feed (TOAST),
-    or soft deletes (a delete's image may carry the key alone)."""
-    return table.partial_updates or table.format == "debezium-json" or table.soft_deletes
+    """Whether a table's changes can leave columns out: partial updates, a Debezium feed or a
+    PostgreSQL slot (TOAST), or soft deletes (a delete's image may carry the key alone)."""
+    return table.partial_updates or table.format == "debezium-json" or table.capture == "logical" \
+        or table.soft_deletes
 
 
 def cut_orders(records: pa.Table) -> list[str]:

@@ -101,8 +101,9 @@ class CaptureStatus:
     table: str
     source: str
     enabled: bool
-    waiting: int  # changelog rows no extract has taken
+    waiting: int  # changes no extract has taken
     oldest: dt.timedelta | None  # how long the oldest of them has waited
+    retained_wal: int | None = None  # bytes of WAL a logical-capture table's slot keeps on the server
 
 
 def objects(source: PgSource) -> Objects:
@@ -198,7 +199,7 @@ def enable(table: TableConfig, table_dir: str) -> Enabled:
             changelog = sql.Identifier(SCHEMA, names.changelog)
             seen = postgres.ranges(r[0] for r in conn.execute(sql.SQL("SELECT seq FROM {}").format(changelog)))
             rows = _write_parquet(base, _pages(conn, _select(cols, sql.SQL("{} r").format(_table_ref(source)), changes=False),
-                                               cols, changes=False), _schema(cols, changes=False), seen)
+                                               cols, changes=False), _schema(cols, changes=False), _taken(seen))
             faults.point("postgres.base_written")
             _delete_taken(conn, names, seen)
             conn.commit()
@@ -281,7 +282,7 @@ def _check_columns(cols: Sequence[PgColumn], keys: Sequence[str], where: str) ->
     if missing:
         raise SourceError(f"{where}: key column {missing[0]!r} is not a column of the table "
                           f"(columns: {', '.join(names)})")
-    taken = [n for n in names if n in (postgres.OP_COLUMN, postgres.SEQUENCE_COLUMN)]
+    taken = [n for n in names if n in postgres.PSEUDO_COLUMNS]
     if taken:
         raise SourceError(f"{where}: column {taken[0]!r} has the name the captured changes' own column has")
 
@@ -406,7 +407,7 @@ def extract_new_rows(table: TableConfig, table_dir: str) -> Extract | None:
                 os.path.join(folder, name),
                 _pages(conn, _select(cols, sql.SQL("{} l, LATERAL jsonb_populate_record(NULL::{}, l.image) r")
                                      .format(changelog, _table_ref(source)), changes=True), cols, changes=True),
-                _schema(cols, changes=True), taken)
+                _schema(cols, changes=True), _taken(taken))
             faults.point("postgres.extracted")  # the extract is in the warehouse; the changelog still holds its rows
             _delete_taken(conn, names, taken)
             conn.commit()
@@ -419,10 +420,19 @@ def _last_taken(folder: str, base: str) -> tuple[int, Ranges]:
     """(how many extracts there are, the sequence numbers the last one, or else the base, took)."""
     import pyarrow.parquet as pq
 
-    names = sorted(n for n in os.listdir(folder) if n.endswith(".parquet") and not n.startswith((".", "_"))) \
-        if os.path.isdir(folder) else []
+    names = _extract_names(folder)
     meta = pq.read_metadata(os.path.join(folder, names[-1]) if names else base).metadata or {}
     return len(names), postgres.decode_ranges(json.loads(meta.get(TAKEN_KEY, b"[]")))
+
+
+def _taken(taken: Ranges) -> dict[bytes, bytes]:
+    return {TAKEN_KEY: json.dumps(postgres.encode_ranges(taken)).encode()}
+
+
+def _extract_names(folder: str) -> list[str]:
+    """The extracts written so far, in the order they were written."""
+    return sorted(n for n in os.listdir(folder) if n.endswith(".parquet") and not n.startswith((".", "_"))) \
+        if os.path.isdir(folder) else []
 
 
 def _delete_taken(conn: psycopg.Connection, names: Objects, taken: Ranges) -> None:
@@ -494,15 +504,15 @@ def _pages(conn: psycopg.Connection, query, cols: Sequence[PgColumn], changes: b
             yield [list(c) for c in zip(*rows)]
 
 
-def _write_parquet(final: str, pages: Iterable[list[list]], schema: pa.Schema, taken: Ranges) -> int:
-    """The pages as one Parquet file under `final`, complete and durable or not there at all, with the
-    changelog sequence numbers it took in its metadata."""
+def _write_parquet(final: str, pages: Iterable[list[list]], schema: pa.Schema, metadata: dict[bytes, bytes]) -> int:
+    """The pages as one Parquet file under `final`, complete and durable or not there at all, with
+    `metadata` (what it took from the source) in its own."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     folder = os.path.dirname(final)
     os.makedirs(folder, exist_ok=True)
-    schema = schema.with_metadata({TAKEN_KEY: json.dumps(postgres.encode_ranges(taken)).encode()})
+    schema = schema.with_metadata(metadata)
     partial = os.path.join(folder, f".{os.path.basename(final)}.partial")
     written = 0
     with pq.ParquetWriter(partial, schema) as writer:

@@ -34,6 +34,15 @@ def test_a_postgresql_source_implies_its_format_the_changelog_method_and_the_bas
         ("app", "db.example", 5432, "shop", "public.orders")
 
 
+def test_capture_logical_is_a_method_of_a_postgresql_source_whose_slot_warns_above_a_gib_of_wal(tmp_path):
+    table = parse_config(raw(tmp_path, keys=["id"], capture="logical"), str(tmp_path / "cdc.yaml")).tables[0]
+    assert (table.format, table.capture, table.max_retained_wal_mb) == ("postgresql", "logical", 1024)
+    table = parse_config(raw(tmp_path, keys=["id"], capture="logical", max_retained_wal_mb=50),
+                         str(tmp_path / "cdc.yaml")).tables[0]
+    assert table.max_retained_wal_mb == 50
+    assert parse_config(raw(tmp_path, keys=["id"]), str(tmp_path / "cdc.yaml")).tables[0].max_retained_wal_mb is None
+
+
 def test_keys_default_to_the_primary_key_capture_enable_recorded(tmp_path):
     assert parse_config(raw(tmp_path), str(tmp_path / "cdc.yaml")).tables[0].keys == ()
     folder = postgres.capture_dir(str(tmp_path / "warehouse" / "ORDERS"))
@@ -50,7 +59,9 @@ def test_keys_default_to_the_primary_key_capture_enable_recorded(tmp_path):
     ({"source": "postgresql://app@db/shop/public.orders"}, "USER@HOST:PORT/DATABASE/SCHEMA.TABLE"),
     ({"source": "postgresql://app@db:5432/shop/orders"}, "SCHEMA.TABLE"),
     ({"capture": "trigger"}, "field 'capture' 'trigger' must be one of changelog, logical"),
-    ({"capture": "logical"}, "method 'logical' is not available"),
+    ({"max_retained_wal_mb": 100}, "field 'max_retained_wal_mb' needs 'capture: logical'"),
+    ({"capture": "logical", "max_retained_wal_mb": 0}, "field 'max_retained_wal_mb' 0 must be a whole number of MiB"),
+    ({"capture": "logical", "max_retained_wal_mb": True}, "must be a whole number of MiB"),
     ({"format": "bigquery-cdc"}, "leave 'format' out"),
     ({"source_position": "seq"}, "leave 'source_position' out"),
     ({"base_snapshot": "./orders.csv"}, "leave 'base_snapshot' out"),

@@ -173,15 +173,14 @@ def random_dml(conn, rng: random.Random, lo: int, n: int) -> None:
             conn.execute("DELETE FROM public.orders WHERE region = %s AND id = %s", (region, i))
 
 
-def test_random_workloads_of_two_interleaved_sessions_with_a_rollback_leave_the_target_equal_to_the_source(orders):
-    cluster, db, cfg = orders
-    rng = random.Random(2026)
-    cfg = enabled(orders, 8, rng)
+def interleaved_rounds(cluster, db, cfg, rng: random.Random, rounds: int = 3) -> None:
+    """Two sessions writing random changes, interleaved with runs, one of their transactions rolled
+    back; the target equals the source after every run."""
     a, b = cluster.connect(db, autocommit=False), cluster.connect(db, autocommit=False)
     try:
-        for round_ in range(3):
-            # a draws sequence numbers first and commits after b and after a run: its numbers are lower
-            # than rows an earlier extraction took
+        for round_ in range(rounds):
+            # a changes rows first and commits after b and after a run: a capture that took its
+            # changes in the order they were made, not committed, would lose or misorder them
             random_dml(a, rng, 0, 15)
             random_dml(b, rng, 1000, 15)
             b.commit()
@@ -190,7 +189,7 @@ def test_random_workloads_of_two_interleaved_sessions_with_a_rollback_leave_the_
             assert_target_equals_source(cluster, db, cfg)
             random_dml(b, rng, 1000, 10)
             if round_ == 1:
-                b.rollback()  # never seen: its changelog rows go with it
+                b.rollback()  # never seen: what it captured goes with it
             else:
                 b.commit()
             a.commit()
@@ -199,6 +198,13 @@ def test_random_workloads_of_two_interleaved_sessions_with_a_rollback_leave_the_
     finally:
         a.close()
         b.close()
+
+
+def test_random_workloads_of_two_interleaved_sessions_with_a_rollback_leave_the_target_equal_to_the_source(orders):
+    cluster, db, cfg = orders
+    rng = random.Random(2026)
+    cfg = enabled(orders, 8, rng)
+    interleaved_rounds(cluster, db, cfg, rng)
     assert postgres_source.status(cfg.table("ORDERS")).waiting == 0
 
 
