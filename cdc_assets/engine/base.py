@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -140,23 +141,38 @@ def typed_export_columns(table: TableConfig) -> dict[str, str] | None:
     return export_columns(schema, table.keys, table.partition_by)
 
 
-TASK_ROWS = 256 * 1024  # rows of a row group per task: a large row group is shared by several tasks
+FILE_ROWS = 256 * 1024  # rows of a base file: a large row group is written as several
+# An export of at least this many row groups gives each task whole row groups: tasks enough to keep
+# the cores busy, and each row group read once (a task reads the whole row group it slices, and
+# slices of one row group in several processes would each read it).
+WHOLE_ROW_GROUPS = 8
 
 
 def _export_slices(file_path: str) -> list[dict]:
-    """The export's rows as task slices: (row group, first row in it, rows)."""
+    """The export's rows as task slices: (row group, first row in it, rows); a slice is written as
+    base files of at most FILE_ROWS rows."""
     meta = pq.ParquetFile(file_path).metadata
+    step = None if meta.num_row_groups >= WHOLE_ROW_GROUPS else FILE_ROWS
     out = []
     for g in range(meta.num_row_groups):
         n = meta.row_group(g).num_rows
-        out += [{"path": file_path, "row_group": g, "start": s, "rows": min(TASK_ROWS, n - s)}
-                for s in range(0, max(n, 1), TASK_ROWS)]
+        out += [{"path": file_path, "row_group": g, "start": s, "rows": min(step or max(n, 1), n - s)}
+                for s in range(0, max(n, 1), step or max(n, 1))]
     return out
 
 
-@functools.lru_cache(maxsize=2)
+_READING = threading.Lock()
+
+
 def _row_group(file_path: str, modified: int, row_group: int, columns: tuple[str, ...]) -> pa.Table:
-    """A row group of the export, read once for the several slices of it a process works on."""
+    """A row group of the export, read once for the several slices of it a process works on: the
+    threads of an import here ask for it together, and one reads while the others wait for it."""
+    with _READING:
+        return _read_row_group(file_path, modified, row_group, columns)
+
+
+@functools.lru_cache(maxsize=2)
+def _read_row_group(file_path: str, modified: int, row_group: int, columns: tuple[str, ...]) -> pa.Table:
     return pq.ParquetFile(file_path).read_row_group(row_group, columns=list(columns))
 
 
@@ -183,24 +199,30 @@ def _export_tasks(table: TableConfig, columns: dict[str, str], folder: str):
                 first = sum(pf.metadata.row_group(g).num_rows for g in range(f["row_group"])) + f["start"]
                 data = _row_group(f["path"], os.stat(f["path"]).st_mtime_ns, f["row_group"], tuple(columns)) \
                     .slice(f["start"], f["rows"])
-                target = storage.join(folder, f"part-{f['row_group']:05d}-{f['start']:012d}-{uuid.uuid4().hex}.parquet")
-                out, partitions = [], set()
-                fs, target_path = storage.filesystem(target, settings)
-                with fs.open_output_stream(target_path) as stream, pq.ParquetWriter(
-                        stream, file_schema, use_dictionary=spark_files.dictionary_columns(file_schema, data)) as writer:
-                    for start in range(0, max(data.num_rows, 1), SLICE_ROWS):
-                        batch = export_batch(data.slice(start, SLICE_ROWS), first + start, keys, partition_by,
-                                             file_name, columns, shape.arrow_type)
-                        bad = pc.is_valid(batch.column("_cdc_reason"))
-                        for r in batch.filter(bad).select([n for n, _ in REJECT_FIELDS]).to_pylist():
-                            out.append(small("reject", reject=r))
-                        good = batch.filter(pc.invert(bad)).select(file_schema.names)
-                        if partition_by:
-                            partitions.update(v for v in pc.unique(good.column("_cdc_partition")).to_pylist()
-                                              if v is not None)
-                        writer.write_batch(good)
-                out += [small("file", storage.basename(target))] + [small("partition", p) for p in partitions]
-                yield pa.RecordBatch.from_pylist(out, schema=out_schema)
+                for at in range(0, max(data.num_rows, 1), FILE_ROWS):
+                    yield write_file(data.slice(at, FILE_ROWS), f["row_group"], f["start"] + at, first + at)
+
+    def write_file(data: pa.Table, row_group: int, start: int, first: int) -> pa.RecordBatch:
+        """One base file of the export's rows `data` (lines first+1 ...), and what Spark is handed of it."""
+        target = storage.join(folder, f"part-{row_group:05d}-{start:012d}-{uuid.uuid4().hex}.parquet")
+        out: list[dict] = []
+        partitions: set[str] = set()
+        fs, target_path = storage.filesystem(target, settings)
+        with fs.open_output_stream(target_path) as stream, pq.ParquetWriter(
+                stream, file_schema, use_dictionary=spark_files.dictionary_columns(file_schema, data)) as writer:
+            for at in range(0, max(data.num_rows, 1), SLICE_ROWS):
+                batch = export_batch(data.slice(at, SLICE_ROWS), first + at, keys, partition_by,
+                                     file_name, columns, shape.arrow_type)
+                bad = pc.is_valid(batch.column("_cdc_reason"))
+                for r in batch.filter(bad).select([n for n, _ in REJECT_FIELDS]).to_pylist():
+                    out.append(small("reject", reject=r))
+                good = batch.filter(pc.invert(bad)).select(file_schema.names)
+                if partition_by:
+                    partitions.update(v for v in pc.unique(good.column("_cdc_partition")).to_pylist()
+                                      if v is not None)
+                writer.write_batch(good)
+        out += [small("file", storage.basename(target))] + [small("partition", p) for p in partitions]
+        return pa.RecordBatch.from_pylist(out, schema=out_schema)
     return run
 
 

@@ -168,3 +168,22 @@ def test_a_key_repeated_in_a_later_file_of_an_export_is_not_taken_for_proven(spa
     assert [r["id"] for r in rows] == [1, 2, 3, 4, 5]
     assert next(r for r in rows if r["id"] == 3)["name"] == "n3"
     assert checks == {"keys_unique": True}
+
+
+@pytest.mark.parametrize("local_rows", [10**6, 0])
+def test_an_export_of_many_row_groups_read_a_row_group_a_task_gives_the_same_base_and_target(
+        spark, tmp_path, monkeypatch, local_rows):
+    """Whole row groups per task, each written as several base files, or a slice of a row group
+    per task: the same base records (lines and ordering keys included) and the same target."""
+    export = in_key_order([1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144])  # 4 row groups of 3 rows (the last 2)
+    monkeypatch.setattr(base, "FILE_ROWS", 2)
+    built = {}
+    for whole in (True, False):
+        monkeypatch.setattr(base, "WHOLE_ROW_GROUPS", 2 if whole else 10**6)
+        work = tmp_path / f"whole-{whole}"
+        rows, _, checks = import_and_build(work, "GROUPS", export, monkeypatch, local_rows)
+        base_path = os.path.join(work, "warehouse", "GROUPS", "base")
+        built[whole] = (rows_of(base_path)[1], rows, checks, len(DeltaTable(base_path).file_uris()))
+    assert built[True][:3] == built[False][:3]
+    assert built[True][3] == built[False][3] == 7  # files of at most 2 rows either way: 2+1, 2+1, 2+1, 2
+    assert [r["id"] for r in built[True][1]] == [1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144]
