@@ -44,4 +44,4 @@ def test_sensor_ticks_extract_new_source_rows_apply_them_and_publish_the_target(
             ("extract-00000001.parquet",), ("extract-00000002.parquet",)]
         assert values(target_rows(cfg, "TABLE1"), "COL1", "COL2") == {"a": "2"}
         assert [tuple(r.values()) for r in client.query(f"SELECT COL1, COL2 FROM `{copy}`").result()] == [("a", "2")]
-        assert publishing.reconcile(client, cfg, cfg.table("TABLE1"))["discrepancies"] == 0
+        assert publishing.reconcile(client, cfg, cfg.table("TABLE1")).discrepancies == 0

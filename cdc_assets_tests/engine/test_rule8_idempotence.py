@@ -40,8 +40,8 @@ def test_steps_applied_again_do_nothing(spark, workdir):
 
     [batch] = registered(table_dir)
     assert register_new_batch(cfg.landing_dir("AGAIN"), table_dir) is None
-    assert import_base(spark, cfg, table) == {"already_committed": True}
-    assert ingest_batch(spark, cfg, table, batch) == {"already_committed": True}
+    assert import_base(spark, cfg, table).already_committed is True
+    assert ingest_batch(spark, cfg, table, batch).already_committed is True
     assert stage_batch(cfg, table, batch).already_committed is True
     assert apply_pending(spark, cfg, table).nothing_new is True
     assert versions(cfg, "AGAIN") == before
