@@ -5,6 +5,7 @@ are left alone, a request is made once per batch, and the incremental apply foll
 the ingest."""
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import dagster as dg
@@ -391,7 +392,7 @@ def test_a_batch_that_does_not_add_up_holds_the_apply_until_its_ingest_passes(sp
     land(cfg, TABLE, "batch-1", {"p.jsonl": jsonl([mysql("INSERT", {"id": 1, "v": "a"}, 1, 1)])})
     daemon.settle()
     real = checks.batch_accounting
-    monkeypatch.setattr(checks, "batch_accounting", lambda *a, **kw: {**real(*a, **kw), "adds_up": False})
+    monkeypatch.setattr(checks, "batch_accounting", lambda *a, **kw: dataclasses.replace(real(*a, **kw), adds_up=False))
     land(cfg, TABLE, "batch-2", {"p.jsonl": jsonl([mysql("UPDATE", {"id": 1, "v": "b"}, 1, 2)])})
     daemon.settle()
     assert daemon.launched_jobs == [BATCH] and daemon.materialized == [["changes", "staging"]]  # not applied

@@ -30,6 +30,14 @@ INCREMENTAL = {
 TARGET = {"pending_changes", "oldest_pending_age_seconds", "within_max_staleness", "target_files", "target_bytes"}
 
 
+def check_metadata(instance: dg.DagsterInstance, asset: list[str], name: str) -> dict:
+    """The metadata of the asset check's latest evaluation."""
+    key = dg.AssetCheckKey(dg.AssetKey(asset), name)
+    record = instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key]
+    assert record.event is not None and record.event.dagster_event is not None
+    return dict(record.event.dagster_event.event_specific_data.metadata)
+
+
 def test_an_applys_figures_are_the_targets_metadata_and_its_summary(workdir):
     cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "datastream-json"}])
     land(cfg, "ORDERS", "batch-0001", {"part-1.jsonl": jsonl([
@@ -79,6 +87,15 @@ def test_an_applys_figures_are_the_targets_metadata_and_its_summary(workdir):
     assert (second.taken.files, second.taken.records_read, second.taken.changes_new,
             second.taken.duplicates_skipped, second.taken.quarantined) == (1, 2, 2, 0, 0)
     assert "2 records, 2 new changes, 0 duplicates, 0 quarantined" in summary_line(second)
+
+    # the checks' reports: the batch's counts add up; the keys the apply touched are each in the target once
+    accounted = check_metadata(instance, ["ORDERS", "staging"], "batch_accounted")
+    assert {k: v.value for k, v in accounted.items()} == {
+        "records_read": 2, "changes_new": 2, "duplicates_skipped": 0, "quarantined": 0, "unchanged": 0,
+        "derived_deletes": 0, "staged": 2, "superseded_in_batch": 0, "complete": True, "adds_up": True}
+    unique = check_metadata(instance, ["ORDERS", "target"], "keys_unique")
+    assert {k: v.value for k, v in unique.items()} == {"keys_checked": 2, "duplicate_keys": 0,
+                                                       "sample_duplicates": []}
 
     # read back into the step's result: the summary line and `run --json` say the same
     applied = second.applied
@@ -169,6 +186,8 @@ def test_a_publishs_figures_are_its_metadata_and_its_summary(workdir, bigquery_e
                                            differing_rows=0, differing_columns=(), discrepancies=0)
     assert report.to_metadata()["differing_columns"] == []
     assert out.checks == {"batch_accounted": True, "keys_unique": True, "reconciles_with_target": True}
+    assert {k: v.value for k, v in check_metadata(instance, ["ORDERS", "bigquery"], "reconciles_with_target")
+            .items()} == report.to_metadata()
 
     # nothing new: a direct publish says so, and which batch the destination holds
     assert publishing.publish(bigquery_emulator, cfg, cfg.table("ORDERS")).to_metadata() == {

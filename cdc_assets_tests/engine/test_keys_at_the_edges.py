@@ -92,6 +92,6 @@ def test_a_duplicated_key_is_found_and_pointed_at_without_its_value(spark, workd
     rows = DeltaTable(target).to_pyarrow_table()
     write_deltalake(target, rows.filter(pa.compute.equal(rows["id"], secret)), mode="append")  # a second row
     figures = key_uniqueness(cfg, cfg.table("DUP"))
-    assert figures["duplicate_keys"] == 1
-    assert figures["sample_duplicates"] == ["batch 1 file 1 line 1"] * 2
+    assert figures.duplicate_keys == 1
+    assert figures.sample_duplicates == ("batch 1 file 1 line 1",) * 2
     assert secret not in repr(figures)

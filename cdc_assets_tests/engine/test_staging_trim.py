@@ -101,7 +101,7 @@ def test_a_trimmed_staging_rebuilds_restores_and_applies_late_changes_as_the_who
     # every trimmed batch still adds up, from what its commits recorded
     for seq in range(1, 6):
         figures = checks.batch_accounting(cfg, table, seq)
-        assert figures["adds_up"] and figures["counted_from_commits"] == ["staged"], (seq, figures)
+        assert figures.adds_up and figures.counted_from_commits == ("staged",), (seq, figures)
 
     def committed_since(version: int) -> list[list[str]]:
         """The rows of every target version committed after `version`."""
