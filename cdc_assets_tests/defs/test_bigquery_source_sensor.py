@@ -10,9 +10,8 @@ import pytest
 from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.engine import bigquery as publishing
 from cdc_assets.engine.landing import registered
-from cdc_assets_tests.engine.records import values
 from cdc_assets_tests.engine.test_bigquery_source import APPEND_SCHEMA, append, create, source_config
-from cdc_assets_tests.helpers import target_rows
+from cdc_assets_tests.support.warehouse import target_rows, values
 
 from .test_sensor import Daemon
 

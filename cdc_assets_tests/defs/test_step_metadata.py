@@ -15,8 +15,10 @@ from cdc_assets.engine.step_results import (
     PublishResult,
 )
 from cdc_assets_tests.emulators import PROJECT
-from cdc_assets_tests.engine.records import mysql
-from cdc_assets_tests.helpers import jsonl, land, run_table, write_config
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import run_table
 
 # the apply's own entries (the target's size and what waits follow them; `dagster/...` are the catalog's)
 INCREMENTAL = {

@@ -19,9 +19,11 @@ from cdc_assets.defs.publish import publish_job_name
 from cdc_assets.engine import apply
 from cdc_assets.engine import bigquery as publishing
 from cdc_assets_tests.emulators import PROJECT
-from cdc_assets_tests.helpers import jsonl, land, run_table, target_rows, write_config
-
-from .records import MARKS, mysql, run_ok
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok, run_table
+from cdc_assets_tests.support.warehouse import target_rows
 
 pytestmark = MARKS
 UTC = dt.UTC

@@ -7,9 +7,11 @@ import pytest
 
 from cdc_assets.engine import target_versions
 from cdc_assets.engine.apply import rebuild
-from cdc_assets_tests.helpers import jsonl, land, target_version, write_config
-
-from .records import MARKS, mysql, run_ok
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.warehouse import target_version
 
 pytestmark = MARKS
 

@@ -11,9 +11,11 @@ import time
 from cdc_assets.engine import delta
 from cdc_assets.engine.maintenance import maintain
 from cdc_assets.engine.tables import STAGING, TARGET, path
-from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
-
-from .records import MARKS, mysql, run_ok
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.warehouse import target_rows
 
 pytestmark = MARKS
 

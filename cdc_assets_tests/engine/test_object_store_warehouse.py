@@ -12,9 +12,10 @@ from cdc_assets.engine.apply import rebuild
 from cdc_assets.engine.checks import _all_keys_unique
 from cdc_assets.engine.partitions import staged_partition_keys
 from cdc_assets.engine.tables import TARGET, path
-from cdc_assets_tests.helpers import jsonl, land, write_config
-
-from .records import MARKS, mysql, run_ok
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok
 
 pytestmark = MARKS
 

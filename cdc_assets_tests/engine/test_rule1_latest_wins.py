@@ -7,9 +7,11 @@ name the change that should win ("new") and the ones that should lose ("old").
 """
 from __future__ import annotations
 
-from cdc_assets_tests.helpers import by_key, jsonl, land, target_rows, write_config
-
-from .records import MARKS, bq_append, bq_cdc, ds_event, mysql, oracle, postgres, run_ok, sqlserver, values
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import bq_append, bq_cdc, ds_event, mysql, oracle, postgres, sqlserver
+from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.warehouse import by_key, target_rows, values
 
 pytestmark = MARKS
 

@@ -2,9 +2,11 @@
 in a later batch cannot bring the row back; a newer one can."""
 from __future__ import annotations
 
-from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
-
-from .records import MARKS, bq_cdc, mysql, run_ok, values
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import bq_cdc, mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.warehouse import target_rows, values
 
 pytestmark = MARKS
 

@@ -1,9 +1,11 @@
 """Rule 3: rows of a base snapshot rank below every change, however old the change."""
 from __future__ import annotations
 
-from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
-
-from .records import MARKS, delta_rows, ds_event, mysql, run_ok, values
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import ds_event, mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.warehouse import delta_rows, target_rows, values
 
 pytestmark = MARKS
 

@@ -8,9 +8,11 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from cdc_assets_tests.helpers import by_key, jsonl, land, target_rows, write_config
-
-from .records import MARKS, bq_append, mysql, run_ok
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import bq_append, mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.warehouse import by_key, target_rows
 
 pytestmark = MARKS
 

@@ -8,9 +8,11 @@ from cdc_assets.engine.base import import_base
 from cdc_assets.engine.ingest import ingest_batch
 from cdc_assets.engine.landing import register_new_batch, registered
 from cdc_assets.engine.stage import stage_batch
-from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
-
-from .records import MARKS, delta_rows, delta_version, mysql, run_ok, values
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.warehouse import delta_rows, delta_version, target_rows, values
 
 pytestmark = MARKS
 

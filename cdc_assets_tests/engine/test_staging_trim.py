@@ -17,10 +17,11 @@ from cdc_assets.engine.maintenance import maintain
 from cdc_assets.engine.status import table_status
 from cdc_assets.engine.tables import STAGING, TARGET, path
 from cdc_assets.engine.target_versions import restore
-from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
-
-from .records import MARKS, delta_rows, mysql, run_ok, values
-from .test_maintenance import canonical
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.warehouse import canonical, delta_rows, target_rows, values
 
 pytestmark = MARKS
 

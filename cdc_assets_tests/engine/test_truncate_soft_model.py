@@ -12,10 +12,12 @@ import pytest
 
 from cdc_assets.core.generator import deliver
 from cdc_assets.engine.apply import rebuild
-from cdc_assets_tests.helpers import land, target_rows, write_config
 from cdc_assets_tests.reference_model import DELETE, TRUNCATE, UPSERT, ReferenceTable, SourceChange
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import land
+from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.warehouse import target_rows
 
-from .records import MARKS, run_ok
 from .test_debezium_feed import lines
 
 pytestmark = MARKS
