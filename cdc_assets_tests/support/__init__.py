@@ -5,6 +5,7 @@
 - `feeds`: generated feeds, published into the landing area batch by batch;
 - `records`: change records in each source's format, as its writer produces them;
 - `runs`: a table's run through the Dagster jobs in this process, and what a job run materialized;
+- `steps`: a table's engine steps called directly, without Dagster;
 - `warehouse`: readings of the Delta tables a run leaves;
 - `expected`: what a feed's target must hold (its export, the rules), compared by meaning;
 - `ports`: free and listening local ports.
