@@ -10,7 +10,6 @@ import contextlib
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -18,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+
+from cdc_assets_tests.support.ports import free_port
 
 
 @dataclass(frozen=True)
@@ -42,12 +43,6 @@ def _bin_dir() -> str | None:
     return os.path.dirname(found[-1]) if found else shutil.which("initdb") and os.path.dirname(shutil.which("initdb"))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def cluster(wal_level: str = "logical") -> Iterator[Cluster]:
     bin_dir = _bin_dir()
@@ -58,7 +53,7 @@ def cluster(wal_level: str = "logical") -> Iterator[Cluster]:
     data, log = os.path.join(folder, "data"), os.path.join(folder, "server.log")
     if as_postgres:
         shutil.chown(folder, "postgres")
-    port = _free_port()
+    port = free_port()
     try:
         subprocess.run([*as_postgres, f"{bin_dir}/initdb", "-D", data, "-A", "trust", "-U", "postgres",
                         "--no-sync"], check=True, capture_output=True)

@@ -98,8 +98,8 @@ def test_every_cdc_assets_command_the_docs_show_parses():
 
 def test_the_readme_table_runs_as_written(tmp_path, monkeypatch, capsys):
     from cdc_assets.cli.main import main
-    from cdc_assets_tests.engine.records import mysql
-    from cdc_assets_tests.helpers import jsonl
+    from cdc_assets_tests.support.landing import jsonl
+    from cdc_assets_tests.support.records import mysql
 
     [config] = [body for page, body in _blocks("yaml") if page == "README.md"]
     (tmp_path / "cdc.yaml").write_text(config)
@@ -119,8 +119,8 @@ def test_the_readme_table_runs_as_written(tmp_path, monkeypatch, capsys):
 
 def test_the_troubleshooting_page_reads_the_quarantine_as_written(tmp_path, monkeypatch, capsys):
     from cdc_assets.cli.main import main
-    from cdc_assets_tests.engine.records import mysql
-    from cdc_assets_tests.helpers import jsonl
+    from cdc_assets_tests.support.landing import jsonl
+    from cdc_assets_tests.support.records import mysql
 
     [config] = [body for page, body in _blocks("yaml") if page == "README.md"]
     (tmp_path / "cdc.yaml").write_text(config)

@@ -157,9 +157,8 @@ def _demo(root: str, seed: int, bigquery_client=None) -> int:
             from ..engine import bigquery
 
             bq = bigquery.reconcile(bigquery_client, cfg, table)
-            bad += bq["discrepancies"]
-            line += (f"; BigQuery {bq.get('rows_bigquery')} rows ({bq.get('compared')}), "
-                     f"{bq['discrepancies']} discrepancies")
+            bad += bq.discrepancies
+            line += f"; BigQuery {bq.rows_bigquery} rows ({bq.compared}), {bq.discrepancies} discrepancies"
         ok &= bad == 0
         print(line + f" -> {'OK' if bad == 0 else 'DISCREPANCIES'}")
     print(f"demo {'passed' if ok else 'FAILED'} in {time.time() - t0:.0f}s")

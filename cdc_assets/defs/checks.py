@@ -37,8 +37,8 @@ def staging_check_specs(staging: dg.AssetKey, batches: dg.PartitionsDefinition) 
 
 def batch_accounted(cfg: Config, table: TableConfig, partition_key: str, staging: dg.AssetKey) -> dg.AssetCheckResult:
     figures = checks.batch_accounting(cfg, table, Batch.seq_of(partition_key))
-    return dg.AssetCheckResult(asset_key=staging, check_name=BATCH_ACCOUNTED, passed=bool(figures.get("adds_up")),
-                               metadata=as_metadata(figures))
+    return dg.AssetCheckResult(asset_key=staging, check_name=BATCH_ACCOUNTED, passed=bool(figures.adds_up),
+                               metadata=as_metadata(figures.to_metadata()))
 
 
 def target_check_specs(table: TableConfig, target: dg.AssetKey) -> list[dg.AssetCheckSpec]:
@@ -55,8 +55,8 @@ def target_checks(cfg: Config, table: TableConfig, spark) -> Iterator[dg.AssetCh
     """The results of target's checks (target_check_specs), each as soon as it is known.
     `spark`: a function returning the run's session, for a count over a whole build."""
     figures = checks.key_uniqueness(cfg, table, spark=spark)
-    yield dg.AssetCheckResult(check_name=KEYS_UNIQUE, passed=figures["duplicate_keys"] == 0,
-                              metadata=as_metadata(figures))
+    yield dg.AssetCheckResult(check_name=KEYS_UNIQUE, passed=figures.duplicate_keys == 0,
+                              metadata=as_metadata(figures.to_metadata()))
     if table.reconcile_with:
         report = checks.reconciliation(cfg, table)
         # A warning, not an error: an export is a point in time, and the target only

@@ -36,7 +36,7 @@ def publish_definitions(cfg: Config, table: TableConfig) -> dg.Definitions:
         with bigquery.get_client() as client:
             figures = _write(context, table_dir, f"{table.name}/bigquery",
                              lambda: publishing.publish(client, cfg, table))
-        return dg.MaterializeResult(metadata={**as_metadata(figures), **standard})
+        return dg.MaterializeResult(metadata={**as_metadata(figures.to_metadata()), **standard})
 
     @dg.asset_check(asset=key, name="reconciles_with_target",
                     description="Row counts, and every row (or a sample of a large table) column by column, "
@@ -44,7 +44,7 @@ def publish_definitions(cfg: Config, table: TableConfig) -> dg.Definitions:
     def reconciles_with_target(bigquery: CdcBigQueryResource) -> dg.AssetCheckResult:
         with bigquery.get_client() as client:
             report = publishing.reconcile(client, cfg, table)
-        return dg.AssetCheckResult(passed=report["discrepancies"] == 0, metadata=as_metadata(report))
+        return dg.AssetCheckResult(passed=report.discrepancies == 0, metadata=as_metadata(report.to_metadata()))
 
     job = dg.define_asset_job(publish_job_name(table), selection=[key],
                               description=f"Publish {table.name}'s target to BigQuery {dest}.")

@@ -27,7 +27,7 @@ from ..engine.lock import table_lock
 from ..engine.retry import on_conflict
 from ..engine.settings import settings
 from ..engine.status import record_run
-from ..engine.step_results import ApplyResult, HistoryResult
+from ..engine.step_results import ApplyResult, ChangesResult, HistoryResult, PublishResult
 from .checks import WITHIN_MAX_STALENESS
 from .due import due_now
 from .history import history_job_name
@@ -72,6 +72,12 @@ class TableOutcome:
                 "figures": self.figures}
 
     @property
+    def taken(self) -> ChangesResult | None:
+        """The changes step's result, read back from its materialization (None: changes not materialized)."""
+        found = self.figures.get("changes")
+        return ChangesResult.from_metadata(found) if found else None
+
+    @property
     def applied(self) -> ApplyResult | None:
         """The target step's result, read back from its materialization (None: target not materialized)."""
         found = self.figures.get("target")
@@ -82,6 +88,12 @@ class TableOutcome:
         """The history step's result, read back from its materialization (None: history not materialized)."""
         found = self.figures.get("history")
         return HistoryResult.from_metadata(found) if found else None
+
+    @property
+    def published(self) -> PublishResult | None:
+        """The BigQuery publish's result, read back from its materialization (None: not published)."""
+        found = self.figures.get("bigquery")
+        return PublishResult.from_metadata(found) if found else None
 
 
 def instance() -> dg.DagsterInstance:
@@ -294,12 +306,12 @@ def run_config(cfg: Config, build: Build, only=None, echo=print, as_json=False, 
 
 
 def summary_line(o: TableOutcome) -> str:
-    ch, tg = o.figures.get("changes", {}), o.applied
+    ch, tg = o.taken, o.applied
     parts = [f"{o.table}: {'ok' if o.ok else 'FAILED'}"]
     parts.append(f"new batch {o.new_batch}" if o.new_batch else o.warning or "nothing new landed")
     if ch:
-        parts.append(f"{ch.get('records_read', 0)} records, {ch.get('changes_new', 0)} new changes, "
-                     f"{ch.get('duplicates_skipped', 0)} duplicates, {ch.get('quarantined', 0)} quarantined")
+        parts.append(f"{ch.records_read or 0} records, {ch.changes_new or 0} new changes, "
+                     f"{ch.duplicates_skipped or 0} duplicates, {ch.quarantined or 0} quarantined")
     if tg and not tg.nothing_new:
         parts.append(f"target {tg.rows} rows (+{tg.inserts} ~{tg.updates} -{tg.deletes}, {tg.stale_skipped} stale) "
                      f"v{tg.delta_version}" + (f" in {tg.seconds}s" if tg.seconds is not None else ""))
@@ -309,10 +321,10 @@ def summary_line(o: TableOutcome) -> str:
     if hist and not hist.nothing_new:
         parts.append(f"history {hist.rows} versions" + (
             f" (+{hist.versions_added})" if hist.versions_added is not None else f" ({hist.built})"))
-    bq = o.figures.get("bigquery", {})
-    if bq and not bq.get("nothing_new"):
-        parts.append(f"published to BigQuery ({bq.get('mode')}): {bq.get('rows_sent')} rows sent, "
-                     f"{bq.get('deletes_sent')} deletes, {bq.get('rows_affected')} rows changed")
+    bq = o.published
+    if bq and not bq.nothing_new:
+        parts.append(f"published to BigQuery ({bq.mode}): {bq.rows_sent} rows sent, "
+                     f"{bq.deletes_sent} deletes, {bq.rows_affected} rows changed")
     if o.checks:
         bad = [c for c, ok in o.checks.items() if not ok]
         parts.append(f"checks {len(o.checks) - len(bad)}/{len(o.checks)} passed" + (f" (failed: {', '.join(bad)})" if bad else ""))

@@ -133,7 +133,7 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
                 return take(spark, cfg, table, batch, log=context.log.warning)
 
             figures = _write(context, table_dir, f"{table.name}/changes {batch.id}", ingest_exact)
-        metadata = {**as_metadata(figures), **table_metadata("changes", figures.get("changes_new"))}
+        metadata = {**as_metadata(figures.to_metadata()), **table_metadata("changes", figures.changes_new)}
         return dg.MaterializeResult(asset_key=names.key("changes"), metadata=metadata)
 
     def stage_batch(context: dg.AssetExecutionContext, batch: Batch):
@@ -201,7 +201,8 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
 
             figures = _write(context, table_dir, f"{table.name}/base", import_exact)
             _register_target_partitions(context, cfg, table)
-            return dg.MaterializeResult(metadata={**as_metadata(figures), **table_metadata("base", None)})
+            return dg.MaterializeResult(metadata={**as_metadata(figures.to_metadata()),
+                                                  **table_metadata("base", None)})
 
         out.append(base_snapshot)
         target_deps.append(dg.AssetDep(base_snapshot))

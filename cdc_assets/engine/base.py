@@ -12,6 +12,7 @@ keep each row's image in `_cdc_row`, as changes do.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -44,6 +45,7 @@ from .ingest import (
 )
 from .settings import settings
 from .spark import session_of
+from .step_results import BaseResult
 from .tables import BASE, path
 
 BASE_BATCH = 0  # base rows count as batch 0; landed batches start at 1
@@ -56,7 +58,7 @@ def _export_path(table: TableConfig) -> str:
     return table.base_snapshot
 
 
-def import_base(spark, cfg: Config, table: TableConfig, log=None) -> dict:
+def import_base(spark, cfg: Config, table: TableConfig, log=None) -> BaseResult:
     """`spark`: a session, or a function that starts one; a typed export of at most
     settings.local_build_rows rows, or another of at most settings.local_parse_bytes, is imported
     without calling it."""
@@ -64,7 +66,7 @@ def import_base(spark, cfg: Config, table: TableConfig, log=None) -> dict:
     table_dir = cfg.table_dir(table.name)
     base_path = path(table_dir, BASE)
     if delta.step_version(base_path, BASE) >= BASE_BATCH:
-        return {"already_committed": True}
+        return BaseResult(already_committed=True)
     export = _export_path(table)
     files = [{"path": export, "file": os.path.basename(export), "file_index": 0,
               "batch_seq": BASE_BATCH, "batch_id": "base"}]
@@ -78,16 +80,15 @@ def import_base(spark, cfg: Config, table: TableConfig, log=None) -> dict:
     rows = sum(json.loads(a.stats)["numRecords"] for a in adds)
     # An export's values widen the column types; a CSV export's are inferred and never misfit.
     types = joined(*ledgers)
-    metrics = {"rows_read": rows + n_rejected, "rows": rows, "quarantined": n_rejected, "files": len(adds)}
-    props = delta.commit_props(BASE, BASE_BATCH, {**metrics, "column_types": json.dumps(types),
+    imported = BaseResult(rows_read=rows + n_rejected, rows=rows, quarantined=n_rejected, files=len(adds))
+    props = delta.commit_props(BASE, BASE_BATCH, {**imported.to_metadata(), "column_types": json.dumps(types),
                                                   "partitions": json.dumps(partitions)})
     try:
         final = spark_files.commit(base_path, None, delta.arrow_schema(RECORD_FIELDS), adds, [], (), props)
     except Exception:
         spark_files.discard(base_path, adds)
         raise
-    metrics.update({"delta_version": final.version(), "seconds": round(time.time() - t0, 2)})
-    return metrics
+    return dataclasses.replace(imported, delta_version=final.version(), seconds=round(time.time() - t0, 2))
 
 
 def _import_rows_on_spark(spark, table: TableConfig, table_dir: str, files: list[dict], log):
@@ -243,7 +244,7 @@ def _run_tasks(spark, table: TableConfig, columns: dict[str, str], folder: str, 
         return pa.Table.from_batches([b for bs in parts for b in bs], schema=delta.arrow_schema(TASK_RESULT_FIELDS))
 
 
-def _import_typed(spark, table: TableConfig, table_dir: str, columns: dict[str, str], log, t0: float) -> dict:
+def _import_typed(spark, table: TableConfig, table_dir: str, columns: dict[str, str], log, t0: float) -> BaseResult:
     base_path = path(table_dir, BASE)
     slices = _export_slices(_export_path(table))
     folder = spark_files.new_folder(base_path)
@@ -263,14 +264,13 @@ def _import_typed(spark, table: TableConfig, table_dir: str, columns: dict[str, 
         raise
     rows = sum(json.loads(a.stats)["numRecords"] for a in adds)
     types = {c: STRICT + t for c, t in columns.items()}  # the export's own schema says them
-    metrics = {"rows_read": rows + n_rejected, "rows": rows, "quarantined": n_rejected, "files": len(adds),
-               "typed_columns": len(columns)}
-    props = delta.commit_props(BASE, BASE_BATCH, {**metrics, "column_types": json.dumps(types),
+    imported = BaseResult(rows_read=rows + n_rejected, rows=rows, quarantined=n_rejected, files=len(adds),
+                          typed_columns=len(columns))
+    props = delta.commit_props(BASE, BASE_BATCH, {**imported.to_metadata(), "column_types": json.dumps(types),
                                                   "partitions": json.dumps(partitions)})
     try:
         final = spark_files.commit(base_path, None, schema, adds, [], (), props)
     except Exception:
         spark_files.discard(base_path, adds)
         raise
-    metrics.update({"delta_version": final.version(), "seconds": round(time.time() - t0, 2)})
-    return metrics
+    return dataclasses.replace(imported, delta_version=final.version(), seconds=round(time.time() - t0, 2))

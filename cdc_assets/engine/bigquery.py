@@ -60,6 +60,7 @@ from ..core.values import (
 from . import delta, faults, storage
 from .records import read_records
 from .stage import latest_of_batch
+from .step_results import PublishReconciliation, PublishResult
 from .tables import STAGING, TARGET, path
 
 PUBLISHED = "published"  # the ledger table, and the step name its commits carry
@@ -235,10 +236,10 @@ def pending(cfg: Config, table: TableConfig) -> bool:
     return destination(table) is not None and plan(cfg, table).mode != "nothing"
 
 
-def _record(cfg: Config, table: TableConfig, p: Plan, mode: str, figures: dict) -> None:
+def _record(cfg: Config, table: TableConfig, p: Plan, mode: str, sent: PublishResult) -> None:
     row = {"batch_seq": p.reached, "target_version": p.target_version, "destination": destination(table),
-           "mode": mode, "rows_sent": figures["rows_sent"], "deletes_sent": figures["deletes_sent"],
-           "rows_affected": figures["rows_affected"],
+           "mode": mode, "rows_sent": sent.rows_sent, "deletes_sent": sent.deletes_sent,
+           "rows_affected": sent.rows_affected,
            "published_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
     data = pa.Table.from_pylist([row], schema=delta.arrow_schema(LEDGER_FIELDS))
     props = delta.commit_props(PUBLISHED, p.reached, {"target_version": p.target_version,
@@ -458,15 +459,15 @@ def load_staging(calls: _Calls, table: TableConfig, columns: dict[str, str], chu
     return rows, deletes
 
 
-def publish(client, cfg: Config, table: TableConfig, timeout: float = TIMEOUT) -> dict:
+def publish(client, cfg: Config, table: TableConfig, timeout: float = TIMEOUT) -> PublishResult:
     """Bring the destination up to the target: the changed keys, or the whole target (see `plan`)."""
     t0 = time.time()
     dest = destination(table)
     if dest is None:
-        return {"not_published": True}
+        return PublishResult(not_published=True)
     p = plan(cfg, table)
     if p.mode == "nothing":
-        return {"nothing_new": True, "published_batch": p.from_batch, "reason": p.reason}
+        return PublishResult(nothing_new=True, published_batch=p.from_batch, reason=p.reason)
     calls = _Calls(client, table, dest, timeout)
     dt_ = delta.load(path(cfg.table_dir(table.name), TARGET), version=p.target_version)
     columns = published_columns(dt_)
@@ -488,12 +489,11 @@ def publish(client, cfg: Config, table: TableConfig, timeout: float = TIMEOUT) -
         job = calls.query(f"MERGE into {dest}", sql)
         affected = int(job.num_dml_affected_rows or 0)
     faults.point("publish.merged")  # a crash here re-sends these keys next time: the MERGE absorbs them
-    figures = {"mode": mode, "reason": reason, "batches": f"{p.from_batch + 1}..{p.reached}",
-               "published_batch": p.reached, "target_version": p.target_version, "rows_sent": sent,
-               "deletes_sent": deletes, "rows_affected": affected, "destination": dest, "created": created}
-    _record(cfg, table, p, mode, figures)
-    figures["seconds"] = round(time.time() - t0, 2)
-    return figures
+    done = PublishResult(mode=mode, reason=reason, batches=f"{p.from_batch + 1}..{p.reached}",
+                         published_batch=p.reached, target_version=p.target_version, rows_sent=sent,
+                         deletes_sent=deletes, rows_affected=affected, destination=dest, created=created)
+    _record(cfg, table, p, mode, done)
+    return dataclasses.replace(done, seconds=round(time.time() - t0, 2))
 
 
 def _bigquery_names(table: TableConfig, dest: str, columns: dict[str, str]) -> tuple[dict[str, str], TableConfig]:
@@ -520,7 +520,7 @@ def _same(a, b) -> bool:
 
 
 def reconcile(client, cfg: Config, table: TableConfig, sample: int = SAMPLE_ROWS, small: int = SMALL_TABLE,
-              timeout: float = TIMEOUT) -> dict:
+              timeout: float = TIMEOUT) -> PublishReconciliation:
     """The destination against the target snapshot the last publish sent: row counts, and every
     row (up to `small` rows) or `sample` rows at random, column by column. `discrepancies` is 0
     when they agree."""
@@ -528,7 +528,7 @@ def reconcile(client, cfg: Config, table: TableConfig, sample: int = SAMPLE_ROWS
     last = last_publish(cfg, table)
     if dest is None or last is None or last.get("destination") != dest:
         exists = delta.open_table(path(cfg.table_dir(table.name), TARGET)) is not None
-        return {"published": False, "discrepancies": 1 if exists else 0}
+        return PublishReconciliation(published=False, discrepancies=1 if exists else 0)
     calls = _Calls(client, table, dest, timeout)
     dt_ = delta.load(path(cfg.table_dir(table.name), TARGET), version=int(last["target_version"]))
     delta_columns = published_columns(dt_)
@@ -573,8 +573,8 @@ def reconcile(client, cfg: Config, table: TableConfig, sample: int = SAMPLE_ROWS
             differing.append(k)
             differing_columns.update(cols)
     count_diff = abs(n_target - n_bq)
-    return {"published": True, "compared": how, "target_version": int(last["target_version"]),
-            "rows_target": n_target, "rows_bigquery": n_bq, "missing_in_bigquery": len(missing),
-            "not_in_target": len(extra), "differing_rows": len(differing),
-            "differing_columns": sorted(differing_columns),
-            "discrepancies": count_diff + len(missing) + len(extra) + len(differing)}
+    return PublishReconciliation(
+        published=True, compared=how, target_version=int(last["target_version"]), rows_target=n_target,
+        rows_bigquery=n_bq, missing_in_bigquery=len(missing), not_in_target=len(extra),
+        differing_rows=len(differing), differing_columns=tuple(sorted(differing_columns)),
+        discrepancies=count_diff + len(missing) + len(extra) + len(differing))

@@ -14,10 +14,24 @@ from ..core.ordering import origin
 from ..core.target import DELETED
 from . import delta, key_spans, spark_files, storage
 from .settings import settings
+from .step_results import Figures
 from .tables import CHANGES, CHANGES_TRIM, QUARANTINE, STAGING, STAGING_TRIM, TARGET, path
 
 
-def key_uniqueness(cfg: Config, table: TableConfig, spark=None) -> dict:
+@dataclass(frozen=True, kw_only=True)
+class KeyUniqueness(Figures):
+    """The `keys_unique` check's report: how many keys were looked up, how many are in the target
+    more than once, and where a sample of those came from (places, never the keys)."""
+    rows: int | None = None  # the target's rows, when every key was counted
+    keys_checked: int
+    duplicate_keys: int
+    sample_duplicates: tuple[str, ...] = ()
+
+
+NO_KEYS = KeyUniqueness(rows=0, keys_checked=0, duplicate_keys=0)
+
+
+def key_uniqueness(cfg: Config, table: TableConfig, spark=None) -> KeyUniqueness:
     """Each key the last apply touched is in the target once. The keys of the batches it applied
     are read from staging (batch-sized) and looked up in target, whose files outside their range
     are skipped; after a whole-state build every key is checked: files each in strictly ascending
@@ -28,51 +42,53 @@ def key_uniqueness(cfg: Config, table: TableConfig, spark=None) -> dict:
     target_path = path(table_dir, TARGET)
     dt = delta.snapshot(target_path)
     if dt is None:
-        return {"rows": 0, "keys_checked": 0, "duplicate_keys": 0, "sample_duplicates": []}
+        return NO_KEYS
     commit = {k[4:]: v for k, v in delta.last_commit(dt).items() if k.startswith("cdc.")}
     if commit.get("step") != TARGET or commit.get("build") == "full" or "from_batch" not in commit:
         rows = delta.file_stats(dt)[2]
         if key_spans.keys_unique_by_order(dt, table.keys, spark):  # files in key order: nothing to count
             return {"rows": rows, "keys_checked": rows, "duplicate_keys": 0, "sample_duplicates": []}
         if spark is None or rows <= settings().local_build_rows:  # small enough to count in this process
-            return {"rows": rows, "keys_checked": rows, **_keys_unique_where(dt, "true")}
+            return _all_keys_unique_here(dt, rows)
         return _all_keys_unique(spark(), dt)
     touched = delta.select(path(table_dir, STAGING), (("_cdc_key", "string"),),
                            f"_cdc_batch_seq >= {int(commit['from_batch'])} AND _cdc_batch_seq <= {int(commit['batch_seq'])}")
     keys = sorted(set(touched["_cdc_key"].to_pylist())) if touched is not None else []
     if not keys:
-        return {"keys_checked": 0, "duplicate_keys": 0, "sample_duplicates": []}
+        return KeyUniqueness(keys_checked=0, duplicate_keys=0)
     # the keys' own range, for this query only: it lets delta-rs skip target files by statistics
     span = f"_cdc_key >= {delta.sql_text(keys[0])} AND _cdc_key <= {delta.sql_text(keys[-1])}"
     found = delta.rows_with_keys(dt, KEY_AND_ORDER, keys, also=span)
     counts = found.group_by("_cdc_key").aggregate([("_cdc_key", "count")])
     dupes = counts.filter(pc.greater(counts["_cdc_key_count"], 1))["_cdc_key"]
-    return {"keys_checked": len(keys), "duplicate_keys": len(dupes), "sample_duplicates": _origins(found, dupes)}
+    return KeyUniqueness(keys_checked=len(keys), duplicate_keys=len(dupes), sample_duplicates=_origins(found, dupes))
 
 
 KEY_AND_ORDER = (("_cdc_key", "string"), ("_cdc_order", "string"))
 SAMPLE = 10
 
 
-def _origins(rows: pa.Table, keys) -> list[str]:
+def _origins(rows: pa.Table, keys) -> tuple[str, ...]:
     """Where the rows of some duplicated keys came from (places, not the keys: keys are row data)."""
     picked = rows.filter(pc.is_in(rows["_cdc_key"], value_set=pa.array(list(keys)[:SAMPLE], pa.string())))
-    return sorted(origin(o) for o in picked["_cdc_order"].to_pylist())
+    return tuple(sorted(origin(o) for o in picked["_cdc_order"].to_pylist()))
 
 
-def _keys_unique_where(dt: delta.DeltaTable, where: str) -> dict:
-    dupes = delta.query(dt, f"SELECT _cdc_key FROM t WHERE {where} GROUP BY _cdc_key HAVING count(*) > 1")
+def _all_keys_unique_here(dt: delta.DeltaTable, rows: int) -> KeyUniqueness:
+    """Every key of the target's `rows` counted in this process."""
+    dupes = delta.query(dt, "SELECT _cdc_key FROM t GROUP BY _cdc_key HAVING count(*) > 1")
     sample = dupes["_cdc_key"].to_pylist()[:SAMPLE]
-    rows = delta.rows_with_keys(dt, KEY_AND_ORDER, [str(k) for k in sample]) if sample else None
-    return {"duplicate_keys": dupes.num_rows, "sample_duplicates": _origins(rows, sample) if rows is not None else []}
+    found = delta.rows_with_keys(dt, KEY_AND_ORDER, [str(k) for k in sample]) if sample else None
+    return KeyUniqueness(rows=rows, keys_checked=rows, duplicate_keys=dupes.num_rows,
+                         sample_duplicates=_origins(found, sample) if found is not None else ())
 
 
-def _all_keys_unique(spark, dt) -> dict:
+def _all_keys_unique(spark, dt) -> KeyUniqueness:
     from pyspark.sql import functions as F
 
     files = dt.file_uris()
     if not files:
-        return {"rows": 0, "keys_checked": 0, "duplicate_keys": 0, "sample_duplicates": []}
+        return NO_KEYS
     if storage.is_remote(files[0]):
         keys = spark_files.read_files(spark, files, "_cdc_key string")
     else:
@@ -84,8 +100,8 @@ def _all_keys_unique(spark, dt) -> dict:
     rows, n_dupes = int(rows or 0), int(n_dupes or 0)
     sample = [r["_cdc_key"] for r in counts.where(F.col("count") > 1).limit(SAMPLE).collect()] if n_dupes else []
     found = delta.rows_with_keys(dt.table_uri, KEY_AND_ORDER, sample) if sample else None
-    return {"rows": rows, "keys_checked": rows, "duplicate_keys": n_dupes,
-            "sample_duplicates": _origins(found, sample) if found is not None else []}
+    return KeyUniqueness(rows=rows, keys_checked=rows, duplicate_keys=n_dupes,
+                         sample_duplicates=_origins(found, sample) if found is not None else ())
 
 
 def _rows_of_batch(table_path: str | delta.DeltaTable, batch_seq: int) -> int:
@@ -93,7 +109,24 @@ def _rows_of_batch(table_path: str | delta.DeltaTable, batch_seq: int) -> int:
     return int(counted["n"][0].as_py()) if counted is not None else 0
 
 
-def batch_accounting(cfg: Config, table: TableConfig, batch_seq: int) -> dict:
+@dataclass(frozen=True, kw_only=True)
+class BatchAccounting(Figures):
+    """The `batch_accounted` check's report: a batch's counts at each step, and whether they add up.
+    An incomplete batch (not taken or not staged yet) has no counts."""
+    records_read: int | None = None
+    changes_new: int | None = None
+    duplicates_skipped: int | None = None
+    quarantined: int | None = None
+    unchanged: int | None = None  # a snapshot batch's rows equal to the table's
+    derived_deletes: int | None = None  # a snapshot batch's deletes of keys no row was read for
+    staged: int | None = None
+    superseded_in_batch: int | None = None
+    counted_from_commits: tuple[str, ...] | None = None  # figures a trim took the rows of: as committed
+    complete: bool
+    adds_up: bool | None = None
+
+
+def batch_accounting(cfg: Config, table: TableConfig, batch_seq: int) -> BatchAccounting:
     """Every record of a batch is a distinct change, a duplicate or quarantined; every
     distinct change is staged or superseded within the batch; the counts must add up.
 
@@ -106,7 +139,7 @@ def batch_accounting(cfg: Config, table: TableConfig, batch_seq: int) -> dict:
     ingest = delta.step_commit(changes, CHANGES, batch_seq) if changes is not None else None
     staged = delta.step_commit(staging, STAGING, batch_seq) if staging is not None else None
     if changes is None or staging is None or ingest is None or staged is None:
-        return {"complete": False}
+        return BatchAccounting(complete=False)
     opened = {CHANGES: changes, STAGING: staging}
     n = {k: int(v) for k, v in ingest.items() if v.isdigit()}
     s = {k: int(v) for k, v in staged.items() if v.isdigit()}
@@ -119,27 +152,18 @@ def batch_accounting(cfg: Config, table: TableConfig, batch_seq: int) -> dict:
             return at_staging
         return _rows_of_batch(opened[name], batch_seq)
 
-    counts = {
-        "records_read": n["records_read"],
-        "changes_new": rows(CHANGES, CHANGES_TRIM, "changes_new", s["changes"]),
-        "duplicates_skipped": n["duplicates_skipped"],
-        "quarantined": _rows_of_batch(path(table_dir, QUARANTINE), batch_seq),
-        # a snapshot batch's (engine/snapshot.py): rows equal to the table's, and deletes of keys no row was read for
-        "unchanged": n.get("unchanged", 0),
-        "derived_deletes": n.get("derived_deletes", 0),
-        "staged": rows(STAGING, STAGING_TRIM, "staged", s["staged"]),
-        "superseded_in_batch": s["superseded_in_batch"],
-    }
-    figures: dict[str, int | bool | list[str]] = dict(counts)
-    if recorded:
-        figures["counted_from_commits"] = recorded
-    figures["complete"] = True
-    figures["adds_up"] = (
-        counts["records_read"] + counts["derived_deletes"]
-        == counts["changes_new"] + counts["duplicates_skipped"] + counts["unchanged"] + counts["quarantined"]
-        and counts["changes_new"] == counts["staged"] + counts["superseded_in_batch"]
-    )
-    return figures
+    read, duplicates = n["records_read"], n["duplicates_skipped"]
+    changes_new = rows(CHANGES, CHANGES_TRIM, "changes_new", s["changes"])
+    quarantined = _rows_of_batch(path(table_dir, QUARANTINE), batch_seq)
+    # a snapshot batch's (engine/snapshot.py): rows equal to the table's, and deletes of keys no row was read for
+    unchanged, derived_deletes = n.get("unchanged", 0), n.get("derived_deletes", 0)
+    staged_rows = rows(STAGING, STAGING_TRIM, "staged", s["staged"])
+    return BatchAccounting(
+        records_read=read, changes_new=changes_new, duplicates_skipped=duplicates, quarantined=quarantined,
+        unchanged=unchanged, derived_deletes=derived_deletes, staged=staged_rows,
+        superseded_in_batch=s["superseded_in_batch"], counted_from_commits=tuple(recorded) or None, complete=True,
+        adds_up=(read + derived_deletes == changes_new + duplicates + unchanged + quarantined
+                 and changes_new == staged_rows + s["superseded_in_batch"]))
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Batch -> `changes` (+ `quarantine`): parse in Spark workers, drop re-deliveries."""
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -33,6 +34,7 @@ from .records import stored_columns
 from .settings import settings
 from .spark import session_of
 from .stage import first_of_each
+from .step_results import ChangesResult
 from .tables import BASE, CHANGES, QUARANTINE, QUARANTINE_FIELDS, SEEN, path
 
 LOGGED_REJECTIONS = 100  # per batch: the log names them, the quarantine table holds them all
@@ -377,14 +379,14 @@ def seen_event_ids(changes_path: str, seen_path: str, events: pa.Table) -> pa.Ar
     return pc.filter(ids, pc.is_in(ids, value_set=found_ids))
 
 
-def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None) -> dict:
+def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None) -> ChangesResult:
     """Commit the batch's distinct changes and its rejected records; a second call does nothing.
     `spark`: a session, or a function that starts one when the batch is large enough to need it."""
     t0 = time.time()
     table_dir = cfg.table_dir(table.name)
     changes_path = path(table_dir, CHANGES)
     if is_done_or_next(table.name, changes_path, CHANGES, batch):
-        return {"already_committed": True}
+        return ChangesResult(already_committed=True)
     landing = cfg.landing_dir(table.name)
     files = [{"path": os.path.join(landing, f), "file": f, "file_index": i, "batch_seq": batch.seq,
               "batch_id": batch.id} for i, f in enumerate(batch.files)]
@@ -409,12 +411,15 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
     new = stored_changes(admitted, images, types, stored_columns(changes_path))
     n_rejected = quarantine(table, table_dir, pa.concat_tables([unreadable.cast(misfits.schema), misfits]),
                             batch.seq, log)
-    metrics = {
-        "files": len(files), "records_read": records_read, "changes_new": new.num_rows,
-        "duplicates_skipped": records_read - unreadable.num_rows - distinct_rows.num_rows,
-        "quarantined": n_rejected,
-    }
-    version = delta.append(changes_path, new, CHANGES, batch.seq, {**metrics, "column_types": json.dumps(types)})
-    metrics["compacted"] = delta.compact_if_fragmented(changes_path)
-    metrics.update({"delta_version": version, "seconds": round(time.time() - t0, 2)})
-    return metrics
+    taken = ChangesResult(files=len(files), records_read=records_read, changes_new=new.num_rows,
+                          duplicates_skipped=records_read - unreadable.num_rows - distinct_rows.num_rows,
+                          quarantined=n_rejected)
+    version = delta.append(changes_path, new, CHANGES, batch.seq,
+                           {**taken.to_metadata(), "column_types": json.dumps(types)})
+    return finish_changes(changes_path, taken, version, t0)
+
+
+def finish_changes(changes_path: str, taken: ChangesResult, version: int, t0: float) -> ChangesResult:
+    """A batch's result once its changes are committed (as `version`): compacted when fragmented."""
+    return dataclasses.replace(taken, compacted=delta.compact_if_fragmented(changes_path), delta_version=version,
+                               seconds=round(time.time() - t0, 2))

@@ -66,6 +66,7 @@ from .ingest import (
     _bytes_of,
     _parse_partition,
     column_types,
+    finish_changes,
     parse_files,
     quarantine,
     snapshot_listing,
@@ -75,6 +76,7 @@ from .records import read_records
 from .settings import settings
 from .spark import session_of
 from .stage import first_of_each, latest_per_key
+from .step_results import ChangesResult
 from .tables import BASE, CHANGES, TARGET, path
 
 KEY, ORDER, OP = "_cdc_key", "_cdc_order", "_cdc_op"
@@ -385,14 +387,14 @@ def _state_rows(table_dir: str, dt_: DeltaTable | None, applied: int) -> int:
     return (delta.file_stats(dt_)[2] if dt_ is not None else 0) + spark_apply.pending_rows(table_dir, applied)
 
 
-def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None) -> dict:
+def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None) -> ChangesResult:
     """Commit the changes a `format: snapshot` table's batch (a complete export) derives, and its
     rejected rows; a second call does nothing. `spark`: a session, or a function that starts one
     when the batch or the table is large enough to need it."""
     t0 = time.time()
     table_dir = cfg.table_dir(table.name)
     if is_done_or_next(table.name, path(table_dir, CHANGES), CHANGES, batch):
-        return {"already_committed": True}
+        return ChangesResult(already_committed=True)
     landing = cfg.landing_dir(table.name)
     files = [{"path": os.path.join(landing, f), "file": f, "file_index": i, "batch_seq": batch.seq,
               "batch_id": batch.id} for i, f in enumerate(batch.files)]
@@ -426,14 +428,12 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
     derived = derive(state, export, columns, table, batch.seq, batch.id, deletes_at, typed)
     n_rejected = quarantine(table, table_dir, rejected.select([c for c, _ in REJECT_FIELDS]), batch.seq, log)
     kinds = derived["_cdc_change_type"].to_pylist()
-    metrics = _metrics(files, n_read, good.num_rows, pc.count_distinct(good[KEY]).as_py(),
-                       n_rejected, keyless, {k: kinds.count(k) for k in (INSERT, UPDATE, DELETED)},
-                       deletes_at is not None)
-    if typed is not None:
-        metrics["typed_columns"] = len(typed.columns)  # read column by column
+    taken = _taken(files, n_read, good.num_rows, pc.count_distinct(good[KEY]).as_py(),
+                   n_rejected, keyless, {k: kinds.count(k) for k in (INSERT, UPDATE, DELETED)},
+                   deletes_at is not None, typed_columns=len(typed.columns) if typed is not None else None)
     version = delta.append(path(table_dir, CHANGES), derived, CHANGES, batch.seq,
-                           {**metrics, "column_types": json.dumps(types)})
-    return _finish(path(table_dir, CHANGES), metrics, version, t0)
+                           {**taken.to_metadata(), "column_types": json.dumps(types)})
+    return finish_changes(path(table_dir, CHANGES), taken, version, t0)
 
 
 def _read_by_row(table: TableConfig, files: list[dict], types: dict[str, str], landing: str,
@@ -452,30 +452,24 @@ def _read_by_row(table: TableConfig, files: list[dict], types: dict[str, str], l
     return good, rejected, joined(types, *ledgers), parsed.num_rows - len(ledgers)
 
 
-def _metrics(files: list[dict], read: int, rows: int, keys: int, rejected: int, keyless: int,
-             kinds: dict[str, int], deletes: bool) -> dict:
+def _taken(files: list[dict], read: int, rows: int, keys: int, rejected: int, keyless: int,
+           kinds: dict[str, int], deletes: bool, applied_on: str | None = None,
+           typed_columns: int | None = None) -> ChangesResult:
     """A snapshot batch's figures. Each row read is quarantined, a key's earlier row in the export
     (`duplicates_skipped`), unchanged, or an insert or update; each key gone is a delete, a
     change no row was read for (`derived_deletes`): the batch_accounted check adds them up so."""
-    metrics: dict[str, int | str] = {"files": len(files), "records_read": read, "changes_new": sum(kinds.values()),
-               "inserts": kinds[INSERT], "updates": kinds[UPDATE], "derived_deletes": kinds[DELETED],
-               "unchanged": keys - kinds[INSERT] - kinds[UPDATE], "duplicates_skipped": rows - keys,
-               "quarantined": rejected}
-    if not deletes:
-        # which key a rejected row without a readable key had cannot be told: none is deleted
-        metrics["deletes_withheld"] = f"{keyless} quarantined rows without a readable key" if keyless else "no files"
-    return metrics
-
-
-def _finish(changes_path: str, metrics: dict, version: int, t0: float) -> dict:
-    metrics["compacted"] = delta.compact_if_fragmented(changes_path)
-    metrics.update({"delta_version": version, "seconds": round(time.time() - t0, 2)})
-    return metrics
+    # which key a rejected row without a readable key had cannot be told: none is deleted
+    withheld = None if deletes else f"{keyless} quarantined rows without a readable key" if keyless else "no files"
+    return ChangesResult(files=len(files), records_read=read, changes_new=sum(kinds.values()),
+                         inserts=kinds[INSERT], updates=kinds[UPDATE], derived_deletes=kinds[DELETED],
+                         unchanged=keys - kinds[INSERT] - kinds[UPDATE], duplicates_skipped=rows - keys,
+                         quarantined=rejected, deletes_withheld=withheld, applied_on=applied_on,
+                         typed_columns=typed_columns)
 
 
 def _on_spark(session, cfg: Config, table: TableConfig, batch: Batch, files: list[dict], types: dict[str, str],
               text_columns: tuple[str, ...], target: DeltaTable | None, applied: int, log, t0: float,
-              typed: TypedExport | None = None) -> dict:
+              typed: TypedExport | None = None) -> ChangesResult:
     from pyspark.sql import functions as F
 
     table_dir = cfg.table_dir(table.name)
@@ -514,23 +508,21 @@ def _on_spark(session, cfg: Config, table: TableConfig, batch: Batch, files: lis
         kinds = {r[0]: int(r[1]) for r in derived.groupBy("_cdc_change_type").count().collect()}
         kinds = {k: kinds.get(k, 0) for k in (INSERT, UPDATE, DELETED)}
         n_read, n_good, n_keys = parsed.count() - len(ledgers), good.count(), good.select(KEY).distinct().count()
-        metrics = {**_metrics(files, n_read, n_good, n_keys, n_rejected, keyless, kinds, deletes_at is not None),
-                   "applied_on": "spark"}
-        if typed is not None:
-            metrics["typed_columns"] = len(typed.columns)
+        taken = _taken(files, n_read, n_good, n_keys, n_rejected, keyless, kinds, deletes_at is not None,
+                       applied_on="spark", typed_columns=len(typed.columns) if typed is not None else None)
         dt_ = delta.open_table(changes_path)
         if delta.txn_version(dt_, CHANGES) >= batch.seq:
             raise delta.CommitConflict(f"{changes_path}: another writer committed {CHANGES} batch {batch.seq} first")
         schema = spark_apply._plain_schema(pa.schema(dt_.schema().to_arrow())) if dt_ is not None else \
             delta.arrow_schema(RECORD_FIELDS)
         adds = spark_files.write_files(derived, changes_path, sort_by=[KEY])
-        props = delta.commit_props(CHANGES, batch.seq, {**metrics, "column_types": json.dumps(types)})
+        props = delta.commit_props(CHANGES, batch.seq, {**taken.to_metadata(), "column_types": json.dumps(types)})
         try:
             final = spark_files.commit(changes_path, dt_, schema, adds, [], (), props)
         except BaseException:
             spark_files.discard(changes_path, adds)
             raise
-        return _finish(changes_path, metrics, final.version(), t0)
+        return finish_changes(changes_path, taken, final.version(), t0)
     finally:
         parsed.unpersist()
         if derived is not None:

@@ -97,3 +97,72 @@ class ApplyResult(Figures):
     previous_version: int | None = None  # the target's version before a rebuild
     applied_on: str | None = None  # where a batch was applied, when not in this process the usual way
     seconds: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ChangesResult(Figures):
+    """A `changes` step: a batch's distinct changes (a snapshot's, derived from the export) and its
+    rejected records."""
+    already_committed: bool | None = None  # the batch was taken before: nothing done
+    files: int | None = None
+    records_read: int | None = None
+    changes_new: int | None = None
+    inserts: int | None = None  # a snapshot's derived changes, by kind
+    updates: int | None = None
+    derived_deletes: int | None = None
+    unchanged: int | None = None
+    duplicates_skipped: int | None = None
+    quarantined: int | None = None
+    deletes_withheld: str | None = None  # why a snapshot derived no deletes
+    applied_on: str | None = None  # where the batch was derived, when not in this process
+    typed_columns: int | None = None  # a typed export's columns, read column by column
+    compacted: bool | None = None
+    delta_version: int | None = None
+    seconds: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class BaseResult(Figures):
+    """A `base` step: the source export a table starts from, imported."""
+    already_committed: bool | None = None  # the export was imported before: nothing done
+    rows_read: int | None = None
+    rows: int | None = None
+    quarantined: int | None = None
+    files: int | None = None
+    typed_columns: int | None = None  # a typed export's columns, kept as typed columns
+    delta_version: int | None = None
+    seconds: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishResult(Figures):
+    """A `bigquery` step: the destination brought up to the target, or why nothing was sent."""
+    not_published: bool | None = None  # the table names no destination
+    nothing_new: bool | None = None
+    mode: str | None = None  # "changes" (the changed keys) or "all" (the whole target)
+    reason: str | None = None
+    batches: str | None = None  # "first..last"
+    published_batch: int | None = None  # the last batch the destination holds
+    target_version: int | None = None  # the target snapshot sent
+    rows_sent: int | None = None
+    deletes_sent: int | None = None
+    rows_affected: int | None = None  # rows the MERGE changed
+    destination: str | None = None
+    created: bool | None = None  # the BigQuery table was created by this publish
+    seconds: float | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PublishReconciliation(Figures):
+    """The `reconciles_with_target` check's report: the destination against the target snapshot the
+    last publish sent. `discrepancies` is 0 when they agree."""
+    published: bool
+    compared: str | None = None  # "all rows", or "sample of N"
+    target_version: int | None = None
+    rows_target: int | None = None
+    rows_bigquery: int | None = None
+    missing_in_bigquery: int | None = None
+    not_in_target: int | None = None
+    differing_rows: int | None = None
+    differing_columns: tuple[str, ...] | None = None
+    discrepancies: int

@@ -63,6 +63,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from cdc_assets_tests.support.ports import free_port
+
 TABLE = "BENCH"
 FILE_ROWS = 1_000_000
 AMOUNT = pa.decimal128(12, 2)
@@ -302,7 +304,7 @@ class ConnectServer:
 
         self.home = os.path.dirname(pyspark.__file__)
         self.dir = os.path.join(work, "connect")
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.driver_memory = driver_memory
         self.pid: int | None = None
         os.makedirs(self.dir, exist_ok=True)
@@ -366,12 +368,6 @@ class ConnectServer:
         else:
             os.kill(self.pid, signal.SIGKILL)
         self.pid = None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --- delta-rs, the peer -----------------------------------------------------------------------

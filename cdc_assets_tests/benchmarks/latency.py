@@ -30,8 +30,9 @@ import tempfile
 import time
 
 from cdc_assets_tests.figures import Figures
+from cdc_assets_tests.support.ports import free_port
 
-from .bench import CHANGESET, _free_port, changes, child_env, delta_version, parse_size, publish, size_label, write_base
+from .bench import CHANGESET, changes, child_env, delta_version, parse_size, publish, size_label, write_base
 
 TABLE = "LAT"
 POLL_SECONDS = 0.1
@@ -66,7 +67,7 @@ class Ui:
     def __init__(self, cli: list[str], config: str, work: str, log: str, spark: bool = True):
         self.env = child_env()
         self.env["DAGSTER_HOME"] = os.path.join(work, "dagster_home")
-        self.port = _free_port()
+        self.port = free_port()
         self.log = open(log, "w")
         self.proc = subprocess.Popen([*cli, "ui", "--config", config, "--port", str(self.port)]
                                      + ([] if spark else ["--no-spark"]), cwd=work,

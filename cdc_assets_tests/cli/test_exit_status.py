@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 
-from cdc_assets_tests.helpers import write_config
+from cdc_assets_tests.support.config import write_config
 
 
 def test_the_program_exits_with_the_status_of_its_command(workdir, cli):

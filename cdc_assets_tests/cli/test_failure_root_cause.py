@@ -10,8 +10,10 @@ import dagster as dg
 from cdc_assets.cli.main import main
 from cdc_assets.defs.run_loop import summary_line
 from cdc_assets.engine.errors import root_cause_of_info
-from cdc_assets_tests.engine.records import mysql
-from cdc_assets_tests.helpers import jsonl, land, run_table, write_config
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import run_table
 
 
 def test_a_spark_job_failing_on_a_damaged_file_names_the_java_exception(spark, tmp_path, capsys, monkeypatch):

@@ -7,8 +7,8 @@ import os
 from deltalake import DeltaTable
 
 from cdc_assets.cli.main import main
-from cdc_assets_tests.engine.records import mysql
-from cdc_assets_tests.helpers import jsonl
+from cdc_assets_tests.support.landing import jsonl
+from cdc_assets_tests.support.records import mysql
 
 
 def test_an_initialised_folder_takes_a_landed_file_into_its_target(tmp_path, capsys):

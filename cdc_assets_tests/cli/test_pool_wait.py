@@ -16,8 +16,10 @@ from dagster._core.storage.dagster_run import DagsterRunStatus
 
 from cdc_assets.defs.pool_watch import ensure_settings
 from cdc_assets_tests.cli.test_pools import Holder
-from cdc_assets_tests.engine.records import mysql
-from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.warehouse import target_rows
 
 HANG = 900  # seconds: far above what these runs take on a loaded machine, so only a hang reaches it
 

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from cdc_assets.cli.main import main
-from cdc_assets_tests.helpers import write_config
+from cdc_assets_tests.support.config import write_config
 
 
 def test_run_with_a_table_the_config_does_not_have_exits_2_naming_it(workdir, capsys):
@@ -73,7 +73,7 @@ def test_version_names_the_installed_package(capsys):
 
 def test_a_landing_folder_that_does_not_exist_is_said_in_the_summary_not_hidden(workdir):
     from cdc_assets.defs.run_loop import summary_line
-    from cdc_assets_tests.helpers import run_table
+    from cdc_assets_tests.support.runs import run_table
 
     cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "datastream-json"}])
     outcome = run_table(cfg, "ORDERS")
@@ -105,8 +105,8 @@ def test_run_json_prints_one_object_per_table_and_progress_goes_to_stderr(cli, w
     (stderr: Spark starting, each step of each table with its time)."""
     import subprocess
 
-    from cdc_assets_tests.engine.records import mysql
-    from cdc_assets_tests.helpers import jsonl, land
+    from cdc_assets_tests.support.landing import jsonl, land
+    from cdc_assets_tests.support.records import mysql
 
     cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "datastream-json"},
                                  {"name": "ITEMS", "keys": ["id"], "format": "datastream-json",
@@ -138,8 +138,9 @@ def test_run_parallel_runs_tables_side_by_side_in_processes_without_spark_for_sm
     small batch never needs it."""
     import subprocess
 
-    from cdc_assets_tests.engine.records import mysql
-    from cdc_assets_tests.helpers import jsonl, land, target_rows
+    from cdc_assets_tests.support.landing import jsonl, land
+    from cdc_assets_tests.support.records import mysql
+    from cdc_assets_tests.support.warehouse import target_rows
 
     names = ["T1", "T2", "T3", "T4"]
     cfg = write_config(workdir, [{"name": n, "keys": ["id"], "format": "datastream-json"} for n in names])
@@ -171,8 +172,9 @@ def test_a_run_of_a_small_batch_loads_neither_spark_nor_google_clients(spark, wo
     import subprocess
     import sys
 
-    from cdc_assets_tests.engine.records import mysql
-    from cdc_assets_tests.helpers import jsonl, land, run_table
+    from cdc_assets_tests.support.landing import jsonl, land
+    from cdc_assets_tests.support.records import mysql
+    from cdc_assets_tests.support.runs import run_table
 
     cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "datastream-json"}])
     land(cfg, "ORDERS", "batch-1", {"p.jsonl": jsonl([mysql("INSERT", {"id": i, "v": "a"}, 1, i) for i in range(5)])})

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 
@@ -13,14 +12,8 @@ import pytest
 from cdc_assets.cli.main import main
 from cdc_assets.core.config import load_config
 from cdc_assets.engine import connect
-from cdc_assets_tests.helpers import listeners as _listeners
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
+from cdc_assets_tests.support.ports import free_port
+from cdc_assets_tests.support.ports import listeners as _listeners
 
 LOOPBACK = ({"0100007F"}, {"0000000000000000FFFF00000100007F"})  # 127.0.0.1 as IPv4, or IPv4 inside IPv6
 
@@ -30,7 +23,7 @@ def test_the_ui_and_its_spark_server_listen_on_127_0_0_1_only_and_the_server_sto
     cfg.write_text(json.dumps({"warehouse": "./warehouse", "landing": "./landing",
                                "tables": [{"name": "ORDERS", "keys": ["id"], "format": "bigquery-cdc"}]}))
     config = load_config(str(cfg))
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([*cli, "ui", "--config", str(cfg), "--port", str(port)], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     server = None

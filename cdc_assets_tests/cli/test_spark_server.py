@@ -17,7 +17,10 @@ import pytest
 from cdc_assets.cli.generate import write_feed
 from cdc_assets.cli.main import main
 from cdc_assets.engine import connect
-from cdc_assets_tests.helpers import listeners, run_table, target_rows, write_config
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.ports import listeners
+from cdc_assets_tests.support.runs import run_table
+from cdc_assets_tests.support.warehouse import target_rows
 
 
 def _config(root, table="T"):

@@ -18,8 +18,10 @@ from cdc_assets.cli.main import main
 from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.defs.table_assets import TableNames
 from cdc_assets.engine.status import table_status
-from cdc_assets_tests.engine.records import MARKS, mysql, run_ok
-from cdc_assets_tests.helpers import jsonl, land, run_table, write_config
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok, run_table
 
 pytestmark = MARKS
 

@@ -15,18 +15,13 @@ from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
 
 from cdc_assets.defs.launcher import PID_TAG, ForkedRunLauncher
 from cdc_assets.defs.pool_watch import ensure_settings
-from cdc_assets_tests.helpers import jsonl, land, listeners, target_rows, write_config
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.ports import free_port, listeners
+from cdc_assets_tests.support.warehouse import target_rows
 
 TABLE = "ORDERS"
 RECORDS = [{"id": i, "status": "new", "_CHANGE_TYPE": "UPSERT", "_CHANGE_SEQUENCE_NUMBER": str(i)} for i in range(3)]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait(what: str, ready, proc: subprocess.Popen, seconds: float = 300.0):
@@ -51,7 +46,7 @@ def test_a_landed_file_reaches_the_target_through_the_ui_in_forked_runs_the_ui_s
     cfg = write_config(tmp_path, [{"name": TABLE, "keys": ["id"], "format": "bigquery-cdc"}])
     home = str(tmp_path / "dagster_home")
     env = dict(os.environ, DAGSTER_HOME=home, CDC_ASSETS_CONFIG=cfg.path)
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([*cli, "ui", "--config", cfg.path, "--port", str(port), "--no-spark"], cwd=tmp_path,
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:

@@ -8,8 +8,11 @@ import json
 import pytest
 
 from cdc_assets.cli.main import main
-from cdc_assets_tests.engine.records import MARKS, mysql, run_ok, values
-from cdc_assets_tests.helpers import jsonl, land, target_rows, target_version, write_config
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.warehouse import target_rows, target_version, values
 
 pytestmark = MARKS
 

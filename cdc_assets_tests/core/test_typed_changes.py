@@ -5,11 +5,9 @@ that must be rejected is left to that reader, which names it."""
 from __future__ import annotations
 
 import datetime as dt
-import io
 from decimal import Decimal
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,17 +17,12 @@ from cdc_assets.core.typed_changes import read_typed_change_file
 from cdc_assets.core.values import decode_row, encode_row, same
 from cdc_assets.engine import delta
 from cdc_assets.engine.ingest import PARSED_FIELDS
+from cdc_assets_tests.support.landing import parquet
 
 OPTIONS = {"op_column": "op", "inserts": ["I"], "updates": ["U"], "deletes": ["D"], "sequence_by": ["seq"]}
 SCHEMA = delta.arrow_schema(PARSED_FIELDS)
 UTC = dt.UTC
 BATCH = {"batch_seq": 7, "batch_id": "batch-0007", "file_index": 3}
-
-
-def parquet(table: pa.Table) -> bytes:
-    out = io.BytesIO()
-    pq.write_table(table, out)
-    return out.getvalue()
 
 
 def by_record(data: bytes, keys, partition_by, options=OPTIONS, declared=None) -> tuple[pa.Table, list]:

@@ -10,8 +10,10 @@ import pytest
 from cdc_assets.defs.automation import AUTOMATION_SENSOR
 from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.defs.table_assets import TableNames
-from cdc_assets_tests.engine.records import mysql
-from cdc_assets_tests.helpers import jsonl, land, run_table, write_config
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import run_table
 
 NAMES = TableNames("ORDERS")
 TARGET, COPY, HISTORY = NAMES.key("target"), NAMES.key("bigquery"), NAMES.key("history")

@@ -11,23 +11,12 @@ import pytest
 
 from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.defs.table_assets import APPLY_TAG, INCREMENTAL
-from cdc_assets_tests.helpers import jsonl, land, run_table, write_config
-
-from .support import (
-    KEY,
-    TABLE,
-    check_results,
-    delta_versions,
-    differences,
-    execute,
-    files_by_partition,
-    generate,
-    materialized,
-    publish,
-    read_export,
-    register_batch,
-    target_table,
-)
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.expected import KEY, TABLE, differences, read_export
+from cdc_assets_tests.support.feeds import generate, publish
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.runs import check_results, execute, materialized, register_batch, run_table
+from cdc_assets_tests.support.warehouse import delta_versions, files_by_partition, target_rows
 
 pytestmark = pytest.mark.spark
 
@@ -38,7 +27,7 @@ TABLE_CFG = {"name": TABLE, "keys": [KEY], "format": "datastream-json", "partiti
 
 def snapshot(cfg) -> dict:
     """The whole target, metadata columns included, by key; each key must be there once."""
-    rows = target_table(cfg)
+    rows = target_rows(cfg, TABLE, source_only=False)
     keys = [r["_cdc_key"] for r in rows]
     assert len(keys) == len(set(keys)), "a key is in the target more than once"
     return {r[KEY]: r for r in rows}

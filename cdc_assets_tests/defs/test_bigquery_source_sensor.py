@@ -10,9 +10,8 @@ import pytest
 from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.engine import bigquery as publishing
 from cdc_assets.engine.landing import registered
-from cdc_assets_tests.engine.records import values
 from cdc_assets_tests.engine.test_bigquery_source import APPEND_SCHEMA, append, create, source_config
-from cdc_assets_tests.helpers import target_rows
+from cdc_assets_tests.support.warehouse import target_rows, values
 
 from .test_sensor import Daemon
 
@@ -44,4 +43,4 @@ def test_sensor_ticks_extract_new_source_rows_apply_them_and_publish_the_target(
             ("extract-00000001.parquet",), ("extract-00000002.parquet",)]
         assert values(target_rows(cfg, "TABLE1"), "COL1", "COL2") == {"a": "2"}
         assert [tuple(r.values()) for r in client.query(f"SELECT COL1, COL2 FROM `{copy}`").result()] == [("a", "2")]
-        assert publishing.reconcile(client, cfg, cfg.table("TABLE1"))["discrepancies"] == 0
+        assert publishing.reconcile(client, cfg, cfg.table("TABLE1")).discrepancies == 0

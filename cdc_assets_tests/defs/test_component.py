@@ -13,8 +13,8 @@ import dagster as dg
 from deltalake import DeltaTable
 
 from cdc_assets.core.starter import STARTER_CONFIG
-from cdc_assets_tests.engine.records import mysql
-from cdc_assets_tests.helpers import jsonl
+from cdc_assets_tests.support.landing import jsonl
+from cdc_assets_tests.support.records import mysql
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT_TOML = """\

@@ -11,8 +11,10 @@ import runpy
 import dagster as dg
 import pytest
 
-from cdc_assets_tests.engine.records import mysql
-from cdc_assets_tests.helpers import jsonl, land, run_table, write_config
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import run_table
 
 pytestmark = pytest.mark.spark
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

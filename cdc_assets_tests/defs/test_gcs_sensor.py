@@ -15,8 +15,10 @@ from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.engine import landing
 from cdc_assets.engine.landing import registered
 from cdc_assets_tests.emulators import GCS_BUCKET, put
-from cdc_assets_tests.engine.records import mysql, values
-from cdc_assets_tests.helpers import jsonl, target_rows, write_config
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.warehouse import target_rows, values
 
 from .test_sensor import Daemon
 

@@ -12,25 +12,11 @@ import pytest
 
 from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.defs.table_assets import APPLY_TAG, INCREMENTAL
-from cdc_assets_tests.helpers import run_table, target_version, write_config
-
-from .support import (
-    COLUMNS,
-    KEY,
-    TABLE,
-    check_results,
-    delta_versions,
-    differences,
-    execute,
-    generate,
-    lines_in,
-    materialized,
-    publish,
-    read_export,
-    register_batch,
-    target_table,
-    uuids_in,
-)
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.expected import COLUMNS, KEY, TABLE, differences, read_export
+from cdc_assets_tests.support.feeds import generate, lines_in, publish, uuids_in
+from cdc_assets_tests.support.runs import check_results, execute, materialized, register_batch, run_table
+from cdc_assets_tests.support.warehouse import delta_versions, target_rows, target_version
 
 pytestmark = pytest.mark.spark
 
@@ -108,11 +94,11 @@ def test_jobs_materialize_a_generated_feed_batch_by_batch(spark, tmp_path):
         assert evaluation.metadata["records_read"].value == ch["records_read"]
 
         # ---- apply: target, incrementally ---------------------------------------------------------
-        before = by_id(target_table(cfg)) if n > 1 else {}
+        before = by_id(target_rows(cfg, TABLE, source_only=False)) if n > 1 else {}
         result = execute(defs, f"{TABLE}_apply_job", instance, tags={APPLY_TAG: INCREMENTAL})
         tg = materialized(result)["target"]
         assert_has(tg, TARGET_FIELDS, f"target after {batch_id}")
-        after = by_id(target_table(cfg))
+        after = by_id(target_rows(cfg, TABLE, source_only=False))
         assert tg["applied_batch"] == n
         assert tg["rows"] == len(after)
         assert tg["delta_version"] == target_version(cfg, TABLE) == n - 1
@@ -133,8 +119,8 @@ def test_jobs_materialize_a_generated_feed_batch_by_batch(spark, tmp_path):
             assert checks["target.reconciles_with_source"] is True, result.get_asset_check_evaluations()
 
     assert total_new == feed["changes"] == len(seen_uuids)  # every distinct event counted once over the feed
-    assert differences(target_table(cfg), export) == []
-    assert len(target_table(cfg)) == feed["live_rows"]
+    assert differences(target_rows(cfg, TABLE, source_only=False), export) == []
+    assert len(target_rows(cfg, TABLE, source_only=False)) == feed["live_rows"]
 
     # ---- nothing new: no new Delta version anywhere, the apply says so --------------------------
     versions = delta_versions(cfg)
@@ -149,7 +135,7 @@ def test_jobs_materialize_a_generated_feed_batch_by_batch(spark, tmp_path):
     assert materialized(result)["changes"].get("already_committed") is True
     assert all(check_results(result).values())
     assert delta_versions(cfg) == versions
-    assert differences(target_table(cfg), export) == []
+    assert differences(target_rows(cfg, TABLE, source_only=False), export) == []
 
 
 def test_run_table_with_base_snapshot_and_partitions(spark, tmp_path):
@@ -182,7 +168,7 @@ def test_run_table_with_base_snapshot_and_partitions(spark, tmp_path):
     assert outcome.figures["base"]["rows"] == len(base) and outcome.figures["base"]["quarantined"] == 0
     assert outcome.figures["changes"]["changes_new"] == feed["changes"]
     assert outcome.figures["target"]["rows"] == len(expected)
-    assert differences(target_table(cfg), expected) == []
+    assert differences(target_rows(cfg, TABLE, source_only=False), expected) == []
     assert sorted(instance.get_dynamic_partitions(f"{TABLE}__target_partitions")) == [
         "region=amer", "region=apac", "region=emea"]
 
@@ -221,4 +207,4 @@ def test_batch_partitions_materialized_out_of_order_fail_instead_of_losing_a_bat
         execute(defs, f"{TABLE}_ingest_job", instance, partition_key=batch_id)
     result = execute(defs, f"{TABLE}_apply_job", instance, tags={APPLY_TAG: INCREMENTAL})
     assert materialized(result)["target"]["applied_batch"] == 2
-    assert differences(target_table(cfg), read_export(feed["export"])) == []
+    assert differences(target_rows(cfg, TABLE, source_only=False), read_export(feed["export"])) == []

@@ -15,8 +15,11 @@ import subprocess
 import dagster as dg
 from dagster._core.instance.ref import InstanceRef
 
-from cdc_assets_tests.engine.records import MARKS, delta_rows, mysql
-from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import MARKS
+from cdc_assets_tests.support.warehouse import delta_rows, target_rows
 
 pytestmark = MARKS
 

@@ -134,9 +134,10 @@ from cdc_assets.engine.errors import root_cause_of_info
 from cdc_assets.engine.fresh import fresh_table
 from cdc_assets.engine.lock import table_lock
 from cdc_assets.engine.maintenance import maintain
-from cdc_assets_tests.engine.records import delta_version
-from cdc_assets_tests.helpers import land, target_rows, write_config
 from cdc_assets_tests.reference_model import DELETE, TRUNCATE, UPSERT, ReferenceTable, SourceChange
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import land
+from cdc_assets_tests.support.warehouse import canonical, delta_version, target_rows
 
 pytestmark = pytest.mark.spark
 
@@ -1267,11 +1268,6 @@ def history_all(cfg, table: str) -> list[str]:
 def canonical_meaning(rows: list[dict]) -> list[str]:
     """Rows as comparable text of what their values mean (`meaning`; '' stays '')."""
     return sorted(repr(sorted((k, meaning(v, empty_is_null=False)) for k, v in r.items())) for r in rows)
-
-
-def canonical(rows: list[dict]) -> list[str]:
-    """Rows as comparable text, whatever their columns' order."""
-    return sorted(repr(sorted(r.items())) for r in rows)
 
 
 def quarantined(cfg, table: str) -> list[dict]:

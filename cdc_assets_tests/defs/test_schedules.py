@@ -14,19 +14,11 @@ import pytest
 from cdc_assets.core.config import ConfigError, load_config
 from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.engine.landing import registered
-from cdc_assets_tests.helpers import write_config
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.expected import KEY, TABLE, differences, expected_state, read_export
+from cdc_assets_tests.support.feeds import generate, publish
+from cdc_assets_tests.support.warehouse import delta_versions, target_rows
 
-from .support import (
-    KEY,
-    TABLE,
-    delta_versions,
-    differences,
-    expected_state,
-    generate,
-    publish,
-    read_export,
-    target_table,
-)
 from .test_sensor import Daemon
 
 DT = {"keys": [KEY], "format": "datastream-json"}
@@ -157,7 +149,7 @@ def test_a_tick_registers_asks_for_one_cycle_run_and_never_twice(spark, tmp_path
     # ---- the cycle run ingests and applies, through the same ingest and apply jobs ---------------------
     launch(defs, instance, request)
     assert (runs_of(instance, f"{TABLE}_ingest_job"), runs_of(instance, f"{TABLE}_apply_job")) == (1, 1)
-    assert differences(target_table(cfg), expected_state(cfg, TABLE, files1)) == []
+    assert differences(target_rows(cfg, TABLE, source_only=False), expected_state(cfg, TABLE, files1)) == []
 
     # ---- the next tick: nothing new, no run, nothing committed ------------------------------------------
     versions = delta_versions(cfg)
@@ -185,7 +177,7 @@ def test_a_tick_registers_asks_for_one_cycle_run_and_never_twice(spark, tmp_path
     launch(defs, instance, request)
     assert [(b.id, list(b.files)) for b in registered(cfg.table_dir(TABLE))] == [
         ("b000001", files1), ("b000002", files2), ("b000003", files3)]
-    assert differences(target_table(cfg), read_export(feed["export"])) == []
+    assert differences(target_rows(cfg, TABLE, source_only=False), read_export(feed["export"])) == []
     assert delta_versions(cfg)["staging"] == versions["staging"] + 2  # one commit per batch
     versions = delta_versions(cfg)
     assert tick(defs, instance).run_requests == [] and daemon.new_requests(daemon.tick()) == []
@@ -212,8 +204,8 @@ def test_a_group_tick_runs_the_cycles_of_the_tables_with_work_after_the_sensor(s
     [request] = tick(defs, instance, name).run_requests
     assert tables_of(request, op) == [TABLE, "PAYMENTS"]
     launch(defs, instance, request, name)
-    assert differences(target_table(cfg), expected_state(cfg, TABLE, o1)) == []
-    assert differences(target_table(cfg, "PAYMENTS"), expected_state(cfg, "PAYMENTS", p1)) == []
+    assert differences(target_rows(cfg, TABLE, source_only=False), expected_state(cfg, TABLE, o1)) == []
+    assert differences(target_rows(cfg, "PAYMENTS", source_only=False), expected_state(cfg, "PAYMENTS", p1)) == []
 
     # ---- the sensor took ORDERS' next batch first: the group's run is for PAYMENTS alone -------------
     publish(orders, cfg, TABLE, 2)
@@ -224,8 +216,8 @@ def test_a_group_tick_runs_the_cycles_of_the_tables_with_work_after_the_sensor(s
     assert tables_of(request, op) == ["PAYMENTS"]
     launch(defs, instance, request, name)
     assert delta_versions(cfg) == orders_versions  # nothing applied twice
-    assert differences(target_table(cfg), read_export(orders["export"])) == []
-    assert differences(target_table(cfg, "PAYMENTS"), read_export(payments["export"])) == []
+    assert differences(target_rows(cfg, TABLE, source_only=False), read_export(orders["export"])) == []
+    assert differences(target_rows(cfg, "PAYMENTS", source_only=False), read_export(payments["export"])) == []
 
     # ---- a staged batch whose merge waits: the tick skips it with the apply policy's reason ---------
     waits = generate(tmp_path / "waits", "WAITS", changes=60, batches=2, files_per_batch=1, seed=67)
@@ -262,6 +254,6 @@ def test_a_group_with_parallel_runs_its_tables_in_processes_side_by_side(spark, 
     result = launch(defs, instance, request, "every_15m_cycle_schedule")
     logged = [e.user_message for e in instance.all_logs(result.run_id)]
     for name, feed in feeds.items():
-        assert differences(target_table(cfg, name), read_export(feed["export"])) == [], name
+        assert differences(target_rows(cfg, name, source_only=False), read_export(feed["export"])) == [], name
         # the tick registered the batch; the line shows what the run took of it
         assert any(m.startswith(f"{name}: ok;") and " new changes" in m for m in logged), (name, logged[-12:])

@@ -5,6 +5,7 @@ are left alone, a request is made once per batch, and the incremental apply foll
 the ingest."""
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import dagster as dg
@@ -14,19 +15,10 @@ from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.defs.table_assets import APPLY_TAG, INCREMENTAL
 from cdc_assets.engine.landing import registered
-from cdc_assets_tests.helpers import write_config
-
-from .support import (
-    KEY,
-    TABLE,
-    delta_versions,
-    differences,
-    expected_state,
-    generate,
-    publish,
-    read_export,
-    target_table,
-)
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.expected import KEY, TABLE, differences, expected_state, read_export
+from cdc_assets_tests.support.feeds import generate, publish
+from cdc_assets_tests.support.warehouse import delta_versions, target_rows
 
 pytestmark = pytest.mark.spark
 
@@ -192,8 +184,8 @@ def test_sensor_ticks_register_request_once_and_apply(spark, tmp_path, instance)
             for e in result.get_asset_materialization_events()}
     assert meta["target"]["applied_batch"].value == 1
     assert all(e.passed for e in result.get_asset_check_evaluations())
-    assert differences(target_table(cfg), expected_state(cfg, TABLE, files1)) == []
-    keys = [r["_cdc_key"] for r in target_table(cfg)]
+    assert differences(target_rows(cfg, TABLE, source_only=False), expected_state(cfg, TABLE, files1)) == []
+    keys = [r["_cdc_key"] for r in target_rows(cfg, TABLE, source_only=False)]
     assert keys and len(set(keys)) == len(keys)
 
     # ---- quiet: a skip, and nothing committed -------------------------------------------------------
@@ -206,7 +198,7 @@ def test_sensor_ticks_register_request_once_and_apply(spark, tmp_path, instance)
     files2 = publish(feed, cfg, TABLE, 2)
     assert daemon.settle() == 2  # its ingest, then the apply
     assert [(b.id, list(b.files)) for b in ledger(cfg)] == [("b000001", files1), ("b000002", files2)]
-    assert differences(target_table(cfg), read_export(feed["export"])) == []
+    assert differences(target_rows(cfg, TABLE, source_only=False), read_export(feed["export"])) == []
     assert "quarantine" not in delta_versions(cfg)  # the half-written files were never read
 
 
@@ -228,7 +220,7 @@ def test_a_batch_landing_while_the_previous_ingest_is_pending_loses_nothing(spar
         daemon.launch(r)
     daemon.settle()
 
-    assert differences(target_table(cfg), read_export(feed["export"])) == []
+    assert differences(target_rows(cfg, TABLE, source_only=False), read_export(feed["export"])) == []
     versions = delta_versions(cfg)
     assert versions["changes"] == versions["staging"] == 1  # one commit per batch, in order
 
@@ -247,7 +239,7 @@ def test_a_second_warehouse_with_the_same_tables_is_not_confused(spark, tmp_path
     cfg_b = write_config(second, [{"name": TABLE, "keys": [KEY], "format": "datastream-json"}],
                          landing=cfg_a.landing)
     assert Daemon(build_definitions(cfg_b), instance).settle() == 1
-    assert differences(target_table(cfg_b), read_export(feed["export"])) == []
+    assert differences(target_rows(cfg_b, TABLE, source_only=False), read_export(feed["export"])) == []
 
 
 def test_one_sensor_for_all_tables_brings_in_each_tables_batches_and_passes_over_a_busy_one(
@@ -274,7 +266,7 @@ def test_one_sensor_for_all_tables_brings_in_each_tables_batches_and_passes_over
     assert daemon.settle() == 2  # each table's one batch run
     assert sorted(daemon.launched_jobs) == sorted([BATCH, f"{other}_batch_job"])
     for t in (TABLE, other):
-        assert differences(target_table(cfg, t), read_export(feed["export"])) == []
+        assert differences(target_rows(cfg, t, source_only=False), read_export(feed["export"])) == []
     assert daemon.new_requests(daemon.tick()) == []
 
 
@@ -308,13 +300,13 @@ def test_base_snapshot_first_then_apply_and_a_base_alone_is_applied(spark, tmp_p
     assert daemon.settle() == 0  # no apply of its own
     expected = dict(read_export(feed["export"]))
     expected.update(read_export(str(base_csv)))
-    assert differences(target_table(cfg), expected) == []
+    assert differences(target_rows(cfg, TABLE, source_only=False), expected) == []
 
     # a table with a base snapshot and no change files yet: its target is the base
     only = Daemon(defs, instance, "ONLY_BASE")
     only.settle()
     assert only.launched_jobs == ["ONLY_BASE_base_job", "ONLY_BASE_apply_job"]
-    assert differences(target_table(cfg, "ONLY_BASE"), read_export(str(base_csv))) == []
+    assert differences(target_rows(cfg, "ONLY_BASE", source_only=False), read_export(str(base_csv))) == []
     assert instance.get_dynamic_partitions("ONLY_BASE__target_partitions") == ["region=apac", "region=emea"]
 
 
@@ -342,7 +334,7 @@ def test_a_tick_while_a_run_holds_the_table_does_not_wait_and_registers_later(sp
     daemon.tick()
     assert [(b.id, list(b.files)) for b in ledger(cfg)][1:] == [("b000002", files2)]
     daemon.settle()
-    assert differences(target_table(cfg), read_export(feed["export"])) == []
+    assert differences(target_rows(cfg, TABLE, source_only=False), read_export(feed["export"])) == []
 
 
 def test_a_waiting_merge_is_asked_for_once_it_is_due_and_again_after_a_restore(spark, tmp_path, instance):
@@ -351,8 +343,9 @@ def test_a_waiting_merge_is_asked_for_once_it_is_due_and_again_after_a_restore(s
     is not materialized there, the sensor says why it waits, and asks for the apply on its own once it is
     due (a later batch's run applies it); after a restore it asks again for the same batch."""
     from cdc_assets.engine.target_versions import restore
-    from cdc_assets_tests.engine.records import mysql, values
-    from cdc_assets_tests.helpers import jsonl, land, target_rows
+    from cdc_assets_tests.support.landing import jsonl, land
+    from cdc_assets_tests.support.records import mysql
+    from cdc_assets_tests.support.warehouse import target_rows, values
 
     cfg = write_config(tmp_path, [{"name": TABLE, "keys": ["id"], "format": "datastream-json",
                                    "apply": {"min_changes": 3}}])
@@ -385,15 +378,16 @@ def test_a_batch_that_does_not_add_up_holds_the_apply_until_its_ingest_passes(sp
     """batch_accounted fails for a staged batch: the sensor does not ask for the apply (saying why);
     once the batch's ingest is re-run and the check passes, it does."""
     from cdc_assets.engine import checks
-    from cdc_assets_tests.engine.records import mysql, values
-    from cdc_assets_tests.helpers import jsonl, land, target_rows
+    from cdc_assets_tests.support.landing import jsonl, land
+    from cdc_assets_tests.support.records import mysql
+    from cdc_assets_tests.support.warehouse import target_rows, values
 
     cfg = write_config(tmp_path, [{"name": TABLE, "keys": ["id"], "format": "datastream-json"}])
     daemon = Daemon(build_definitions(cfg), instance)
     land(cfg, TABLE, "batch-1", {"p.jsonl": jsonl([mysql("INSERT", {"id": 1, "v": "a"}, 1, 1)])})
     daemon.settle()
     real = checks.batch_accounting
-    monkeypatch.setattr(checks, "batch_accounting", lambda *a, **kw: {**real(*a, **kw), "adds_up": False})
+    monkeypatch.setattr(checks, "batch_accounting", lambda *a, **kw: dataclasses.replace(real(*a, **kw), adds_up=False))
     land(cfg, TABLE, "batch-2", {"p.jsonl": jsonl([mysql("UPDATE", {"id": 1, "v": "b"}, 1, 2)])})
     daemon.settle()
     assert daemon.launched_jobs == [BATCH] and daemon.materialized == [["changes", "staging"]]  # not applied
@@ -415,8 +409,9 @@ def test_no_apply_is_asked_for_while_a_batch_run_that_applies_it_is_unfinished(s
     run is unfinished (the one here ended without applying), it does."""
     from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
 
-    from cdc_assets_tests.engine.records import mysql, values
-    from cdc_assets_tests.helpers import jsonl, land, target_rows
+    from cdc_assets_tests.support.landing import jsonl, land
+    from cdc_assets_tests.support.records import mysql
+    from cdc_assets_tests.support.warehouse import target_rows, values
 
     cfg = write_config(tmp_path, [{"name": TABLE, "keys": ["id"], "format": "datastream-json"}])
     daemon = Daemon(build_definitions(cfg), instance)

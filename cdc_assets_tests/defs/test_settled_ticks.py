@@ -14,9 +14,11 @@ import pytest
 from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.defs.table_assets import TableNames
 from cdc_assets.engine import delta, landing
-from cdc_assets_tests.helpers import write_config
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.expected import KEY, TABLE, differences, read_export
+from cdc_assets_tests.support.feeds import generate, publish
+from cdc_assets_tests.support.warehouse import target_rows
 
-from .support import KEY, TABLE, differences, generate, publish, read_export, target_table
 from .test_sensor import BATCH, Daemon
 
 
@@ -67,7 +69,7 @@ def test_settled_ticks_open_nothing_and_what_lands_is_still_taken(tmp_path, inst
     assert [(r.job_name, r.partition_key) for r in data.run_requests] == [(BATCH, "b000002")]
     daemon.launch(data.run_requests[0])
     assert daemon.new_requests(daemon.tick()) == []
-    assert differences(target_table(cfg), read_export(feed["export"])) == []
+    assert differences(target_rows(cfg, TABLE, source_only=False), read_export(feed["export"])) == []
 
     # ---- settled again --------------------------------------------------------------------------------
     daemon.tick()
@@ -120,4 +122,4 @@ def test_ticks_while_a_batch_waits_for_its_run_open_no_delta_table_and_ask_for_t
     assert [r.partition_key for r in daemon.new_requests(data)] == ["b000002"]
     daemon.launch(daemon.new_requests(data)[0])
     assert daemon.new_requests(daemon.tick()) == []
-    assert differences(target_table(cfg), read_export(feed["export"])) == []
+    assert differences(target_rows(cfg, TABLE, source_only=False), read_export(feed["export"])) == []

@@ -9,8 +9,10 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_assets.defs.definitions import build_definitions
-from cdc_assets_tests.engine.records import mysql
-from cdc_assets_tests.helpers import jsonl, land, run_table, write_config
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import run_table
 
 pytestmark = pytest.mark.spark
 

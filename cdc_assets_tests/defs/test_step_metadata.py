@@ -6,9 +6,19 @@ from __future__ import annotations
 import dagster as dg
 
 from cdc_assets.defs.run_loop import summary_line
-from cdc_assets.engine.step_results import ApplyResult
-from cdc_assets_tests.engine.records import mysql
-from cdc_assets_tests.helpers import jsonl, land, run_table, write_config
+from cdc_assets.engine import bigquery as publishing
+from cdc_assets.engine.step_results import (
+    ApplyResult,
+    BaseResult,
+    ChangesResult,
+    PublishReconciliation,
+    PublishResult,
+)
+from cdc_assets_tests.emulators import PROJECT
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import run_table
 
 # the apply's own entries (the target's size and what waits follow them; `dagster/...` are the catalog's)
 INCREMENTAL = {
@@ -20,6 +30,14 @@ INCREMENTAL = {
     "delta_version": dg.IntMetadataValue, "seconds": dg.FloatMetadataValue,
 }
 TARGET = {"pending_changes", "oldest_pending_age_seconds", "within_max_staleness", "target_files", "target_bytes"}
+
+
+def check_metadata(instance: dg.DagsterInstance, asset: list[str], name: str) -> dict:
+    """The metadata of the asset check's latest evaluation."""
+    key = dg.AssetCheckKey(dg.AssetKey(asset), name)
+    record = instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key]
+    assert record.event is not None and record.event.dagster_event is not None
+    return dict(record.event.dagster_event.event_specific_data.metadata)
 
 
 def test_an_applys_figures_are_the_targets_metadata_and_its_summary(workdir):
@@ -59,6 +77,28 @@ def test_an_applys_figures_are_the_targets_metadata_and_its_summary(workdir):
     assert (staged["changes"].value, staged["staged"].value, staged["superseded_in_batch"].value) == (2, 2, 0)
     assert staging.metadata["dagster/partition_row_count"].value == 2
 
+    # the changes step's entries, and its result read back for the summary line
+    changes = instance.get_latest_materialization_event(dg.AssetKey(["ORDERS", "changes"])).asset_materialization
+    taken = {k: v for k, v in changes.metadata.items() if not k.startswith("dagster/")}
+    assert {k: type(v) for k, v in taken.items()} == {
+        "files": dg.IntMetadataValue, "records_read": dg.IntMetadataValue, "changes_new": dg.IntMetadataValue,
+        "duplicates_skipped": dg.IntMetadataValue, "quarantined": dg.IntMetadataValue,
+        "compacted": dg.BoolMetadataValue, "delta_version": dg.IntMetadataValue, "seconds": dg.FloatMetadataValue}
+    assert changes.metadata["dagster/partition_row_count"].value == 2
+    assert second.taken == ChangesResult.from_metadata({k: v.value for k, v in taken.items()})
+    assert (second.taken.files, second.taken.records_read, second.taken.changes_new,
+            second.taken.duplicates_skipped, second.taken.quarantined) == (1, 2, 2, 0, 0)
+    assert "2 records, 2 new changes, 0 duplicates, 0 quarantined" in summary_line(second)
+
+    # the checks' reports: the batch's counts add up; the keys the apply touched are each in the target once
+    accounted = check_metadata(instance, ["ORDERS", "staging"], "batch_accounted")
+    assert {k: v.value for k, v in accounted.items()} == {
+        "records_read": 2, "changes_new": 2, "duplicates_skipped": 0, "quarantined": 0, "unchanged": 0,
+        "derived_deletes": 0, "staged": 2, "superseded_in_batch": 0, "complete": True, "adds_up": True}
+    unique = check_metadata(instance, ["ORDERS", "target"], "keys_unique")
+    assert {k: v.value for k, v in unique.items()} == {"keys_checked": 2, "duplicate_keys": 0,
+                                                       "sample_duplicates": []}
+
     # read back into the step's result: the summary line and `run --json` say the same
     applied = second.applied
     assert applied == ApplyResult.from_metadata(second.figures["target"])
@@ -82,3 +122,75 @@ def test_a_step_result_has_an_entry_for_each_figure_it_holds():
                                      "partitions": ["region=eu"], "seconds": 0.5}
     # read back from its entries; the target's other entries are not the step's
     assert ApplyResult.from_metadata({**rebuilt.to_metadata(), "target_files": 2}) == rebuilt
+
+
+def test_a_snapshot_batchs_and_a_base_imports_figures_are_their_metadata(workdir):
+    export = workdir / "export.csv"
+    export.write_text("id,v\n1,base\n2,base\n")
+    cfg = write_config(workdir, [{"name": "SNAP", "keys": ["id"], "format": "snapshot", "base_snapshot": str(export)}])
+    land(cfg, "SNAP", "b1", {"export.jsonl": jsonl([{"id": 1, "v": "base"}, {"id": 2, "v": "new"},
+                                                    {"id": 3, "v": "new"}, {"id": 3, "v": "again"}])})
+    instance = dg.DagsterInstance.ephemeral()
+    out = run_table(cfg, "SNAP", instance)
+    assert out.ok
+
+    base = instance.get_latest_materialization_event(dg.AssetKey(["SNAP", "base"])).asset_materialization
+    imported = {k: v.value for k, v in base.metadata.items() if not k.startswith("dagster/")}
+    assert {k: type(base.metadata[k]) for k in imported} == {
+        "rows_read": dg.IntMetadataValue, "rows": dg.IntMetadataValue, "quarantined": dg.IntMetadataValue,
+        "files": dg.IntMetadataValue, "delta_version": dg.IntMetadataValue, "seconds": dg.FloatMetadataValue}
+    assert BaseResult.from_metadata(imported) == BaseResult(rows_read=2, rows=2, quarantined=0, files=1,
+                                                            delta_version=0, seconds=imported["seconds"])
+
+    # a snapshot's derived changes, by kind, and why it derived no deletes are entries of their own
+    changes = instance.get_latest_materialization_event(dg.AssetKey(["SNAP", "changes"])).asset_materialization
+    taken = {k: v for k, v in changes.metadata.items() if not k.startswith("dagster/")}
+    assert {k: type(v) for k, v in taken.items()} == {
+        "files": dg.IntMetadataValue, "records_read": dg.IntMetadataValue, "changes_new": dg.IntMetadataValue,
+        "inserts": dg.IntMetadataValue, "updates": dg.IntMetadataValue, "derived_deletes": dg.IntMetadataValue,
+        "unchanged": dg.IntMetadataValue, "duplicates_skipped": dg.IntMetadataValue,
+        "quarantined": dg.IntMetadataValue, "compacted": dg.BoolMetadataValue, "delta_version": dg.IntMetadataValue,
+        "seconds": dg.FloatMetadataValue}
+    assert out.taken == ChangesResult.from_metadata({k: v.value for k, v in taken.items()})
+    assert (out.taken.records_read, out.taken.changes_new, out.taken.inserts, out.taken.updates,
+            out.taken.derived_deletes, out.taken.unchanged, out.taken.duplicates_skipped) == (4, 2, 1, 1, 0, 1, 1)
+
+
+def test_a_publishs_figures_are_its_metadata_and_its_summary(workdir, bigquery_emulator):
+    dest = f"{PROJECT}.{bigquery_emulator.test_dataset}.orders"
+    cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "datastream-json",
+                                  "publish": {"bigquery": dest}}])
+    land(cfg, "ORDERS", "b1", {"part-1.jsonl": jsonl([
+        mysql("INSERT", {"id": 1, "status": "open"}, 1, 1), mysql("INSERT", {"id": 2, "status": "open"}, 1, 2)])})
+    instance = dg.DagsterInstance.ephemeral()
+    out = run_table(cfg, "ORDERS", instance)
+    assert out.ok
+
+    key = dg.AssetKey(["ORDERS", "bigquery"])
+    published = instance.get_latest_materialization_event(key).asset_materialization
+    figures = {k: v for k, v in published.metadata.items() if not k.startswith("dagster/")}
+    assert {k: type(v) for k, v in figures.items()} == {
+        "mode": dg.TextMetadataValue, "reason": dg.TextMetadataValue, "batches": dg.TextMetadataValue,
+        "published_batch": dg.IntMetadataValue, "target_version": dg.IntMetadataValue,
+        "rows_sent": dg.IntMetadataValue, "deletes_sent": dg.IntMetadataValue, "rows_affected": dg.IntMetadataValue,
+        "destination": dg.TextMetadataValue, "created": dg.BoolMetadataValue, "seconds": dg.FloatMetadataValue}
+    sent = out.published
+    assert sent == PublishResult.from_metadata({k: v.value for k, v in figures.items()})
+    assert (sent.mode, sent.batches, sent.rows_sent, sent.deletes_sent, sent.destination, sent.created) == \
+        ("all", "0..1", 2, 0, dest, True)
+    assert f"published to BigQuery (all): 2 rows sent, 0 deletes, {sent.rows_affected} rows changed" \
+        in summary_line(out)
+
+    # the reconciliation check's report
+    report = publishing.reconcile(bigquery_emulator, cfg, cfg.table("ORDERS"))
+    assert report == PublishReconciliation(published=True, compared="all rows", target_version=0, rows_target=2,
+                                           rows_bigquery=2, missing_in_bigquery=0, not_in_target=0,
+                                           differing_rows=0, differing_columns=(), discrepancies=0)
+    assert report.to_metadata()["differing_columns"] == []
+    assert out.checks == {"batch_accounted": True, "keys_unique": True, "reconciles_with_target": True}
+    assert {k: v.value for k, v in check_metadata(instance, ["ORDERS", "bigquery"], "reconciles_with_target")
+            .items()} == report.to_metadata()
+
+    # nothing new: a direct publish says so, and which batch the destination holds
+    assert publishing.publish(bigquery_emulator, cfg, cfg.table("ORDERS")).to_metadata() == {
+        "nothing_new": True, "reason": "published up to date", "published_batch": 1}

@@ -28,9 +28,11 @@ import pytest
 from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.defs.run_loop import run_config
 from cdc_assets.engine.status import table_status
-from cdc_assets_tests.helpers import land, target_rows, write_config
-
-from .records import MARKS, bq_append, bq_cdc, delta_rows, ds_event, mysql, oracle, postgres
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import land
+from cdc_assets_tests.support.records import bq_append, bq_cdc, ds_event, mysql, oracle, postgres
+from cdc_assets_tests.support.runs import MARKS
+from cdc_assets_tests.support.warehouse import delta_rows, target_rows
 
 pytestmark = MARKS
 

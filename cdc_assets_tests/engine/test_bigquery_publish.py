@@ -19,9 +19,11 @@ from cdc_assets.defs.publish import publish_job_name
 from cdc_assets.engine import apply
 from cdc_assets.engine import bigquery as publishing
 from cdc_assets_tests.emulators import PROJECT
-from cdc_assets_tests.helpers import jsonl, land, run_table, target_rows, write_config
-
-from .records import MARKS, mysql, run_ok
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok, run_table
+from cdc_assets_tests.support.warehouse import target_rows
 
 pytestmark = MARKS
 UTC = dt.UTC
@@ -97,7 +99,7 @@ def test_the_bigquery_table_follows_the_target_through_inserts_updates_deletes_a
     before = bigquery_rows(client, dest)
     out = run_ok(cfg, "ORDERS")
     assert "bigquery" not in out.figures
-    assert publishing.publish(client, cfg, cfg.table("ORDERS"))["nothing_new"] is True
+    assert publishing.publish(client, cfg, cfg.table("ORDERS")).nothing_new is True
     assert bigquery_rows(client, dest) == before
 
     # A crash between the MERGE and the ledger's record: the keys are sent again, and the MERGE
@@ -112,7 +114,7 @@ def test_the_bigquery_table_follows_the_target_through_inserts_updates_deletes_a
     assert not out.ok and "killed after the MERGE" in out.error
     monkeypatch.setattr(publishing, "_record", real_record)
     again = publishing.publish(client, cfg, cfg.table("ORDERS"))
-    assert (again["mode"], again["deletes_sent"], again["rows_affected"]) == ("changes", 1, 0)
+    assert (again.mode, again.deletes_sent, again.rows_affected) == ("changes", 1, 0)
     assert_equal_to_target(client, cfg, dest)
 
     # A rebuilt target is sent whole; rows BigQuery holds that the target does not are deleted.
@@ -120,7 +122,7 @@ def test_the_bigquery_table_follows_the_target_through_inserts_updates_deletes_a
     apply.rebuild(spark, cfg, cfg.table("ORDERS"), None)
     assert publishing.plan(cfg, cfg.table("ORDERS")).mode == "all"
     whole = publishing.publish(client, cfg, cfg.table("ORDERS"))
-    assert (whole["mode"], whole["rows_sent"], whole["rows_affected"]) == ("all", 2, 1)
+    assert (whole.mode, whole.rows_sent, whole.rows_affected) == ("all", 2, 1)
     assert_equal_to_target(client, cfg, dest)
 
 
@@ -131,15 +133,15 @@ def test_the_reconciliation_check_fails_when_a_row_is_deleted_behind_our_back(sp
                                                       for i in range(1, 6)])})
     run_ok(cfg, "ORDERS")
     table = cfg.table("ORDERS")
-    assert publishing.reconcile(client, cfg, table)["discrepancies"] == 0
-    assert publishing.reconcile(client, cfg, table, small=2, sample=3)["discrepancies"] == 0
+    assert publishing.reconcile(client, cfg, table).discrepancies == 0
+    assert publishing.reconcile(client, cfg, table, small=2, sample=3).discrepancies == 0
 
     client.query(f"DELETE FROM `{dest}` WHERE id = 3").result()
     client.query(f"UPDATE `{dest}` SET amount = 0 WHERE id = 4").result()
     report = publishing.reconcile(client, cfg, table)
-    assert (report["rows_target"], report["rows_bigquery"], report["missing_in_bigquery"]) == (5, 4, 1)
-    assert report["differing_rows"] == 1 and report["differing_columns"] == ["amount"]
-    assert report["discrepancies"] == 3
+    assert (report.rows_target, report.rows_bigquery, report.missing_in_bigquery) == (5, 4, 1)
+    assert report.differing_rows == 1 and report.differing_columns == ("amount",)
+    assert report.discrepancies == 3
     # The check beside the asset says the same: the publish job finds nothing new, and its check fails.
     result = build_definitions(cfg).resolve_job_def(publish_job_name(table)).execute_in_process(
         instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)

@@ -16,9 +16,9 @@ from google.cloud import bigquery
 
 from cdc_assets.engine import bigquery_source
 from cdc_assets.engine.landing import registered
-from cdc_assets_tests.helpers import run_table, target_rows, target_version, write_config
-
-from .records import MARKS, run_ok, values
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.runs import MARKS, run_ok, run_table
+from cdc_assets_tests.support.warehouse import target_rows, target_version, values
 
 pytestmark = MARKS
 

@@ -7,9 +7,12 @@ import pytest
 
 from cdc_assets.engine import target_versions
 from cdc_assets.engine.apply import rebuild
-from cdc_assets_tests.helpers import jsonl, land, target_version, write_config
-
-from .records import MARKS, mysql, run_ok
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import MARKS
+from cdc_assets_tests.support.steps import take_and_apply
+from cdc_assets_tests.support.warehouse import target_version
 
 pytestmark = MARKS
 
@@ -29,11 +32,11 @@ def feed(cfg, start: int, end: int | None = None) -> list[tuple]:
 def test_the_change_feed_holds_each_applys_row_changes(spark, workdir):
     cfg = write_config(workdir, [{**TABLE, "change_feed": True}])
     land(cfg, "ORDERS", "batch-1", {"p.jsonl": jsonl(FIRST)})
-    run_ok(cfg, "ORDERS")
+    take_and_apply(spark, cfg, "ORDERS")
     assert feed(cfg, 0) == [(0, "insert", 1, "a"), (0, "insert", 2, "a"), (0, "insert", 3, "a")]
 
     land(cfg, "ORDERS", "batch-2", {"p.jsonl": jsonl(SECOND)})
-    run_ok(cfg, "ORDERS")
+    take_and_apply(spark, cfg, "ORDERS")
     assert feed(cfg, 1, 1) == [(1, "delete", 2, "a"), (1, "insert", 4, "a"),
                                (1, "update_postimage", 1, "b"), (1, "update_preimage", 1, "a")]
 
@@ -46,13 +49,13 @@ def test_the_change_feed_holds_each_applys_row_changes(spark, workdir):
 def test_switching_the_change_feed_on_records_from_the_next_apply(spark, workdir):
     cfg = write_config(workdir, [TABLE])
     land(cfg, "ORDERS", "batch-1", {"p.jsonl": jsonl(FIRST)})
-    run_ok(cfg, "ORDERS")
+    take_and_apply(spark, cfg, "ORDERS")
     with pytest.raises(target_versions.TargetVersionError, match="records no change feed .set change_feed: true"):
         target_versions.changes("ORDERS", cfg.table_dir("ORDERS"), 0)
 
     cfg = write_config(workdir, [{**TABLE, "change_feed": True}])
     land(cfg, "ORDERS", "batch-2", {"p.jsonl": jsonl(SECOND)})
-    run_ok(cfg, "ORDERS")
+    take_and_apply(spark, cfg, "ORDERS")
     kinds = [(v.kind, v.batch) for v in target_versions.versions(cfg.table_dir("ORDERS"))]
     assert kinds == [("first build", 1), ("properties", 1), ("apply", 2)]
     assert feed(cfg, 2) == [(2, "delete", 2, "a"), (2, "insert", 4, "a"),
@@ -61,6 +64,6 @@ def test_switching_the_change_feed_on_records_from_the_next_apply(spark, workdir
     # and off again: the next apply writes no change rows
     cfg = write_config(workdir, [TABLE])
     land(cfg, "ORDERS", "batch-3", {"p.jsonl": jsonl([mysql("UPDATE", {"id": 4, "region": "us", "v": "c"}, 1, 30)])})
-    run_ok(cfg, "ORDERS")
+    take_and_apply(spark, cfg, "ORDERS")
     with pytest.raises(target_versions.TargetVersionError, match="records no change feed"):
         target_versions.changes("ORDERS", cfg.table_dir("ORDERS"), 2)

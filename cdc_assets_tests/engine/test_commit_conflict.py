@@ -18,9 +18,11 @@ from cdc_assets.engine.landing import complete_files, register_new_batch, regist
 from cdc_assets.engine.retry import is_conflict
 from cdc_assets.engine.stage import stage_batch
 from cdc_assets.engine.tables import STAGING, TARGET, path
-from cdc_assets_tests.helpers import jsonl, land, run_table, target_rows, write_config
-
-from .records import MARKS, delta_rows, mysql, run_ok, values
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok, run_table
+from cdc_assets_tests.support.warehouse import delta_rows, target_rows, values
 
 pytestmark = MARKS
 

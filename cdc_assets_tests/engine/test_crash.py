@@ -36,6 +36,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from cdc_assets.cli.generate import write_feed
 from cdc_assets.defs.pool_watch import ensure_settings
+from cdc_assets_tests.support.ports import free_port
 
 TABLE = "CRASHY"
 # Where a run can die, in the order a run reaches them (faults.point in the code); each is tried at
@@ -73,19 +74,13 @@ COLUMNS = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def spark_connect(tmp_path_factory):
     import pyspark
 
     home = os.path.dirname(pyspark.__file__)
     work = tmp_path_factory.mktemp("connect")
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, SPARK_HOME=home, SPARK_LOG_DIR=str(work), SPARK_PID_DIR=str(work),
                SPARK_IDENT_STRING=f"cdc{port}", PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     subprocess.run(["bash", os.path.join(home, "sbin", "start-connect-server.sh"), "--master", "local[2]",

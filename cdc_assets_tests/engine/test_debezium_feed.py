@@ -3,9 +3,10 @@ a delete stays deleted (rule 2), a re-delivered event counts once (rule 4), Kafk
 are no change (a truncate is rule 9's: test_rule9_truncate.py)."""
 from __future__ import annotations
 
-from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
-
-from .records import MARKS, run_ok, values
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.warehouse import target_rows, values
 
 pytestmark = MARKS
 

@@ -18,9 +18,11 @@ import pyarrow.parquet as pq
 
 from cdc_assets.cli.main import main
 from cdc_assets.engine import fresh
-from cdc_assets_tests.helpers import by_key, jsonl, land, settings_of, target_rows, target_version, write_config
-
-from .records import MARKS, bq_cdc, delta_rows, mysql, run_ok
+from cdc_assets_tests.support.config import settings_of, write_config
+from cdc_assets_tests.support.landing import jsonl, land, parquet
+from cdc_assets_tests.support.records import bq_cdc, mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.warehouse import by_key, delta_rows, target_rows, target_version
 
 pytestmark = MARKS
 
@@ -32,12 +34,6 @@ FLOAT32_EDGES = [NAN, INF, -INF, -0.0, 1.401298464324817e-45, 0.5]  # what a flo
 
 def bits(x) -> bytes | None:
     return None if x is None else struct.pack(">d", x)
-
-
-def parquet(table: pa.Table) -> bytes:
-    buf = io.BytesIO()
-    pq.write_table(table, buf)
-    return buf.getvalue()
 
 
 def edge_table(**more) -> pa.Table:

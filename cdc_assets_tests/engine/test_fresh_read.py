@@ -10,9 +10,11 @@ import pytest
 
 from cdc_assets.cli.main import main
 from cdc_assets.engine import fresh
-from cdc_assets_tests.helpers import jsonl, land, target_rows, target_version, write_config
-
-from .records import MARKS, mysql, run_ok, values
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.warehouse import canonical, target_rows, target_version, values
 
 pytestmark = MARKS
 
@@ -29,10 +31,6 @@ SECOND = [
     mysql("UPDATE", {"id": 5, "region": "us", "amount": "5.50", "v": "c"}, 1, 13),
 ]
 EXPECTED = {1: "b", 3: "a", 5: "c"}
-
-
-def canonical(rows: list[dict]) -> list[str]:
-    return sorted(repr(sorted(r.items())) for r in rows)
 
 
 def test_a_waiting_merge_is_invisible_to_the_fresh_read(spark, workdir, capsys):

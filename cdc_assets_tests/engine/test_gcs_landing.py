@@ -9,9 +9,11 @@ import pytest
 from cdc_assets.engine import ingest
 from cdc_assets_tests.emulators import GCS_BUCKET as BUCKET
 from cdc_assets_tests.emulators import put
-from cdc_assets_tests.helpers import jsonl, run_table, settings_of, target_rows, write_config
-
-from .records import MARKS, delta_rows, mysql, run_ok, values
+from cdc_assets_tests.support.config import settings_of, write_config
+from cdc_assets_tests.support.landing import jsonl
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok, run_table
+from cdc_assets_tests.support.warehouse import delta_rows, target_rows, values
 
 pytestmark = MARKS
 

@@ -14,9 +14,11 @@ from cdc_assets.core.config import ConfigError, parse_config
 from cdc_assets.defs.run_loop import summary_line
 from cdc_assets.engine import history
 from cdc_assets.engine.tables import HISTORY, path
-from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
-
-from .records import MARKS, bq_cdc, mysql, run_ok
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import bq_cdc, mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.warehouse import target_rows
 
 pytestmark = MARKS
 

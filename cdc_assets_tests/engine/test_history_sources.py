@@ -11,10 +11,12 @@ from cdc_assets.core.config import ConfigError, parse_config
 from cdc_assets.core.generator import debezium_events, deliver, generate_history
 from cdc_assets.core.history import source_order
 from cdc_assets.engine import history
-from cdc_assets_tests.helpers import jsonl, land, run_table, target_rows, write_config
 from cdc_assets_tests.reference_model import TRUNCATE, ReferenceTable, SourceChange
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.runs import MARKS, run_ok, run_table
+from cdc_assets_tests.support.warehouse import delta_rows, target_rows
 
-from .records import MARKS, delta_rows, run_ok
 from .test_history import assert_linked, history_rows, source_part
 from .test_partial_feeds import differences, source_change
 

@@ -8,9 +8,11 @@ from deltalake import DeltaTable
 
 from cdc_assets.core.config import ConfigError, parse_config
 from cdc_assets.engine.tables import QUARANTINE, TARGET, path
-from cdc_assets_tests.helpers import jsonl, land, run_table, target_rows, write_config
-
-from .records import MARKS, delta_rows, mysql, run_ok, values
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok, run_table
+from cdc_assets_tests.support.warehouse import delta_rows, target_rows, values
 
 pytestmark = MARKS
 

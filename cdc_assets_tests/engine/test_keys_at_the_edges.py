@@ -8,9 +8,11 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - pa.compute in the duplicate test
 import pyarrow.parquet as pq
 
-from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
-
-from .records import MARKS, mysql, run_ok, values
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.warehouse import target_rows, values
 
 pytestmark = MARKS
 
@@ -92,6 +94,6 @@ def test_a_duplicated_key_is_found_and_pointed_at_without_its_value(spark, workd
     rows = DeltaTable(target).to_pyarrow_table()
     write_deltalake(target, rows.filter(pa.compute.equal(rows["id"], secret)), mode="append")  # a second row
     figures = key_uniqueness(cfg, cfg.table("DUP"))
-    assert figures["duplicate_keys"] == 1
-    assert figures["sample_duplicates"] == ["batch 1 file 1 line 1"] * 2
+    assert figures.duplicate_keys == 1
+    assert figures.sample_duplicates == ("batch 1 file 1 line 1",) * 2
     assert secret not in repr(figures)

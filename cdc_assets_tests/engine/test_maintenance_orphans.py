@@ -11,9 +11,12 @@ import time
 from cdc_assets.engine import delta
 from cdc_assets.engine.maintenance import maintain
 from cdc_assets.engine.tables import STAGING, TARGET, path
-from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
-
-from .records import MARKS, mysql, run_ok
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import MARKS
+from cdc_assets_tests.support.steps import take_and_apply
+from cdc_assets_tests.support.warehouse import target_rows
 
 pytestmark = MARKS
 
@@ -26,7 +29,7 @@ def test_the_vacuum_removes_files_a_killed_write_left_unreferenced(spark, workdi
         land(cfg, "ORDERS", f"batch-{n}", {"p.jsonl": jsonl(
             [mysql("INSERT", {"id": 10 * n + i, "region": ("eu", "us")[i % 2], "v": "a"}, 1, 10 * n + i)
              for i in range(4)])})
-        run_ok(cfg, "ORDERS")
+        take_and_apply(spark, cfg, "ORDERS")
     rows = sorted(map(repr, target_rows(cfg, "ORDERS", source_only=False)))
     table_dir = cfg.table_dir("ORDERS")
     orphans, recent = [], []

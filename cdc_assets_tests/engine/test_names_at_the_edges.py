@@ -8,9 +8,11 @@ from deltalake import DeltaTable
 
 from cdc_assets.engine import apply, fresh, history
 from cdc_assets.engine.tables import HISTORY, path
-from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
-
-from .records import MARKS, delta_rows, mysql, run_ok
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.warehouse import delta_rows, target_rows
 
 pytestmark = MARKS
 

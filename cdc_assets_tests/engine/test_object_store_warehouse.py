@@ -12,9 +12,10 @@ from cdc_assets.engine.apply import rebuild
 from cdc_assets.engine.checks import _all_keys_unique
 from cdc_assets.engine.partitions import staged_partition_keys
 from cdc_assets.engine.tables import TARGET, path
-from cdc_assets_tests.helpers import jsonl, land, write_config
-
-from .records import MARKS, mysql, run_ok
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok
 
 pytestmark = MARKS
 
@@ -67,8 +68,8 @@ def test_an_object_store_warehouse_holds_what_a_local_one_holds(spark, tmp_path,
     remote_target = delta.load(targets["remote"])
     assert all(u.startswith(targets["remote"] + "/") for u in remote_target.file_uris())
     # the whole-table key check, as Spark runs it for a large target, reads the bucket through the workers
-    assert _all_keys_unique(spark, remote_target)["duplicate_keys"] == 0
-    assert _all_keys_unique(spark, remote_target)["rows"] == len(rows_of(targets["local"]))
+    assert _all_keys_unique(spark, remote_target).duplicate_keys == 0
+    assert _all_keys_unique(spark, remote_target).rows == len(rows_of(targets["local"]))
     # any Delta reader with the store's settings reads it
     assert DeltaTable(targets["remote"], storage_options=storage.delta_options(targets["remote"])).version() \
         == remote_target.version()

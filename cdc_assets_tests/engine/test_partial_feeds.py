@@ -9,10 +9,11 @@ import pytest
 
 from cdc_assets.core.generator import UNAVAILABLE, debezium_events, deliver, generate_history
 from cdc_assets.engine import apply, fresh
-from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
 from cdc_assets_tests.reference_model import DELETE, UPSERT, ReferenceTable, SourceChange
-
-from .records import MARKS, run_ok
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.warehouse import target_rows
 
 pytestmark = MARKS
 

@@ -9,9 +9,10 @@ import base64
 import pytest
 
 from cdc_assets.engine import apply
-from cdc_assets_tests.helpers import by_key, jsonl, land, target_rows, write_config
-
-from .records import MARKS, run_batches, run_ok
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.runs import MARKS, run_batches, run_ok
+from cdc_assets_tests.support.warehouse import by_key, target_rows
 
 pytestmark = MARKS
 

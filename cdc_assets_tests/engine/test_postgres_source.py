@@ -18,7 +18,9 @@ import pytest
 from cdc_assets.cli.main import main as cli_main
 from cdc_assets.engine import postgres_source
 from cdc_assets.engine.landing import registered
-from cdc_assets_tests.helpers import run_table, target_rows, write_config
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.runs import run_table
+from cdc_assets_tests.support.warehouse import target_rows
 
 pytestmark = [pytest.mark.filterwarnings("ignore::dagster.BetaWarning"),
               pytest.mark.filterwarnings("ignore::dagster.PreviewWarning")]

@@ -9,9 +9,11 @@ import pytest
 from cdc_assets.engine import checks, fresh
 from cdc_assets.engine.apply import apply_pending, rebuild
 from cdc_assets.engine.status import table_status
-from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.runs import MARKS, run_batches, run_ok
+from cdc_assets_tests.support.warehouse import delta_rows, target_rows
 
-from .records import MARKS, delta_rows, run_batches, run_ok
 from .test_debezium_feed import lines
 from .test_rule9_truncate import pg
 

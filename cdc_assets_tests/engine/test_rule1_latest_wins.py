@@ -7,9 +7,12 @@ name the change that should win ("new") and the ones that should lose ("old").
 """
 from __future__ import annotations
 
-from cdc_assets_tests.helpers import by_key, jsonl, land, target_rows, write_config
-
-from .records import MARKS, bq_append, bq_cdc, ds_event, mysql, oracle, postgres, run_ok, sqlserver, values
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import bq_append, bq_cdc, ds_event, mysql, oracle, postgres, sqlserver
+from cdc_assets_tests.support.runs import MARKS
+from cdc_assets_tests.support.steps import take_and_apply
+from cdc_assets_tests.support.warehouse import by_key, target_rows, values
 
 pytestmark = MARKS
 
@@ -49,7 +52,7 @@ def test_datastream_json_every_source_position(spark, workdir):
         ]),
     }
     land(cfg, "DS", "batch-1", batch1)
-    run_ok(cfg, "DS")
+    take_and_apply(spark, cfg, "DS")
     assert values(target_rows(cfg, "DS"), "id", "v") == {1: "new", 2: "new", 3: "old", 4: "new", 5: "new",
                                                         6: "new", 7: "new", 9: "new"}
 
@@ -62,7 +65,7 @@ def test_datastream_json_every_source_position(spark, workdir):
         ds_event("INSERT", {"id": 9, "v": "old"}, read_method="mysql-backfill-fulldump"),
         ds_event("INSERT", {"id": 10, "v": "new"}, read_method="mysql-backfill-fulldump"),
     ])})
-    run_ok(cfg, "DS")
+    take_and_apply(spark, cfg, "DS")
     rows = target_rows(cfg, "DS")
     assert values(rows, "id", "v") == {1: "new", 2: "new", 3: "new", 4: "new", 5: "new", 6: "new", 7: "new",
                                       9: "new", 10: "new"}
@@ -76,7 +79,7 @@ def test_datastream_update_delete_ranks_before_update_insert_at_one_position(spa
         "a.jsonl": jsonl([mysql("UPDATE-INSERT", {"id": 1, "v": "new"}, 3, 77)]),
         "b.jsonl": jsonl([mysql("UPDATE-DELETE", {"id": 1, "v": "old"}, 3, 77)]),
     })
-    run_ok(cfg, "DSPK")
+    take_and_apply(spark, cfg, "DSPK")
     assert target_rows(cfg, "DSPK") == [{"id": 1, "v": "new"}]
 
 
@@ -100,7 +103,7 @@ def test_bigquery_append_integer_and_string_sequence_numbers(spark, workdir):
             bq_append("UPDATE-DELETE", {"COL1": "pk", "COL2": "old"}, 42),
         ]),
     })
-    run_ok(cfg, "BQA")
+    take_and_apply(spark, cfg, "BQA")
     assert values(target_rows(cfg, "BQA"), "COL1", "COL2") == {"int": "new", "str": "new", "sections": "new",
                                                               "pk": "new"}
 
@@ -110,7 +113,7 @@ def test_bigquery_append_integer_and_string_sequence_numbers(spark, workdir):
         bq_append("INSERT", {"COL1": "gone", "COL2": "old"}, 4),
         bq_append("DELETE", {"COL1": "sections", "COL2": None}, "1/FF/0"),  # more sections, smaller prefix
     ])})
-    run_ok(cfg, "BQA")
+    take_and_apply(spark, cfg, "BQA")
     assert values(target_rows(cfg, "BQA"), "COL1", "COL2") == {"int": "new", "str": "new", "sections": "new",
                                                               "pk": "new"}
 
@@ -134,7 +137,7 @@ def test_bigquery_cdc_change_sequence_number_and_arrival(spark, workdir):
             bq_cdc("UPSERT", {"K": "arrival", "V": "new-in-batch-1"}),  # file b follows file a
         ]),
     })
-    run_ok(cfg, "BQC")
+    take_and_apply(spark, cfg, "BQC")
     assert values(target_rows(cfg, "BQC"), "K", "V") == {"hex": "new", "case": "new", "arrival": "new-in-batch-1"}
 
     land(cfg, "BQC", "batch-2", {"a.jsonl": jsonl([
@@ -142,7 +145,7 @@ def test_bigquery_cdc_change_sequence_number_and_arrival(spark, workdir):
         bq_cdc("UPSERT", {"K": "deleted", "V": "old"}, "FFF/AB"),
         bq_cdc("UPSERT", {"K": "arrival", "V": "new"}),
     ])})
-    run_ok(cfg, "BQC")
+    take_and_apply(spark, cfg, "BQC")
     assert values(target_rows(cfg, "BQC"), "K", "V") == {"hex": "new", "case": "new", "arrival": "new"}
 
 
@@ -165,7 +168,7 @@ def test_changeset_csv_and_json_lines_sequence_by(spark, workdir):
             {"FLAG": "U", "ID": 4, "VALUE": "new", "SEQ": 2.5},
         ]),
     })
-    run_ok(cfg, "CS")
+    take_and_apply(spark, cfg, "CS")
     assert values(target_rows(cfg, "CS"), "ID", "VALUE") == {1: "new", 2: "new", 4: "new"}
 
     land(cfg, "CS", "batch-2", {
@@ -173,7 +176,7 @@ def test_changeset_csv_and_json_lines_sequence_by(spark, workdir):
                                   {"FLAG": "D", "ID": 4, "VALUE": None, "SEQ": 3}]),
         "part-0002.csv": "FLAG,ID,VALUE,SEQ\nU,2,old,9\nU,3,old,9\nI,5,new,1\n",
     })
-    run_ok(cfg, "CS")
+    take_and_apply(spark, cfg, "CS")
     rows = target_rows(cfg, "CS")
     assert values(rows, "ID", "VALUE") == {1: "new", 2: "new", 5: "new"}
     assert by_key(rows, "ID")[(1,)]["SEQ"] == 10

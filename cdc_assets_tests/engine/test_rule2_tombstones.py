@@ -2,9 +2,12 @@
 in a later batch cannot bring the row back; a newer one can."""
 from __future__ import annotations
 
-from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
-
-from .records import MARKS, bq_cdc, mysql, run_ok, values
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import bq_cdc, mysql
+from cdc_assets_tests.support.runs import MARKS
+from cdc_assets_tests.support.steps import take_and_apply
+from cdc_assets_tests.support.warehouse import target_rows, values
 
 pytestmark = MARKS
 
@@ -18,13 +21,13 @@ def test_older_change_in_a_later_batch_does_not_resurrect_a_deleted_row(spark, w
         mysql("INSERT", {"id": 4, "v": "inserted"}, 1, 100),
         mysql("DELETE", {"id": 4, "v": None}, 1, 300),
     ])})
-    run_ok(cfg, "TOMB")
+    take_and_apply(spark, cfg, "TOMB")
     assert values(target_rows(cfg, "TOMB"), "id", "v") == {1: "inserted", 2: "inserted", 3: "inserted"}
 
     land(cfg, "TOMB", "batch-2", {"part-1.jsonl": jsonl([
         mysql("DELETE", {"id": k, "v": None}, 1, 300) for k in (1, 2, 3)
     ])})
-    run_ok(cfg, "TOMB")
+    take_and_apply(spark, cfg, "TOMB")
     assert target_rows(cfg, "TOMB") == []
 
     land(cfg, "TOMB", "batch-3", {"part-1.jsonl": jsonl([
@@ -33,9 +36,9 @@ def test_older_change_in_a_later_batch_does_not_resurrect_a_deleted_row(spark, w
         mysql("UPDATE", {"id": 4, "v": "late-but-older"}, 1, 200),   # older than the in-batch delete
         mysql("INSERT", {"id": 3, "v": "newer"}, 2, 1),              # the next binlog file is newer
     ])})
-    outcome = run_ok(cfg, "TOMB")
+    applied = take_and_apply(spark, cfg, "TOMB")
     assert values(target_rows(cfg, "TOMB"), "id", "v") == {2: "newer", 3: "newer"}
-    assert outcome.figures["target"]["stale_skipped"] == 2
+    assert applied.stale_skipped == 2
 
 
 def test_tombstone_by_change_sequence_number(spark, workdir):
@@ -45,9 +48,9 @@ def test_tombstone_by_change_sequence_number(spark, workdir):
                                                      bq_cdc("DELETE", {"K": "x", "V": None}, "B"),
                                                      bq_cdc("UPSERT", {"K": "y", "V": "1"}, "1"),
                                                      bq_cdc("DELETE", {"K": "y", "V": None}, "B")])})
-    run_ok(cfg, "TOMBQ")
+    take_and_apply(spark, cfg, "TOMBQ")
     assert target_rows(cfg, "TOMBQ") == []
     land(cfg, "TOMBQ", "batch-2", {"a.jsonl": jsonl([bq_cdc("UPSERT", {"K": "x", "V": "older"}, "A"),
                                                      bq_cdc("UPSERT", {"K": "y", "V": "newer"}, "C")])})
-    run_ok(cfg, "TOMBQ")
+    take_and_apply(spark, cfg, "TOMBQ")
     assert values(target_rows(cfg, "TOMBQ"), "K", "V") == {"y": "newer"}

@@ -1,9 +1,12 @@
 """Rule 3: rows of a base snapshot rank below every change, however old the change."""
 from __future__ import annotations
 
-from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
-
-from .records import MARKS, delta_rows, ds_event, mysql, run_ok, values
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import ds_event, mysql
+from cdc_assets_tests.support.runs import MARKS
+from cdc_assets_tests.support.steps import take_and_apply
+from cdc_assets_tests.support.warehouse import delta_rows, target_rows, values
 
 pytestmark = MARKS
 
@@ -15,7 +18,7 @@ def test_changes_older_than_the_base_export_still_win(spark, workdir):
                                   "base_snapshot": str(export)}])
 
     # Nothing landed yet: the first run imports the export and the target starts from it.
-    run_ok(cfg, "BASED")
+    take_and_apply(spark, cfg, "BASED")
     assert values(target_rows(cfg, "BASED"), "id", "v") == {1: "base", 2: "base", 3: "base"}
     assert len(delta_rows(cfg, "BASED", "base")) == 3
 
@@ -28,7 +31,7 @@ def test_changes_older_than_the_base_export_still_win(spark, workdir):
         mysql("DELETE", {"id": 2, "v": None, "amount": None}, 1, 5, ts="2000-01-01T00:00:00"),
         mysql("INSERT", {"id": 4, "v": "change", "amount": 44}, 1, 6, ts="2000-01-01T00:00:00"),
     ])})
-    run_ok(cfg, "BASED")
+    take_and_apply(spark, cfg, "BASED")
     rows = target_rows(cfg, "BASED")
     assert values(rows, "id", "v") == {1: "change", 3: "backfill", 4: "change"}
     assert values(rows, "id", "amount") == {1: 11, 3: 33, 4: 44}
@@ -44,7 +47,7 @@ def test_base_and_first_batch_applied_together(spark, workdir):
         {"ID": 1, "VALUE": "change", "_CHANGE_TYPE": "UPSERT", "_CHANGE_SEQUENCE_NUMBER": "0"},
         {"ID": 2, "VALUE": None, "_CHANGE_TYPE": "DELETE"},
     ])})
-    run_ok(cfg, "BASED1")
+    take_and_apply(spark, cfg, "BASED1")
     assert values(target_rows(cfg, "BASED1"), "ID", "VALUE") == {1: "change"}
 
 
@@ -55,7 +58,7 @@ def test_a_base_row_whose_column_differs_from_another_rows_only_by_case_is_quara
     export.write_text('{"id": 1, "v": "a"}\n{"id": 2, "V": "b"}\n{"id": 3, "v": "c"}\n')
     cfg = write_config(workdir, [{"name": "CASES", "keys": ["id"], "format": "datastream-json",
                                   "base_snapshot": str(export)}])
-    run_ok(cfg, "CASES")
+    take_and_apply(spark, cfg, "CASES")
     assert values(target_rows(cfg, "CASES"), "id", "v") == {1: "a", 3: "c"}
     [bad] = delta_rows(cfg, "CASES", "quarantine")
     assert (bad["_cdc_file"], bad["_cdc_line"]) == ("export.jsonl", 2)

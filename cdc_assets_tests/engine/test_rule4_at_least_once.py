@@ -8,9 +8,11 @@ import pytest
 
 from cdc_assets.engine import ingest, maintenance
 from cdc_assets.engine.maintenance import maintain
-from cdc_assets_tests.helpers import jsonl, land, run_table, settings_of, target_rows, write_config
-
-from .records import MARKS, delta_rows, delta_version, mysql, run_ok, values
+from cdc_assets_tests.support.config import settings_of, write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok, run_table
+from cdc_assets_tests.support.warehouse import delta_rows, delta_version, target_rows, values
 
 pytestmark = MARKS
 

@@ -8,9 +8,12 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from cdc_assets_tests.helpers import by_key, jsonl, land, target_rows, write_config
-
-from .records import MARKS, bq_append, mysql, run_ok
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import bq_append, mysql
+from cdc_assets_tests.support.runs import MARKS
+from cdc_assets_tests.support.steps import take_and_apply
+from cdc_assets_tests.support.warehouse import by_key, target_rows
 
 pytestmark = MARKS
 
@@ -26,7 +29,7 @@ def test_new_column_and_integer_to_decimal(spark, workdir):
         bq_append("INSERT", {"id": 2, "name": "b", "amount": 7}, 2),
         bq_append("INSERT", {"id": 3, "name": "c", "amount": 9007199254740993}, 3),  # beyond a double's 2**53
     ])})
-    run_ok(cfg, "EVOLVE")
+    take_and_apply(spark, cfg, "EVOLVE")
     assert pa.types.is_integer(target_schema(cfg, "EVOLVE").field("amount").type)
 
     land(cfg, "EVOLVE", "batch-2", {"part-1.jsonl": jsonl([
@@ -34,7 +37,7 @@ def test_new_column_and_integer_to_decimal(spark, workdir):
         bq_append("UPDATE-INSERT", {"id": 2, "name": "b", "amount": 7.25, "coupon": "SPRING"}, 4),
         bq_append("INSERT", {"id": 4, "name": "d", "amount": 1.5, "coupon": None}, 5),
     ])})
-    run_ok(cfg, "EVOLVE")
+    take_and_apply(spark, cfg, "EVOLVE")
     rows = by_key(target_rows(cfg, "EVOLVE"), "id")
     assert set(rows) == {(1,), (2,), (3,), (4,)}
     assert {k: r["coupon"] for k, r in rows.items()} == {(1,): None, (2,): "SPRING", (3,): None, (4,): None}
@@ -56,12 +59,12 @@ def test_new_column_in_a_partitioned_target(spark, workdir):
         mysql("INSERT", {"id": 1, "region": "eu", "v": "a"}, 1, 1),
         mysql("INSERT", {"id": 2, "region": "us", "v": "a"}, 1, 2),
     ])})
-    run_ok(cfg, "EVOLVEP")
+    take_and_apply(spark, cfg, "EVOLVEP")
     us_files = files_of(cfg, "EVOLVEP", "us")
     land(cfg, "EVOLVEP", "batch-2", {"part-1.jsonl": jsonl([
         mysql("UPDATE", {"id": 1, "region": "eu", "v": "b", "coupon": "SPRING"}, 1, 3),
     ])})
-    run_ok(cfg, "EVOLVEP")
+    take_and_apply(spark, cfg, "EVOLVEP")
     rows = by_key(target_rows(cfg, "EVOLVEP"), "id")
     assert {k: (r["v"], r["coupon"]) for k, r in rows.items()} == {(1,): ("b", "SPRING"), (2,): ("a", None)}
     assert files_of(cfg, "EVOLVEP", "us") == us_files

@@ -8,9 +8,11 @@ import json
 
 from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.defs.run_loop import run_config
-from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
-
-from .records import MARKS, bq_cdc, delta_rows, delta_version, mysql, values
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import bq_cdc, mysql
+from cdc_assets_tests.support.runs import MARKS
+from cdc_assets_tests.support.warehouse import delta_rows, delta_version, target_rows, values
 
 pytestmark = MARKS
 

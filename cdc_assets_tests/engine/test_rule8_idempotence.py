@@ -8,9 +8,11 @@ from cdc_assets.engine.base import import_base
 from cdc_assets.engine.ingest import ingest_batch
 from cdc_assets.engine.landing import register_new_batch, registered
 from cdc_assets.engine.stage import stage_batch
-from cdc_assets_tests.helpers import jsonl, land, target_rows, write_config
-
-from .records import MARKS, delta_rows, delta_version, mysql, run_ok, values
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.warehouse import delta_rows, delta_version, target_rows, values
 
 pytestmark = MARKS
 
@@ -40,8 +42,8 @@ def test_steps_applied_again_do_nothing(spark, workdir):
 
     [batch] = registered(table_dir)
     assert register_new_batch(cfg.landing_dir("AGAIN"), table_dir) is None
-    assert import_base(spark, cfg, table) == {"already_committed": True}
-    assert ingest_batch(spark, cfg, table, batch) == {"already_committed": True}
+    assert import_base(spark, cfg, table).already_committed is True
+    assert ingest_batch(spark, cfg, table, batch).already_committed is True
     assert stage_batch(cfg, table, batch).already_committed is True
     assert apply_pending(spark, cfg, table).nothing_new is True
     assert versions(cfg, "AGAIN") == before

@@ -14,9 +14,11 @@ from cdc_assets.engine.apply import apply_pending, rebuild
 from cdc_assets.engine.maintenance import maintain
 from cdc_assets.engine.tables import QUARANTINE, TOMBSTONES
 from cdc_assets.engine.target_versions import restore
-from cdc_assets_tests.helpers import land, target_rows, write_config
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import land
+from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.warehouse import delta_rows, delta_version, target_rows, values
 
-from .records import MARKS, delta_rows, delta_version, run_ok, values
 from .test_debezium_feed import lines
 
 pytestmark = MARKS

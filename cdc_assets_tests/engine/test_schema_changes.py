@@ -8,7 +8,6 @@ target column. All on the in-process path (small batches, no Spark)."""
 from __future__ import annotations
 
 import datetime as dt
-import io
 import os
 from decimal import Decimal
 from urllib.parse import unquote
@@ -18,20 +17,15 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from cdc_assets.engine import apply
-from cdc_assets_tests.helpers import by_key, jsonl, land, target_rows, write_config
-
-from .records import MARKS, delta_rows, run_ok
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land, parquet
+from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.warehouse import by_key, delta_rows, target_rows
 
 pytestmark = MARKS
 
 UTC = dt.UTC
 CHANGESET = {"op_column": "op", "inserts": ["I"], "updates": ["U"], "deletes": ["D"], "sequence_by": ["seq"]}
-
-
-def parquet(table: pa.Table) -> bytes:
-    buf = io.BytesIO()
-    pq.write_table(table, buf)
-    return buf.getvalue()
 
 
 def schema_of(cfg, table) -> dict[str, pa.DataType]:

@@ -11,7 +11,7 @@ import pytest
 from cdc_assets.cli.main import main
 from cdc_assets.engine import spark_conf
 from cdc_assets.engine.settings import SettingError, Settings, settings, variables
-from cdc_assets_tests.helpers import write_config
+from cdc_assets_tests.support.config import write_config
 
 PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "cdc_assets")
 

@@ -23,10 +23,11 @@ from cdc_assets.engine.apply import rebuild
 from cdc_assets.engine.landing import register_new_batch
 from cdc_assets.engine.stage import stage_batch
 from cdc_assets.engine.tables import HISTORY, path
-from cdc_assets_tests.helpers import jsonl, land, run_table, settings_of, target_rows, target_version, write_config
 from cdc_assets_tests.reference_model import DELETE, UPSERT, ReferenceTable, SourceChange
-
-from .records import MARKS, delta_rows, delta_version, run_ok, values
+from cdc_assets_tests.support.config import settings_of, write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.runs import MARKS, run_ok, run_table
+from cdc_assets_tests.support.warehouse import delta_rows, delta_version, target_rows, target_version, values
 
 pytestmark = MARKS
 

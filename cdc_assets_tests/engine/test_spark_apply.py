@@ -12,9 +12,10 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_assets.engine import apply, base, ingest
-from cdc_assets_tests.helpers import jsonl, land, settings_of, write_config
-
-from .records import MARKS, mysql, run_ok
+from cdc_assets_tests.support.config import settings_of, write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok
 
 pytestmark = MARKS
 

@@ -12,10 +12,13 @@ import pytest
 
 from cdc_assets.core.generator import deliver
 from cdc_assets.engine.apply import rebuild
-from cdc_assets_tests.helpers import land, target_rows, write_config
 from cdc_assets_tests.reference_model import DELETE, TRUNCATE, UPSERT, ReferenceTable, SourceChange
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import land
+from cdc_assets_tests.support.runs import MARKS
+from cdc_assets_tests.support.steps import take_and_apply
+from cdc_assets_tests.support.warehouse import target_rows
 
-from .records import MARKS, run_ok
 from .test_debezium_feed import lines
 
 pytestmark = MARKS
@@ -81,7 +84,7 @@ def test_truncates_and_soft_deletes_agree_with_the_reference_model(spark, tmp_pa
             for i in f:
                 model.deliver(changes[i][0])
         land(cfg, "M", f"batch-{n}", {f"p{j}.jsonl": lines(*[changes[i][1] for i in f]) for j, f in enumerate(files)})
-        run_ok(cfg, "M")
+        take_and_apply(spark, cfg, "M")
         assert _rows(cfg, soft) == _expected(model, soft), (seed, n)
     rebuild(spark, cfg, cfg.table("M"), None)
     assert _rows(cfg, soft) == _expected(model, soft)

@@ -11,12 +11,13 @@ from decimal import Decimal
 
 import fastavro
 import pyarrow as pa
-import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from cdc_assets_tests.helpers import by_key, jsonl, land, target_rows, write_config
-
-from .records import MARKS, delta_rows, mysql, run_ok
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land, parquet
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.warehouse import by_key, delta_rows, target_rows
 
 pytestmark = MARKS
 
@@ -27,12 +28,6 @@ CHANGESET = {"op_column": "op", "inserts": ["I"], "updates": ["U"], "deletes": [
 def schema_of(cfg, table) -> dict[str, pa.DataType]:
     schema = pa.schema(DeltaTable(os.path.join(cfg.table_dir(table), "target")).schema())
     return {f.name: f.type for f in schema}
-
-
-def parquet(table: pa.Table) -> bytes:
-    buf = io.BytesIO()
-    pq.write_table(table, buf)
-    return buf.getvalue()
 
 
 def test_declared_columns_type_json_and_csv_exactly(spark, workdir):
