@@ -47,7 +47,7 @@ def key_uniqueness(cfg: Config, table: TableConfig, spark=None) -> KeyUniqueness
     if commit.get("step") != TARGET or commit.get("build") == "full" or "from_batch" not in commit:
         rows = delta.file_stats(dt)[2]
         if key_spans.keys_unique_by_order(dt, table.keys, spark):  # files in key order: nothing to count
-            return {"rows": rows, "keys_checked": rows, "duplicate_keys": 0, "sample_duplicates": []}
+            return KeyUniqueness(rows=rows, keys_checked=rows, duplicate_keys=0)
         if spark is None or rows <= settings().local_build_rows:  # small enough to count in this process
             return _all_keys_unique_here(dt, rows)
         return _all_keys_unique(spark(), dt)

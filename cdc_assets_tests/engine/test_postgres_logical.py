@@ -29,7 +29,9 @@ from cdc_assets_tests.engine.test_postgres_source import (
     reload,
     run_ok,
 )
-from cdc_assets_tests.helpers import run_table, target_rows, write_config
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.runs import run_table
+from cdc_assets_tests.support.warehouse import target_rows
 
 pytestmark = [pytest.mark.filterwarnings("ignore::dagster.BetaWarning"),
               pytest.mark.filterwarnings("ignore::dagster.PreviewWarning")]
