@@ -414,8 +414,9 @@ def _combined_winners(table_dir: str, table: TableConfig, dt_: DeltaTable, pendi
     """The winners where a key's latest pending change alone is not its state (engine/combine.py):
     a partial_updates table's keys, keys with a change that leaves a column out, and a soft-delete
     table's deleted keys. Such a key's pending changes are combined with its state before them,
-    its target row (or its tombstone), every column of which ranks below them, and with the
-    truncates ranking between (the last applied one and the pending ones). A key is combined from
+    its target row (or its tombstone), every column of which ranks below them, and with every
+    truncate staged (applied ones rank in any order: the greatest is not the only one that ends a
+    row its later upserts build on). A key is combined from
     its whole history (staging up to `reached`, and base, with every truncate there) instead when
     that state is not enough: a pending change ranking below its row (arrived late: it may carry a
     column the row's newer changes left out), a pending truncate ranking below its row (the row may
@@ -447,7 +448,11 @@ def _combined_winners(table_dir: str, table: TableConfig, dt_: DeltaTable, pendi
         return winners, set()
     current = {r["_cdc_key"]: r for r in _rows_of(dt_, _target_schema(existing), sorted(fold | late)).to_pylist()}
     tombs = _tombstone_orders(table_dir, sorted(fold - set(current)) + [TRUNCATE_KEY])
-    cuts = [o for o in [tombs.pop(TRUNCATE_KEY, None)] + pending_cuts if o is not None]
+    histories = _histories(table_dir, table, sorted(late) + [TRUNCATE_KEY], reached)
+    # Every truncate, not only the greatest (the table's tombstone): one applied after a greater
+    # one still ends what a key's later upserts keep, and a soft delete shows that row.
+    cuts = sorted({r["_cdc_order"] for r in histories.pop(TRUNCATE_KEY, [])}
+                  | {o for o in [tombs.pop(TRUNCATE_KEY, None)] + pending_cuts if o is not None})
     by_key: dict[str, list[dict]] = {}
     for r in pending.filter(pc.is_in(pending["_cdc_key"], value_set=pa.array(sorted(fold), pa.string()))).to_pylist():
         by_key.setdefault(r["_cdc_key"], []).append(r)
@@ -462,8 +467,6 @@ def _combined_winners(table_dir: str, table: TableConfig, dt_: DeltaTable, pendi
         done = combine.combined_record([start] + records, partial, table.partition_by, soft, cuts)
         if done["_cdc_order"] != start["_cdc_order"]:  # else every pending change ranks below a tombstone: stale
             out.append(done)
-    histories = _histories(table_dir, table, sorted(late) + [TRUNCATE_KEY], reached)
-    cuts = [r["_cdc_order"] for r in histories.pop(TRUNCATE_KEY, [])]
     for k, records in histories.items():
         done = combine.combined_record(records, partial, table.partition_by, soft, cuts)
         row = current[k]  # every such key has a row
