@@ -575,7 +575,7 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> ApplyResult:
                                    applied_on="a whole build: deletes are hard now")
 
     on_spark = None  # why a batch large enough for Spark is applied in this process
-    if spark_apply.runs_on_spark(table_dir, applied):
+    if spark_apply.runs_on_spark(table_dir, applied) or _truncate_reads_many(table_dir, table, dt_, applied, reached):
         if table.insert_only:
             on_spark = "this process: an insert_only table's rows are appended by delta-rs"
         elif table.change_feed:
@@ -661,6 +661,19 @@ def _applied_figures(table: TableConfig, target_path: str, applied: int, reached
         partitions_rewritten=tuple(_partitions_of(adds + removes, table.partition_by) if table.partition_by else []),
         rows=final.count(), delta_version=final.version(), seconds=round(time.time() - t0, 2), applied_on=applied_on,
     )
+
+
+def _truncate_reads_many(table_dir: str, table: TableConfig, dt_: DeltaTable, applied: int, reached: int) -> bool:
+    """Whether a pending truncate makes this apply read, row by row, more target rows than an apply
+    in this process takes (the rows of the files it cuts only in part, engine/rewrite.py): such an
+    apply runs on Spark executors, as a large batch does."""
+    if table.format != "debezium-json" and not table.options.get("truncates"):
+        return False
+    found = delta.query(path(table_dir, STAGING),
+                        f"SELECT max(_cdc_order) AS o FROM t WHERE _cdc_key = {delta.sql_text(TRUNCATE_KEY)} "
+                        f"AND _cdc_batch_seq > {int(applied)} AND _cdc_batch_seq <= {int(reached)}")
+    truncate = found["o"][0].as_py() if found is not None and found.num_rows else None
+    return truncate is not None and rewrite.rows_read_for(dt_, truncate, table.soft_deletes) > settings().local_apply_rows
 
 
 def _leaves_columns_out(table_dir: str, reached: int) -> bool:

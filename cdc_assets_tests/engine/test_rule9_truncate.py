@@ -191,3 +191,21 @@ def test_a_truncate_drops_a_file_ranking_below_it_unread_and_leaves_one_above_it
     assert figures["files_removed"] == 1
     assert values(target_rows(cfg, "TF"), "k", "v") == {"rs1": "three"} | {f"wz{i}": "two" for i in range(1, 6)}
 
+
+def test_a_truncate_that_cuts_more_rows_than_an_apply_in_process_takes_runs_on_spark(spark, workdir, monkeypatch):
+    """The rows a truncate reads row by row (a file ranking partly above it) count against the
+    in-process apply's limit, as a batch's rows do: past it, the apply runs on Spark executors; a
+    truncate that takes whole files from their statistics reads no row and stays in this process."""
+    monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", "4")
+    cfg = write_config(workdir, [_table([])])
+    land(cfg, "TR", "batch-1", {"orders.jsonl": lines(*[pg("c", 100 + 10 * i, i, "a") for i in range(1, 4)],
+                                                      *[pg("c", 600 + 10 * i, i, "a") for i in range(4, 7)])})
+    run_ok(cfg, "TR")
+    land(cfg, "TR", "batch-2", {"orders.jsonl": lines(pg("t", 500), pg("c", 700, 9, "b"))})
+    outcome = run_ok(cfg, "TR")  # one file of six rows, three of them above the truncate
+    assert outcome.figures["target"].get("applied_on") == "spark"
+    assert values(target_rows(cfg, "TR"), "id", "v") == {4: "a", 5: "a", 6: "a", 9: "b"}
+    land(cfg, "TR", "batch-3", {"orders.jsonl": lines(pg("t", 800), pg("c", 900, 10, "c"))})
+    outcome = run_ok(cfg, "TR")  # every row ranks below it: files taken whole
+    assert outcome.figures["target"].get("applied_on") != "spark"
+    assert values(target_rows(cfg, "TR"), "id", "v") == {10: "c"}
