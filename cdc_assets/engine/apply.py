@@ -415,8 +415,9 @@ def _combined_winners(table_dir: str, table: TableConfig, dt_: DeltaTable, pendi
     """The winners where a key's latest pending change alone is not its state (engine/combine.py):
     a partial_updates table's keys, keys with a change that leaves a column out, and a soft-delete
     table's deleted keys. Such a key's pending changes are combined with its state before them,
-    its target row (or its tombstone), every column of which ranks below them, and with the
-    truncates ranking between (the last applied one and the pending ones). A key is combined from
+    its target row (or its tombstone), every column of which ranks below them, and with every
+    truncate staged (applied ones rank in any order: the greatest is not the only one that ends a
+    row its later upserts build on). A key is combined from
     its whole history (staging up to `reached`, and base, with every truncate there) instead when
     that state is not enough: a pending change ranking below its row (arrived late: it may carry a
     column the row's newer changes left out), a pending truncate ranking below its row (the row may
@@ -448,7 +449,11 @@ def _combined_winners(table_dir: str, table: TableConfig, dt_: DeltaTable, pendi
         return winners, set()
     current = {r["_cdc_key"]: r for r in _rows_of(dt_, _target_schema(existing), sorted(fold | late)).to_pylist()}
     tombs = _tombstone_orders(table_dir, sorted(fold - set(current)) + [TRUNCATE_KEY])
-    cuts = [o for o in [tombs.pop(TRUNCATE_KEY, None)] + pending_cuts if o is not None]
+    histories = _histories(table_dir, table, sorted(late) + [TRUNCATE_KEY], reached)
+    # Every truncate, not only the greatest (the table's tombstone): one applied after a greater
+    # one still ends what a key's later upserts keep, and a soft delete shows that row.
+    cuts = sorted({r["_cdc_order"] for r in histories.pop(TRUNCATE_KEY, [])}
+                  | {o for o in [tombs.pop(TRUNCATE_KEY, None)] + pending_cuts if o is not None})
     by_key: dict[str, list[dict]] = {}
     for r in pending.filter(pc.is_in(pending["_cdc_key"], value_set=pa.array(sorted(fold), pa.string()))).to_pylist():
         by_key.setdefault(r["_cdc_key"], []).append(r)
@@ -463,8 +468,6 @@ def _combined_winners(table_dir: str, table: TableConfig, dt_: DeltaTable, pendi
         done = combine.combined_record([start] + records, partial, table.partition_by, soft, cuts)
         if done["_cdc_order"] != start["_cdc_order"]:  # else every pending change ranks below a tombstone: stale
             out.append(done)
-    histories = _histories(table_dir, table, sorted(late) + [TRUNCATE_KEY], reached)
-    cuts = [r["_cdc_order"] for r in histories.pop(TRUNCATE_KEY, [])]
     for k, records in histories.items():
         done = combine.combined_record(records, partial, table.partition_by, soft, cuts)
         row = current[k]  # every such key has a row
@@ -573,7 +576,7 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> ApplyResult:
                                    applied_on="a whole build: deletes are hard now")
 
     on_spark = None  # why a batch large enough for Spark is applied in this process
-    if spark_apply.runs_on_spark(table_dir, applied):
+    if spark_apply.runs_on_spark(table_dir, applied) or _truncate_reads_many(table_dir, table, dt_, applied, reached):
         if table.insert_only:
             on_spark = "this process: an insert_only table's rows are appended by delta-rs"
         elif table.change_feed:
@@ -659,6 +662,19 @@ def _applied_figures(table: TableConfig, target_path: str, applied: int, reached
         partitions_rewritten=tuple(_partitions_of(adds + removes, table.partition_by) if table.partition_by else []),
         rows=final.count(), delta_version=final.version(), seconds=round(time.time() - t0, 2), applied_on=applied_on,
     )
+
+
+def _truncate_reads_many(table_dir: str, table: TableConfig, dt_: DeltaTable, applied: int, reached: int) -> bool:
+    """Whether a pending truncate makes this apply read, row by row, more target rows than an apply
+    in this process takes (the rows of the files it cuts only in part, engine/rewrite.py): such an
+    apply runs on Spark executors, as a large batch does."""
+    if table.format != "debezium-json" and not table.options.get("truncates"):
+        return False
+    found = delta.query(path(table_dir, STAGING),
+                        f"SELECT max(_cdc_order) AS o FROM t WHERE _cdc_key = {delta.sql_text(TRUNCATE_KEY)} "
+                        f"AND _cdc_batch_seq > {int(applied)} AND _cdc_batch_seq <= {int(reached)}")
+    truncate = found["o"][0].as_py() if found is not None and found.num_rows else None
+    return truncate is not None and rewrite.rows_read_for(dt_, truncate, table.soft_deletes) > settings().local_apply_rows
 
 
 def _leaves_columns_out(table_dir: str, reached: int) -> bool:

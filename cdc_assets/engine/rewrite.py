@@ -62,26 +62,46 @@ def applies(dt_: DeltaTable, source: pa.Table) -> bool:
     return {f.name for f in dt_.schema().fields} == set(source.column_names) - {APPLY}
 
 
-def _candidates(dt_: DeltaTable, keys: list[str] | None, partition_by: list[str]) -> list[dict]:
-    """The add actions (path, size, typed partition values) whose `_cdc_key` statistics range
-    holds one of `keys` (all of them without statistics, or with `keys` None); delta-rs
-    truncates long strings' bounds outward, so a range never excludes a key its file holds."""
+def _candidates(dt_: DeltaTable, keys: list[str], partition_by: list[str], truncate: str | None = None) -> list[dict]:
+    """The add actions (path, size, typed partition values, rows, `hit`) of the files the batch can
+    change: those whose `_cdc_key` statistics range holds one of `keys` (`hit`; every file without
+    statistics), and with a `truncate`, those whose `_cdc_order` range reaches down to it (`lowest`
+    and `highest` order from the statistics, None without them). delta-rs truncates long strings'
+    bounds outward, so a range never excludes a value its file holds."""
     actions = pa.table(dt_.get_add_actions(flatten=True))
-    lows = actions[f"min.{KEY}"].to_pylist() if f"min.{KEY}" in actions.column_names else [None] * actions.num_rows
-    highs = actions[f"max.{KEY}"].to_pylist() if f"max.{KEY}" in actions.column_names else [None] * actions.num_rows
+
+    def stat(name: str) -> list:
+        return actions[name].to_pylist() if name in actions.column_names else [None] * actions.num_rows
+
+    lows, highs = stat(f"min.{KEY}"), stat(f"max.{KEY}")
+    order_lows, order_highs = stat(f"min.{ORDER}"), stat(f"max.{ORDER}")
     parts = [actions[f"partition.{c}"].to_pylist() for c in partition_by]
-    counts = actions["num_records"].to_pylist() if "num_records" in actions.column_names else [None] * actions.num_rows
-    ordered = sorted(keys or ())
+    counts = stat("num_records")
+    ordered = sorted(keys)
     out = []
     for n, (row, lo, hi) in enumerate(zip(actions.select(["path", "size_bytes"]).to_pylist(), lows, highs)):
-        row["rows"] = counts[n]
-        if keys is not None and lo is not None and hi is not None:
-            i = bisect.bisect_left(ordered, lo)
-            if i == len(ordered) or ordered[i] > hi:
-                continue
-        row["partition"] = {c: parts[j][n] for j, c in enumerate(partition_by)}
+        i = bisect.bisect_left(ordered, lo) if lo is not None else 0
+        hit = lo is None or hi is None or (i < len(ordered) and ordered[i] <= hi)
+        reaches = truncate is not None and (order_lows[n] is None or order_lows[n] <= truncate)
+        if not hit and not reaches:
+            continue
+        row.update(rows=counts[n], hit=hit, lowest=order_lows[n], highest=order_highs[n],
+                   partition={c: parts[j][n] for j, c in enumerate(partition_by)})
         out.append(row)
     return out
+
+
+def _cut_whole(action: dict, truncate: str) -> bool:
+    """Whether every row of a file ranks at or below `truncate`, from its statistics alone."""
+    return action["highest"] is not None and action["highest"] <= truncate and action["rows"] is not None
+
+
+def rows_read_for(dt_: DeltaTable, truncate: str, soft: bool = False) -> int | float:
+    """How many target rows a truncate makes `rewrite` read beyond a batch's own files: the rows of
+    every file it reaches but does not take whole from statistics (in a soft-delete table, which
+    flags rows instead, of every file it reaches)."""
+    reached = _candidates(dt_, [], [], truncate)
+    return sum(math.inf if a["rows"] is None else a["rows"] for a in reached if soft or not _cut_whole(a, truncate))
 
 
 def _location(table_path: str, action: dict) -> str:
@@ -131,42 +151,57 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
     removed one of these files fails ours; `props_for(figures)`: its commit properties, given
     the rows it inserts, updates and deletes (a MERGE's commit has them as its metrics).
     `truncate`: a truncate's ordering key: every row ranking at or below it goes too, so every
-    file is a candidate (rule 9); with `soft` (a soft-delete table, rule 12) such a row stays,
+    file whose ordering keys reach down to it is a candidate (rule 9); with `soft` (a soft-delete table, rule 12) such a row stays,
     its `_cdc_deleted` set."""
     partition_by = list(partition_by)
     schema = pa.schema(dt_.schema().to_arrow())
     data_schema = pa.schema([f for f in schema if f.name not in partition_by])
     source = source.select(schema.names + [APPLY]).cast(pa.schema(list(schema) + [pa.field(APPLY, pa.string())]))
     keys = source[KEY].to_pylist()
-    chosen = {_location(table_path, a): a for a in _candidates(dt_, None if truncate else keys, partition_by)}
+    chosen = {_location(table_path, a): a for a in _candidates(dt_, keys, partition_by, truncate)}
     fs, paths = storage.arrow_paths(list(chosen))
     at = dict(zip(paths, chosen))  # the path Arrow reads -> the file's location
 
-    # The target's rows of the batch's keys: which file each is in, and its ordering key.
-    if paths:
+    # A truncate (rule 9) takes the rows ranking at or below it. A file whose `_cdc_order` range
+    # lies at or below it and that holds no batch key is emptied whole from its statistics, unread;
+    # the others' key and ordering key columns are streamed once: what is kept of them is the rows
+    # of the batch's keys and, per file, how many rows the truncate takes, so memory follows the
+    # batch and the number of files, not the table. The rows themselves are cut when a file is
+    # rewritten.
+    cut_rows: dict[str, int] = {}  # file -> rows the truncate takes (or, soft, flags)
+    all_rows: dict[str, int] = {}  # file -> its rows (where a truncate reaches it)
+    whole = [] if truncate is None or soft else \
+        [p for p in paths if not chosen[at[p]]["hit"] and _cut_whole(chosen[at[p]], truncate)]
+    for p in whole:
+        cut_rows[p] = all_rows[p] = chosen[at[p]]["rows"]
+    scan = [p for p in paths if p not in cut_rows]
+    read = [KEY, ORDER] + ([DELETED] if soft else [])
+    matched_parts = []
+    cut_keys: list[tuple[str, str]] = []  # (key, file) of the batch's keys whose row the truncate takes
+    if scan:
         # Filtered here, not in the scan: a file delta-rs wrote keeps its strings as string_view,
         # and Arrow's scan cannot compare those statistics with a string filter.
-        read = [KEY, ORDER] + ([DELETED] if soft else [])
-        found = ds.dataset(paths, schema=pa.schema([schema.field(c) for c in read]), format="parquet",
-                           filesystem=fs).to_table(columns=read + ["__filename"])
-    else:
-        found = pa.schema([schema.field(KEY), schema.field(ORDER)] + ([schema.field(DELETED)] if soft else [])
-                          + [pa.field("__filename", pa.string())]).empty_table()
-    # The rows a truncate takes, per file, and the files it empties (those need not be read again).
-    cut: dict[str, set[str]] = {}
-    emptied: set[str] = set()
-    if truncate is not None:
-        at_or_below = pc.less_equal(found[ORDER].cast(pa.string()), truncate)
-        if soft:  # a row flagged already stays as it is
-            at_or_below = pc.and_(at_or_below, pc.invert(pc.fill_null(found[DELETED], False)))
-        below = found.filter(at_or_below).select([KEY, "__filename"])
-        cut_rows = _counts(below["__filename"])
-        emptied = set() if soft else {f for f, n in _counts(found["__filename"]).items() if cut_rows.get(f) == n}
-        # the keys are needed only where a file keeps some rows: an emptied file is not read again
-        partial = below.filter(pc.invert(pc.is_in(below["__filename"], pa.array(sorted(emptied), pa.string()))))
-        for key, file in zip(*(partial[c].to_pylist() for c in (KEY, "__filename"))):
-            cut.setdefault(file, set()).add(key)
-    found = found.filter(pc.is_in(found[KEY], value_set=source[KEY]))
+        scanner = ds.dataset(scan, schema=pa.schema([schema.field(c) for c in read]), format="parquet",
+                             filesystem=fs).scanner(columns=read + ["__filename"], batch_readahead=1,
+                                                    fragment_readahead=1)
+        for batch in scanner.to_batches():
+            hits = pc.is_in(batch.column(KEY), value_set=source[KEY])
+            matched_parts.append(pa.Table.from_batches([batch.filter(hits)]))
+            if truncate is None:
+                continue
+            at_or_below = pc.less_equal(batch.column(ORDER).cast(pa.string()), truncate)
+            if soft:  # a row flagged already stays as it is
+                at_or_below = pc.and_(at_or_below, pc.invert(pc.fill_null(batch.column(DELETED), False)))
+            files = batch.column("__filename")
+            for counted, values in ((cut_rows, files.filter(at_or_below)), (all_rows, files)):
+                for f, n in _counts(values).items():
+                    counted[f] = counted.get(f, 0) + n
+            both = batch.filter(pc.and_(hits, at_or_below))
+            cut_keys += zip(both.column(KEY).to_pylist(), both.column("__filename").to_pylist())
+    found = pa.concat_tables(matched_parts) if matched_parts else \
+        pa.schema([schema.field(c) for c in read] + [pa.field("__filename", pa.string())]).empty_table()
+    cut_rows = {f: n for f, n in cut_rows.items() if n}
+    emptied = set() if soft else {f for f, n in cut_rows.items() if n == all_rows[f]}
     winner_at = {k: i for i, k in enumerate(keys)}
     orders, applies_ = source[ORDER].to_pylist(), source[APPLY].to_pylist()
     matched = set()
@@ -181,15 +216,9 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
     deleting = source[DELETED].to_pylist() if soft else [a == DELETE for a in applies_]
     deletes = sum(1 for k in changing if deleting[winner_at[k]])
     updates = len(changing) - deletes
-    flag_in: dict[str, set[str]] = {}  # file -> keys whose row a truncate flags deleted (soft deletes)
-    for file, keys_cut in cut.items():
-        truncated = keys_cut - changing  # a key a winner replaces or deletes is counted as that
-        deletes += len(truncated)
-        if truncated:
-            (flag_in if soft else changed_in).setdefault(file, set()).update(truncated)
-            changed_in.setdefault(file, set())
-    for file in emptied:  # every row of it ranks at or below the truncate; those a winner changes count as that
-        deletes += cut_rows[file] - len(changed_in.get(file, ()))
+    # a row the truncate takes whose key a winner replaces or deletes is counted as that
+    deletes += sum(cut_rows.values()) - sum(1 for k, _ in cut_keys if k in changing)
+    for file in cut_rows:
         changed_in.setdefault(file, set())
     is_upsert = pc.is_in(source[APPLY], value_set=pa.array([UPSERT, REFILL], pa.string()))
     inserted = source.filter(pc.and_(is_upsert, pc.invert(pc.is_in(source[KEY], pa.array(sorted(matched),
@@ -221,10 +250,11 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
             else:
                 rows = _with_partition(pq.read_table(file, filesystem=fs, schema=data_schema), partition, schema)
                 rows = rows.filter(pc.invert(pc.is_in(rows[KEY], pa.array(sorted(keys_here), pa.string()))))
-                if file in flag_in:
-                    flagged = pc.is_in(rows[KEY], pa.array(sorted(flag_in[file]), pa.string()))
+                if file in cut_rows:  # the truncate's rows: gone, or in a soft-delete table flagged
+                    at_or_below = pc.less_equal(rows[ORDER].cast(pa.string()), truncate)
                     rows = rows.set_column(rows.schema.get_field_index(DELETED), DELETED,
-                                           pc.or_(pc.fill_null(rows[DELETED], False), flagged))
+                                           pc.or_(pc.fill_null(rows[DELETED], False), at_or_below)) if soft \
+                        else rows.filter(pc.invert(at_or_below))
             # a key found in two files (a target from before keys were unique) gets one row
             fresh_keys = sorted((keys_here & changing) - placed)
             placed.update(fresh_keys)
@@ -290,9 +320,9 @@ def _part_id(partition: dict) -> tuple:
     return tuple(sorted(_texts(partition).items()))
 
 
-def _counts(values: pa.ChunkedArray) -> dict[str, int]:
+def _counts(values: pa.ChunkedArray | pa.Array) -> dict[str, int]:
     """How many times each value occurs."""
-    counted = pc.value_counts(values.combine_chunks())
+    counted = pc.value_counts(values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values)
     return dict(zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist()))
 
 

@@ -153,3 +153,22 @@ def test_a_table_switched_back_to_hard_deletes_drops_its_flagged_rows(spark, wor
     assert table_status(cfg, cfg.table("SH")).rows == 2
     rebuild(spark, cfg, cfg.table("SH"), None)
     assert sorted((r["k"], r["v"]) for r in target_rows(cfg, "SH", source_only=False)) == [(2, "a"), (3, "a")]
+
+
+# A partial-update, soft-delete table whose truncates arrive out of order: the greater one first
+# (each applied by a batch of its own). Key 1's changes then all arrive below it (stale: the key stays flagged), and its last live row is
+# what its upserts carried since the smaller truncate, which ended the value `v` had before it.
+TRUNCATES_OUT_OF_ORDER = [
+    ([pg("c", 50, 2, "x"), pg("t", 900)], {2: ("x", True)}),
+    ([pg("t", 300), pg("c", 950, 3, "y")], {2: ("x", True), 3: ("y", False)}),
+    ([pg("u", 100, 1, "before the truncate"), pg("c", 400, 1, None), pg("u", 500, 1, None)],
+     {1: (None, True), 2: ("x", True), 3: ("y", False)}),
+]
+
+
+def test_an_earlier_truncate_applied_after_a_later_one_still_ends_what_a_partial_update_keeps(spark, workdir):
+    table = {"name": "ST", "keys": ["id"], "format": "debezium-json", "deletes": "soft", "partial_updates": True}
+    # the last batch waits: the fresh read shows it, then the incremental apply in this process
+    cfg = run_batches(workdir, table, TRUNCATES_OUT_OF_ORDER, _state)
+    rebuild(spark, cfg, cfg.table("ST"), None)
+    assert _state(target_rows(cfg, "ST", source_only=False)) == TRUNCATES_OUT_OF_ORDER[-1][1]

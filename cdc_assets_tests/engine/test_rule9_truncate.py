@@ -147,3 +147,67 @@ def test_the_rows_above_a_truncate_are_found_in_a_partitioned_target_delta_rs_wr
     rows = pa.table({"_cdc_key": ["a", "b", "c"], "_cdc_order": ["1", "2", "3"], "region": ["x", "y", "x"]})
     write_deltalake(str(tmp_path / "target"), rows.cast(views), partition_by=["region"])
     assert apply._keys_above(DeltaTable(str(tmp_path / "target")), "1") == {"b", "c"}
+
+
+def _file_holding(target: str, column: str, value) -> str:
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+
+    return next(uri for uri in DeltaTable(target).file_uris() if value in pq.read_table(uri, columns=[column])[column].to_pylist())
+
+
+def test_a_truncate_drops_a_file_ranking_below_it_unread_and_leaves_one_above_it_unread(workdir):
+    """A truncate rewrites file by file: a file whose ordering keys all rank at or below it, and that
+    holds none of the batch's keys, goes whole from its statistics; a file whose ordering keys all
+    rank above it is not a file the truncate touches. Neither is opened (both are made unreadable)."""
+    import os
+
+    from cdc_assets.engine.tables import TARGET
+
+    cfg = write_config(workdir, [{"name": "TF", "keys": ["k"], "format": "changeset",
+                                  "columns": {"k": "string", "v": "string"},
+                                  "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],
+                                              "truncates": ["T"], "sequence_by": ["SEQ"]}}])
+    target = os.path.join(cfg.table_dir("TF"), TARGET)
+    land(cfg, "TF", "b1", {"c.csv": "FLAG,SEQ,k,v\n" + "".join(f"I,{i},pq{i},one\n" for i in range(1, 6))})
+    run_ok(cfg, "TF")
+    land(cfg, "TF", "b2", {"c.csv": "FLAG,SEQ,k,v\n" + "".join(f"I,{100 + i},wz{i},two\n" for i in range(1, 6))})
+    run_ok(cfg, "TF")
+    below, above = _file_holding(target, "k", "pq1"), _file_holding(target, "k", "wz1")
+    assert below != above
+    kept = {}
+    for f in (below, above):
+        with open(f, "rb") as fh:
+            kept[f] = fh.read()
+        with open(f, "wb") as fh:
+            fh.write(b"not parquet" * 100)
+    land(cfg, "TF", "b3", {"c.csv": "FLAG,SEQ,k,v\nT,50,,\nI,60,rs1,three\n"})  # a new key outside both files
+    try:
+        outcome = run_ok(cfg, "TF")
+    finally:
+        for f, data in kept.items():
+            with open(f, "wb") as fh:
+                fh.write(data)
+    figures = outcome.figures["target"]
+    assert (figures["inserts"], figures["updates"], figures["deletes"]) == (1, 0, 5)
+    assert figures["files_removed"] == 1
+    assert values(target_rows(cfg, "TF"), "k", "v") == {"rs1": "three"} | {f"wz{i}": "two" for i in range(1, 6)}
+
+
+def test_a_truncate_that_cuts_more_rows_than_an_apply_in_process_takes_runs_on_spark(spark, workdir, monkeypatch):
+    """The rows a truncate reads row by row (a file ranking partly above it) count against the
+    in-process apply's limit, as a batch's rows do: past it, the apply runs on Spark executors; a
+    truncate that takes whole files from their statistics reads no row and stays in this process."""
+    monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", "4")
+    cfg = write_config(workdir, [_table([])])
+    land(cfg, "TR", "batch-1", {"orders.jsonl": lines(*[pg("c", 100 + 10 * i, i, "a") for i in range(1, 4)],
+                                                      *[pg("c", 600 + 10 * i, i, "a") for i in range(4, 7)])})
+    run_ok(cfg, "TR")
+    land(cfg, "TR", "batch-2", {"orders.jsonl": lines(pg("t", 500), pg("c", 700, 9, "b"))})
+    outcome = run_ok(cfg, "TR")  # one file of six rows, three of them above the truncate
+    assert outcome.figures["target"].get("applied_on") == "spark"
+    assert values(target_rows(cfg, "TR"), "id", "v") == {4: "a", 5: "a", 6: "a", 9: "b"}
+    land(cfg, "TR", "batch-3", {"orders.jsonl": lines(pg("t", 800), pg("c", 900, 10, "c"))})
+    outcome = run_ok(cfg, "TR")  # every row ranks below it: files taken whole
+    assert outcome.figures["target"].get("applied_on") != "spark"
+    assert values(target_rows(cfg, "TR"), "id", "v") == {10: "c"}
