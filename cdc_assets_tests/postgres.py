@@ -26,6 +26,16 @@ class Cluster:
     host: str
     port: int
     user: str
+    start_command: tuple[str, ...] = ()
+    stop_command: tuple[str, ...] = ()
+
+    def kill(self) -> None:
+        """Stop the server at once, as a crash would (`pg_ctl stop -m immediate`: no checkpoint; the
+        next start recovers from the WAL)."""
+        subprocess.run(self.stop_command, check=True, capture_output=True)
+
+    def start(self) -> None:
+        subprocess.run(self.start_command, check=True, capture_output=True)
 
     def url(self, database: str, table: str) -> str:
         """The `source:` of a table in this cluster: postgresql://USER@HOST:PORT/DATABASE/SCHEMA.TABLE."""
@@ -57,14 +67,15 @@ def cluster(wal_level: str = "logical") -> Iterator[Cluster]:
     try:
         subprocess.run([*as_postgres, f"{bin_dir}/initdb", "-D", data, "-A", "trust", "-U", "postgres",
                         "--no-sync"], check=True, capture_output=True)
-        subprocess.run([*as_postgres, f"{bin_dir}/pg_ctl", "-D", data, "-l", log, "-w", "-o",
-                        f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c wal_level={wal_level} "
-                        "-c fsync=off -c max_connections=50 -c lock_timeout=20s", "start"], check=True, capture_output=True)
+        start = (*as_postgres, f"{bin_dir}/pg_ctl", "-D", data, "-l", log, "-w", "-o",
+                 f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c wal_level={wal_level} "
+                 "-c fsync=off -c max_connections=50 -c lock_timeout=20s", "start")
+        stop = (*as_postgres, f"{bin_dir}/pg_ctl", "-D", data, "-m", "immediate", "-w", "stop")
+        subprocess.run(start, check=True, capture_output=True)
         try:
-            yield Cluster("127.0.0.1", port, "postgres")
+            yield Cluster("127.0.0.1", port, "postgres", start, stop)
         finally:
-            subprocess.run([*as_postgres, f"{bin_dir}/pg_ctl", "-D", data, "-m", "immediate", "stop"],
-                           capture_output=True)
+            subprocess.run(stop, capture_output=True)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -869,11 +869,15 @@ def _bigquery_cdc(record: Record, keys: Sequence[str], options: ChangesetOptions
 def _postgresql(record: Record, keys: Sequence[str], options: ChangesetOptions, line: int,
                 typing: Typing | None = None) -> Change:
     """A PostgreSQL source's extracted change (engine/postgres_source.py): bigquery-cdc's two columns,
-    a TRUNCATE of the whole table (rule 9) ranked by its capture's order like any change, and
-    `_CHANGE_UNSET`: the columns an upsert does not carry (unchanged TOASTed values, rule 10)."""
+    a TRUNCATE of the whole table (rule 9) ranked by its capture's order like any change,
+    `_CHANGE_UNSET`: the columns an upsert does not carry (unchanged TOASTed values, rule 10), and
+    `_CHANGE_REJECT`: why the change is quarantined (a value that does not fit its column)."""
     if record.get("_CHANGE_TYPE") == "TRUNCATE":
         order = "1" + ordering.change_sequence_number(str(record.get("_CHANGE_SEQUENCE_NUMBER")))
         return _change(line, (), TRUNCATE, {}, order, None, "TRUNCATE")
+    reject = record.get("_CHANGE_REJECT")
+    if reject is not None:  # the extraction found a value that does not fit its column: the reason says which
+        raise RecordError(str(reject))
     raw = record.get("_CHANGE_UNSET")
     try:
         unset = frozenset(json.loads(raw)) if isinstance(raw, str) else frozenset()
@@ -881,7 +885,7 @@ def _postgresql(record: Record, keys: Sequence[str], options: ChangesetOptions, 
         raise RecordError("_CHANGE_UNSET is not a JSON list of column names") from None
     if raw is not None and not (isinstance(raw, str) and all(isinstance(c, str) for c in unset)):
         raise RecordError("_CHANGE_UNSET is not a JSON list of column names")
-    record = {k: v for k, v in record.items() if k != "_CHANGE_UNSET" and k not in unset}
+    record = {k: v for k, v in record.items() if k not in ("_CHANGE_UNSET", "_CHANGE_REJECT") and k not in unset}
     if unset:
         rename = dict(typing.rename) if typing else {}
         unset = frozenset(rename.get(c, c) for c in unset)

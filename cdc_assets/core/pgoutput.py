@@ -321,7 +321,10 @@ def _typed(column: PgColumn, text: str) -> object:
             raise ValueError("not a boolean")
         return text == "t"
     if kind in ("int", "long") and column.base in _INTEGERS:
-        return int(text)
+        value, bits = int(text), {"int2": 16, "int4": 32, "int8": 64}[column.base]
+        if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+            raise ValueError("out of the column's range")
+        return value
     if kind == "double" and column.base in _FLOATS:
         return float(text)  # NaN, Infinity and -Infinity included
     if kind == "binary":

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .values import BINARY, BOOLEAN, DATE, DOUBLE, INT, LONG, MAX_PRECISION, STRING, TIMESTAMP, TIMESTAMP_NTZ
@@ -27,7 +27,11 @@ OP_COLUMN, SEQUENCE_COLUMN = "_CHANGE_TYPE", "_CHANGE_SEQUENCE_NUMBER"
 # The columns an upsert does not carry (a JSON list; null: it carries them all): `capture: logical`'s
 # unchanged TOASTed values, which keep the key's stored value (core/partial.py).
 UNSET_COLUMN = "_CHANGE_UNSET"
-PSEUDO_COLUMNS = (OP_COLUMN, SEQUENCE_COLUMN, UNSET_COLUMN)
+# Why a change is quarantined instead of applied (null: it applies): a captured value that does not fit
+# its column's current type (the column was altered since the change was captured). The reason names
+# the columns, never a value; the change's other values are kept, the misfits null.
+REJECT_COLUMN = "_CHANGE_REJECT"
+PSEUDO_COLUMNS = (OP_COLUMN, SEQUENCE_COLUMN, UNSET_COLUMN, REJECT_COLUMN)
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,14 @@ def as_text(column: PgColumn) -> bool:
 def as_json(column: PgColumn) -> bool:
     """Arrays become JSON arrays (json and jsonb are JSON already)."""
     return column.category == "A"
+
+
+def misfit_reason(columns: Sequence[str], types: Mapping[str, str]) -> str:
+    """The reason a change whose values of `columns` do not fit their current types (`types`: each
+    column's catalog type) is quarantined."""
+    named = " and ".join(f"column {c!r} is {types.get(c, 'of another type')}" for c in columns)
+    return (f"{named} at the source; this change's value does not fit it (was the column's type changed "
+            "since the change was captured?)")
 
 
 @dataclass(frozen=True)

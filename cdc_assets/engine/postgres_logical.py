@@ -181,7 +181,7 @@ def enable(table: TableConfig, table_dir: str) -> ps.Enabled:
                 conn.commit()
             faults.point("postgres.base_written")
         except psycopg.Error as e:
-            raise ps.SourceError(f"{where}: {ps._cause(e)}") from None
+            raise ps.failure(where, e) from None
     return ps.Enabled(tuple(keys), rows, 0)
 
 
@@ -234,12 +234,27 @@ def _schema(cols: Sequence[PgColumn]) -> pa.Schema:
     return schema.insert(2, pa.field(postgres.UNSET_COLUMN, pa.string()))
 
 
+def _values(change: pgoutput.LogicalChange, cols: Sequence[PgColumn]) -> tuple[str | None, list]:
+    """(why the change is quarantined, or None; its values typed as the columns' current types). A
+    value that no longer fits (the column was altered since the change) is left out and named."""
+    values, misfits = [], []
+    for col in cols:
+        try:
+            values.append(pgoutput.typed(col, change.values.get(col.name)))
+        except pgoutput.DecodeError:
+            values.append(None)
+            misfits.append(col.name)
+    return (postgres.misfit_reason(misfits, {c.name: c.formatted for c in cols}) if misfits else None), values
+
+
 def _rows(changes: Iterator[pgoutput.LogicalChange], cols: Sequence[PgColumn]) -> Iterator[list[list]]:
-    """The changes as pages of columns: op, ordering key, unset columns, the source's columns."""
+    """The changes as pages of columns: op, ordering key, unset columns, reason to be quarantined, the
+    source's columns."""
     page: list[list] = []
     for c in changes:
         unset = json.dumps(sorted(c.unset)) if c.unset else None
-        page.append([c.op, c.sequence, unset, *(pgoutput.typed(col, c.values.get(col.name)) for col in cols)])
+        reject, values = _values(c, cols)
+        page.append([c.op, c.sequence, unset, reject, *values])
         if len(page) == ps.PAGE_ROWS:
             yield [list(v) for v in zip(*page)]
             page = []
@@ -284,7 +299,7 @@ def extract_new_rows(table: TableConfig, table_dir: str) -> ps.Extract | None:
             _advance(conn, names, upto)
             conn.commit()
         except psycopg.Error as e:
-            raise ps.SourceError(f"{where}: {ps._cause(e)}") from None
+            raise ps.failure(where, e) from None
         except pgoutput.DecodeError as e:
             raise ps.SourceError(f"{where}: slot {names.slot}: {e}") from None
     return ps.Extract(name, rows)
@@ -313,7 +328,7 @@ def disable(table: TableConfig) -> list[str]:
             removed.append(f"publication {names.publication}")
             conn.commit()
         except psycopg.Error as e:
-            raise ps.SourceError(f"{where}: {ps._cause(e)}") from None
+            raise ps.failure(where, e) from None
     return removed
 
 
@@ -328,7 +343,7 @@ def retained_wal(table: TableConfig) -> int | None:
             found = ps._one(conn, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint "
                                   "FROM pg_replication_slots WHERE slot_name = %s", (slot_names(source).slot,))
         except psycopg.Error as e:
-            raise ps.SourceError(f"table {table.name}: source {table.source}: {ps._cause(e)}") from None
+            raise ps.failure(f"table {table.name}: source {table.source}", e) from None
     return None if found is None else int(found)  # type: ignore[call-overload]
 
 
@@ -352,7 +367,7 @@ def status(table: TableConfig) -> ps.CaptureStatus:
                 oldest = change.commit_time if oldest is None else min(oldest, change.commit_time)
             conn.commit()
         except psycopg.Error as e:
-            raise ps.SourceError(f"{where}: {ps._cause(e)}") from None
+            raise ps.failure(where, e) from None
         except pgoutput.DecodeError as e:
             raise ps.SourceError(f"{where}: slot {names.slot}: {e}") from None
     age = None if oldest is None else now - (PG_EPOCH + dt.timedelta(microseconds=oldest))

@@ -36,10 +36,13 @@ written in its metadata. The rows are deleted from the changelog only once the e
 in the warehouse. Before reading, an extraction first deletes the rows the last extract (or the
 base) took: after a crash between the write and the delete, they are recognised and never taken
 twice; since every extraction does this first, only the last extract can have rows left behind.
-Rows written while an extraction or an apply runs stay in the changelog for the next one.
+Rows written while an extraction or an apply runs stay in the changelog for the next one. A row
+whose value no longer fits its column's current type (the column was altered after the row was
+written) becomes a change marked for quarantine, naming the column (`_write_changes`).
 
 A crash anywhere therefore loses and doubles nothing: before the extract is under its final name,
-the changelog still holds every row; after, the extract's set says which rows it took.
+the changelog still holds every row; after, the extract's set says which rows it took. So a server
+that stops or cannot be reached is a retryable error (SourceUnavailable): the next run starts over.
 """
 from __future__ import annotations
 
@@ -53,7 +56,7 @@ from typing import TYPE_CHECKING
 
 from ..core import postgres
 from ..core.config import TableConfig
-from ..core.errors import TerminalError
+from ..core.errors import TerminalError, TransientError
 from ..core.formats import DECLARED_TYPE
 from ..core.postgres import CaptureRecord, PgColumn, PgSource, Ranges
 from . import faults
@@ -73,6 +76,31 @@ PAGE_ROWS = 10_000
 class SourceError(TerminalError, RuntimeError):
     """The PostgreSQL source cannot be captured or read; the message names the table, the source and
     the cause (never a password: the source URL holds none, and libpq's messages show none)."""
+
+
+class SourceUnavailable(TransientError, ConnectionError):
+    """The PostgreSQL server cannot be reached or went away mid-way (stopped, restarting, out of
+    connections): a later run tries again, and loses nothing (the changelog or the slot keeps every
+    change the warehouse does not hold)."""
+
+
+def failure(where: str, e: BaseException) -> SourceError | SourceUnavailable:
+    """The error a psycopg error is: retryable when the server, not the request, failed."""
+    if _unavailable(e):
+        return SourceUnavailable(f"{where}: the server is unavailable ({_cause(e)}); nothing was lost: a later "
+                                 "run takes the changes once it is back")
+    return SourceError(f"{where}: {_cause(e)}")
+
+
+def _unavailable(e: BaseException) -> bool:
+    """A failure of the server or the connection (SQLSTATE classes 08, 53 and 57P, or no SQLSTATE at
+    all: the connection was refused or lost), not of what was asked."""
+    import psycopg
+
+    state = getattr(e, "sqlstate", None)
+    if state is None:
+        return isinstance(e, psycopg.OperationalError)
+    return state.startswith(("08", "53", "57P"))
 
 
 @dataclass(frozen=True)
@@ -124,7 +152,7 @@ def connect(table: TableConfig) -> tuple[PgSource, psycopg.Connection]:
         return source, psycopg.connect(**source.conninfo(), application_name="cdc_assets",  # type: ignore[arg-type]
                                        options="-c TimeZone=UTC -c DateStyle=ISO,YMD")
     except psycopg.Error as e:
-        raise SourceError(f"table {table.name}: source {source}: cannot connect: {_cause(e)}") from None
+        raise failure(f"table {table.name}: source {source}: cannot connect", e) from None
 
 
 def _source(table: TableConfig) -> PgSource:
@@ -204,7 +232,7 @@ def enable(table: TableConfig, table_dir: str) -> Enabled:
             _delete_taken(conn, names, seen)
             conn.commit()
         except _psycopg_error() as e:
-            raise SourceError(f"{where}: {_cause(e)}") from None
+            raise failure(where, e) from None
     return Enabled(keys, rows, sum(b - a + 1 for a, b in seen))
 
 
@@ -239,7 +267,7 @@ def disable(table: TableConfig) -> list[str]:
                 removed.append(f"schema {SCHEMA}")
             conn.commit()
         except _psycopg_error() as e:
-            raise SourceError(f"{where}: {_cause(e)}") from None
+            raise failure(where, e) from None
     return removed
 
 
@@ -257,7 +285,7 @@ def status(table: TableConfig) -> CaptureStatus:
                                  .format(sql.Identifier(SCHEMA, names.changelog))).fetchone()
             waiting, oldest = found if found is not None else (0, None)
         except _psycopg_error() as e:
-            raise SourceError(f"{where}: {_cause(e)}") from None
+            raise failure(where, e) from None
     return CaptureStatus(table.name, str(source), True, int(waiting), oldest)
 
 
@@ -403,17 +431,54 @@ def extract_new_rows(table: TableConfig, table_dir: str) -> Extract | None:
                 conn.commit()
                 return None
             name = f"extract-{count + 1:08d}.parquet"  # names sort in extraction order: arrival order
-            rows = _write_parquet(
-                os.path.join(folder, name),
-                _pages(conn, _select(cols, sql.SQL("{} l, LATERAL jsonb_populate_record(NULL::{}, l.image) r")
-                                     .format(changelog, _table_ref(source)), changes=True), cols, changes=True),
-                _schema(cols, changes=True), _taken(taken))
+            rows = _write_changes(conn, source, names, cols, os.path.join(folder, name), _taken(taken))
             faults.point("postgres.extracted")  # the extract is in the warehouse; the changelog still holds its rows
             _delete_taken(conn, names, taken)
             conn.commit()
         except _psycopg_error() as e:
-            raise SourceError(f"{where}: {_cause(e)}") from None
+            raise failure(where, e) from None
     return Extract(name, rows)
+
+
+def _write_changes(conn: psycopg.Connection, source: PgSource, names: Objects, cols: Sequence[PgColumn], path: str,
+                   metadata: dict[bytes, bytes]) -> int:
+    """The changelog's rows as the extract `path`, read through the source's current row type. A
+    value that no longer fits its column's type (the column was altered since) fails that read: the
+    rows are then read again with each row's misfits found and left out (a subtransaction per row,
+    so only then), and the changes holding them are marked for quarantine (postgres.REJECT_COLUMN)."""
+    import psycopg
+    from psycopg import sql
+
+    changelog = sql.Identifier(SCHEMA, names.changelog)
+    try:
+        with conn.transaction():  # a savepoint: the transaction's snapshot, and what it took, stay
+            return _write_parquet(path, _pages(conn, _select(cols, sql.SQL(
+                "{} l, LATERAL jsonb_populate_record(NULL::{}, l.image) r").format(changelog, _table_ref(source)),
+                changes=True), cols, changes=True), _schema(cols, changes=True), metadata)
+    except psycopg.errors.DataError:
+        pass
+    conn.execute(sql.SQL(
+        "CREATE OR REPLACE FUNCTION pg_temp.cdc_assets_misfits(image jsonb) RETURNS text[] LANGUAGE plpgsql AS {}")
+        .format(sql.Literal(sql.SQL(
+            "DECLARE bad text[] := '{{}}'; c text;\n"
+            "BEGIN\n"
+            "  BEGIN\n"
+            "    PERFORM jsonb_populate_record(NULL::{t}, image);\n"
+            "    RETURN bad;\n"
+            "  EXCEPTION WHEN data_exception THEN NULL;\n"
+            "  END;\n"
+            "  FOR c IN SELECT jsonb_object_keys(image) LOOP\n"
+            "    BEGIN\n"
+            "      PERFORM jsonb_populate_record(NULL::{t}, jsonb_build_object(c, image -> c));\n"
+            "    EXCEPTION WHEN data_exception THEN bad := bad || c;\n"
+            "    END;\n"
+            "  END LOOP;\n"
+            "  RETURN bad;\n"
+            "END").format(t=_table_ref(source)).as_string(conn))))
+    rows = sql.SQL("{} l, LATERAL (SELECT pg_temp.cdc_assets_misfits(l.image) AS bad) m, "
+                   "LATERAL jsonb_populate_record(NULL::{}, l.image - m.bad) r").format(changelog, _table_ref(source))
+    return _write_parquet(path, _pages(conn, _select(cols, rows, changes=True, misfits=sql.SQL("m.bad")), cols,
+                                       changes=True), _schema(cols, changes=True), metadata)
 
 
 def _last_taken(folder: str, base: str) -> tuple[int, Ranges]:
@@ -444,8 +509,9 @@ def _delete_taken(conn: psycopg.Connection, names: Objects, taken: Ranges) -> No
                      ([a for a, _ in taken], [b for _, b in taken]))
 
 
-def _select(cols: Sequence[PgColumn], source, changes: bool):
-    """The query of a base's rows (`r` the source) or of changelog rows (`l`, with `r` the row they hold)."""
+def _select(cols: Sequence[PgColumn], source, changes: bool, misfits=None):
+    """The query of a base's rows (`r` the source) or of changelog rows (`l`, with `r` the row they
+    hold, and `misfits` the names of the columns whose values do not fit, if found)."""
     from psycopg import sql
 
     exprs = []
@@ -456,7 +522,7 @@ def _select(cols: Sequence[PgColumn], source, changes: bool):
         elif postgres.as_text(c) or _read_as_text(c):
             ref = sql.SQL("{}::text").format(ref)
         exprs.append(ref)
-    head = [sql.SQL("l.seq"), sql.SQL("l.op")] if changes else []
+    head = [sql.SQL("l.seq"), sql.SQL("l.op"), misfits or sql.SQL("NULL::text[]")] if changes else []
     order = sql.SQL(" ORDER BY l.seq") if changes else sql.SQL("")
     return sql.SQL("SELECT {} FROM {}{}").format(sql.SQL(", ").join(head + exprs), source, order)
 
@@ -484,14 +550,16 @@ def _field(column: PgColumn) -> pa.Field:
 def _schema(cols: Sequence[PgColumn], changes: bool) -> pa.Schema:
     import pyarrow as pa
 
-    head = [pa.field(postgres.OP_COLUMN, pa.string()), pa.field(postgres.SEQUENCE_COLUMN, pa.string())] \
-        if changes else []
+    head = [pa.field(postgres.OP_COLUMN, pa.string()), pa.field(postgres.SEQUENCE_COLUMN, pa.string()),
+            pa.field(postgres.REJECT_COLUMN, pa.string())] if changes else []
     return pa.schema(head + [_field(c) for c in cols])
 
 
 def _pages(conn: psycopg.Connection, query, cols: Sequence[PgColumn], changes: bool) -> Iterator[list[list]]:
-    """The query's rows, a page at a time, as columns; a change's op and sequence first."""
+    """The query's rows, a page at a time, as columns; a change's op, sequence and reason to be
+    quarantined first."""
     ops = {"U": "UPSERT", "D": "DELETE", "T": "TRUNCATE"}
+    types = {c.name: c.formatted for c in cols}
     with conn.cursor(name="cdc_assets_read") as cur:  # server-side: a long history is never held whole
         cur.itersize = PAGE_ROWS
         cur.execute(query)
@@ -500,7 +568,8 @@ def _pages(conn: psycopg.Connection, query, cols: Sequence[PgColumn], changes: b
             if not rows:
                 return
             if changes:
-                rows = [(ops[r[1]], format(r[0], "x"), *r[2:]) for r in rows]
+                rows = [(ops[r[1]], format(r[0], "x"), postgres.misfit_reason(r[2], types) if r[2] else None, *r[3:])
+                        for r in rows]
             yield [list(c) for c in zip(*rows)]
 
 

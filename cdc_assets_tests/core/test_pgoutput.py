@@ -168,6 +168,8 @@ def test_only_the_changes_committed_within_the_window_are_taken():
 @pytest.mark.parametrize("column, text", [
     (col("int4"), "abc"), (col("bool", "B"), "yes"), (col("float8"), "1,5"), (col("bytea", "U"), "\\xzz"),
     (col("_int4", "A"), "{1,2"), (col("_int4", "A"), "1,2}"),
+    # integers past the column's range: captured before the column was narrowed (bigint to integer)
+    (col("int4"), str(2 ** 31)), (col("int2"), str(-2 ** 15 - 1)), (col("int8"), str(2 ** 63)),
 ])
 def test_a_value_whose_text_does_not_fit_the_catalogs_type_is_an_error_naming_the_column_not_the_value(column, text):
     with pytest.raises(pgoutput.DecodeError, match="column 'c'") as e:

@@ -245,3 +245,27 @@ def test_the_slot_retained_wal_check_warns_when_the_slot_keeps_more_wal_than_the
     finally:
         idle.rollback()
         idle.close()
+
+
+def test_a_captured_value_the_altered_source_column_cannot_hold_goes_to_quarantine_and_extraction_goes_on(orders):
+    from cdc_assets_tests.engine.test_postgres_source import (
+        assert_narrowed_qty_quarantined_and_the_rest_applied,
+        narrowed_qty,
+        target_rows_by_id,
+    )
+
+    cfg = narrowed_qty(orders, random.Random(29))
+    assert_narrowed_qty_quarantined_and_the_rest_applied(orders, cfg, target_rows_by_id(cfg))
+
+
+def test_the_landing_sensor_extracts_what_the_slot_holds_and_its_runs_apply_it(orders):
+    from cdc_assets_tests.engine.test_postgres_source import sensor_rounds
+
+    sensor_rounds(orders)
+
+
+def test_the_database_killed_during_an_extraction_fails_the_run_retryably_and_a_later_run_loses_and_doubles_nothing(
+        orders, monkeypatch):
+    from cdc_assets_tests.engine.test_postgres_source import killed_database_rounds
+
+    killed_database_rounds(orders, monkeypatch, (postgres_logical, "_peek"), extracted_sequences)

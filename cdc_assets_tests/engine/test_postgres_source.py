@@ -313,6 +313,12 @@ def test_a_run_before_capture_enable_fails_naming_the_command(orders):
 
 
 def test_the_landing_sensor_extracts_what_was_captured_and_its_runs_apply_it(orders):
+    sensor_rounds(orders)
+
+
+def sensor_rounds(orders) -> None:
+    """The landing sensor's ticks extract what was captured and their runs apply it, round after
+    round; with nothing captured, nothing runs."""
     import dagster as dg
 
     from cdc_assets.defs.definitions import build_definitions
@@ -426,3 +432,140 @@ def test_values_the_target_cannot_hold_go_to_quarantine_and_the_rest_applies(ord
 
 def target_rows_by_id(cfg) -> dict:
     return {r["id"]: r for r in target_rows(cfg, "ORDERS")}
+
+
+def narrowed_qty(orders, rng: random.Random):
+    """Three rows captured, then a change whose `qty` (bigint) is captured at 2**40 before the source
+    narrows `qty` to integer, which cannot hold it; then a valid change. The configuration as it then
+    reads."""
+    cluster, db, cfg = orders
+    cfg = enabled(orders, 3, rng)
+    with cluster.connect(db) as conn:
+        conn.execute("UPDATE public.orders SET qty = id")  # values an integer holds
+    run_ok(cfg)
+    with cluster.connect(db) as conn:
+        conn.execute("UPDATE public.orders SET qty = 2 ^ 40 WHERE id = 0")
+        conn.execute("UPDATE public.orders SET note = 'kept' WHERE id = 1")
+        conn.execute("ALTER TABLE public.orders ALTER COLUMN qty TYPE integer USING (qty % 1000)::integer")
+        conn.execute("INSERT INTO public.orders (id, region, qty) VALUES (7, 'us', 3)")
+    return cfg
+
+
+def assert_narrowed_qty_quarantined_and_the_rest_applied(orders, cfg, before: dict) -> None:
+    """The change that no longer fits is in quarantine, naming the table, its extract, its row and
+    the column; the valid changes around it applied; the next run takes the next changes."""
+    from deltalake import DeltaTable
+
+    cluster, db, _ = orders
+    outcome = run_table(cfg, "ORDERS")
+    assert outcome.ok, outcome
+    quarantine = DeltaTable(os.path.join(cfg.table_dir("ORDERS"), "quarantine")).to_pyarrow_table().to_pylist()
+    assert len(quarantine) == 1, quarantine
+    bad = quarantine[0]
+    assert bad["table"] == "ORDERS" and bad["_cdc_file"].startswith("extract-") and bad["_cdc_line"] == 1
+    assert "'qty'" in bad["_cdc_reason"] and "integer" in bad["_cdc_reason"], bad["_cdc_reason"]
+    assert str(2 ** 40) not in bad["_cdc_reason"]  # a row's value is never in a reason (reasons are logged)
+    target = target_rows_by_id(cfg)
+    assert set(target) == {0, 1, 2, 7}
+    assert target[0] == before[0]  # the change that does not fit did not apply
+    assert target[1]["note"] == "kept"
+    with cluster.connect(db) as conn:
+        conn.execute("UPDATE public.orders SET qty = 5 WHERE id = 0")
+    run_ok(cfg)
+    assert_target_equals_source(cluster, db, cfg)
+
+
+def test_a_captured_value_the_altered_source_column_cannot_hold_goes_to_quarantine_and_extraction_goes_on(orders):
+    cfg = narrowed_qty(orders, random.Random(29))
+    assert_narrowed_qty_quarantined_and_the_rest_applied(orders, cfg, target_rows_by_id(cfg))
+
+
+def test_a_truncate_of_the_source_closes_the_open_versions_of_the_history(orders, workdir):
+    from cdc_assets_tests.engine.test_history import history_rows
+
+    cluster, db, cfg = orders
+    cfg = write_config(workdir, [{"name": "ORDERS", "source": cluster.url(db, "public.orders"),
+                                                    "history": True}])
+    cfg = enabled((cluster, db, cfg), 2, random.Random(31))
+    run_ok(cfg)
+    with cluster.connect(db) as conn:
+        conn.execute("TRUNCATE public.orders")
+        insert(conn, 5, "us", random.Random(32))
+    run_ok(cfg)
+    assert_target_equals_source(cluster, db, cfg)
+    rows = history_rows(cfg, "ORDERS")
+    current = sorted((r["region"], r["id"]) for r in rows if r["_cdc_is_current"] and r["_cdc_operation"] != "delete")
+    assert current == [("us", 5)]
+    for i in (0, 1):  # each row the truncate removed: its version closed, then a delete version at the truncate
+        versions = [(r["_cdc_operation"], r["_cdc_is_current"], r["_cdc_valid_to"] is None)
+                    for r in rows if r["id"] == i]
+        assert versions == [("snapshot", False, False), ("delete", False, True)], versions
+
+
+def killed_database_rounds(orders, monkeypatch, reader, taken) -> None:
+    """The database stops at once (`pg_ctl stop -m immediate`) at two points of an extraction: as it
+    reads the captured changes (`reader`, a function of the method's module, is called), before the
+    extract is in the warehouse; and once the extract is, before the source lets go of its changes.
+    That run, and a run while the server is down, fail with a retryable error naming the table; once
+    the server is back a run takes every change exactly once (`taken`: every change's number in the
+    extracts), and the target equals the source."""
+    from cdc_assets.engine import faults
+
+    cluster, db, cfg = orders
+    rng = random.Random(37)
+    cfg = enabled(orders, 3, rng)
+    module, name = reader
+    real_reader, real_point = getattr(module, name), faults.point
+    crash: list[str] = []
+
+    def kill_once() -> None:
+        if crash:
+            crash.pop()
+            cluster.kill()
+
+    def reading(*args, **kwargs):
+        if crash == ["reading"]:
+            kill_once()
+        return real_reader(*args, **kwargs)
+
+    def point(point_name: str) -> None:
+        if point_name == "postgres.extracted" and crash == ["extracted"]:
+            kill_once()
+        real_point(point_name)
+
+    monkeypatch.setattr(module, name, reading)
+    monkeypatch.setattr(faults, "point", point)
+    try:
+        for round_, where in enumerate(("reading", "extracted")):
+            with cluster.connect(db) as conn:
+                insert(conn, 10 + round_, "us", rng)
+                conn.execute("UPDATE public.orders SET id = id + 100 WHERE id = %s", (round_,))
+                conn.execute("UPDATE public.orders SET note = 'changed' WHERE id = 2")
+            crash.append(where)
+            for _ in range(2):  # the run the server stops under, then a run while it is down
+                outcome = run_table(cfg, "ORDERS")
+                assert not outcome.ok and not crash
+                assert "ORDERS" in outcome.error and "unavailable" in outcome.error, outcome.error
+                assert "Traceback" not in outcome.error and "SourceUnavailable" in outcome.error, outcome.error
+            cluster.start()
+            run_ok(cfg)
+            assert_target_equals_source(cluster, db, cfg)
+            assert len(taken(cfg)) == len(set(taken(cfg)))
+    finally:
+        if crash or not _answers(cluster):
+            cluster.start()
+
+
+def _answers(cluster) -> bool:
+    import psycopg
+
+    try:
+        with cluster.connect():
+            return True
+    except psycopg.OperationalError:
+        return False
+
+
+def test_the_database_killed_during_an_extraction_fails_the_run_retryably_and_a_later_run_loses_and_doubles_nothing(
+        orders, monkeypatch):
+    killed_database_rounds(orders, monkeypatch, (postgres_source, "_pages"), taken_sequences)
