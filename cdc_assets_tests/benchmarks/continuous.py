@@ -240,11 +240,6 @@ def tree_cpu_by_kind(root: int) -> dict[str, float]:
     return total
 
 
-def tree_cpu_seconds(root: int) -> float:
-    """User and system CPU seconds of `root` and its descendants alive now."""
-    return sum(tree_cpu_by_kind(root).values())
-
-
 # --- one run ----------------------------------------------------------------------------------
 
 @dataclass
@@ -259,6 +254,8 @@ class Outcome:
     ui_up_s: float | None = None
     daemon_cpu_s_per_minute: list[float] = field(default_factory=list)
     cpu_s_by_process: dict[str, float] = field(default_factory=dict)  # over the whole run, by process kind
+    # each minute's CPU seconds by process kind (a minute is its seconds times 60 over its length)
+    cpu_s_by_process_per_minute: list[dict[str, float]] = field(default_factory=list)
     runs_by_status: dict[str, int] = field(default_factory=dict)  # the Dagster runs at the end
     error: str = ""
 
@@ -304,7 +301,8 @@ class Outcome:
                 "lag_max_s": max(lags) if lags else None, "lag_growth_s": self.growth_s(),
                 "keeps_up": self.keeps_up(), "ui_up_s": self.ui_up_s,
                 "daemon_cpu_s_per_minute": self.daemon_cpu_s_per_minute,
-                "cpu_s_by_process": self.cpu_s_by_process, "runs_by_status": self.runs_by_status, "error": self.error,
+                "cpu_s_by_process": self.cpu_s_by_process,
+                "cpu_s_by_process_per_minute": self.cpu_s_by_process_per_minute, "runs_by_status": self.runs_by_status, "error": self.error,
                 "per_minute": self.per_minute()}
 
 
@@ -336,16 +334,19 @@ def run_one(args, mode: str, n_tables: int, cli: list[str], echo=print) -> Outco
         every = args.interval
         schedule = sorted((m * every + i * every / n_tables, m, i) for m in range(args.minutes) for i in range(n_tables))
         start = time.time() + 2.0
-        cpu_at, cpu = start, tree_cpu_seconds(ui.proc.pid)
         kinds_at = tree_cpu_by_kind(ui.proc.pid)
+        cpu_at, cpu, minute_kinds = start, sum(kinds_at.values()), kinds_at
         for offset, m, i in schedule:
             while time.time() < start + offset:
                 watcher.poll()
                 time.sleep(min(POLL_SECONDS, max(0.0, start + offset - time.time())))
                 if time.time() - cpu_at >= 60:
-                    now_cpu = tree_cpu_seconds(ui.proc.pid)
-                    outcome.daemon_cpu_s_per_minute.append(round((now_cpu - cpu) * 60 / (time.time() - cpu_at), 1))
-                    cpu_at, cpu = time.time(), now_cpu
+                    now_kinds = tree_cpu_by_kind(ui.proc.pid)
+                    now_cpu, scale = sum(now_kinds.values()), 60 / (time.time() - cpu_at)
+                    outcome.daemon_cpu_s_per_minute.append(round((now_cpu - cpu) * scale, 1))
+                    outcome.cpu_s_by_process_per_minute.append(
+                        {k: round((v - minute_kinds.get(k, 0.0)) * scale, 1) for k, v in sorted(now_kinds.items())})
+                    cpu_at, cpu, minute_kinds = time.time(), now_cpu, now_kinds
             now = time.time()
             rel = land(os.path.join(work, "landing"), names[i], m, payloads.pop((m, i)), now)
             f = Landed(names[i], m, rel, time.time())
