@@ -864,10 +864,6 @@ class _LocalHistory:
         pass
 
 
-class NotProven(Exception):
-    """The base's files do not prove each key once (core/key_order): the build counts instead."""
-
-
 class _BaseFiles:
     """The first build of a target from its base alone (no change staged yet), a base file at a
     time: each typed base file becomes one target file, by a task that reads it, casts its columns
@@ -876,26 +872,28 @@ class _BaseFiles:
     strictly ascending and their key spans disjoint, holds each key once, which is what a build
     must otherwise learn by counting every key of the table at once; its rows are their own
     latest changes and already in key order. Anything else (an export out of key order, a
-    repeated key, a row image) raises NotProven and the build takes the general way."""
+    repeated key, a row image) is not proven, and the build takes the general way."""
 
-    def __init__(self, spark, table_dir: str, table: TableConfig, columns: dict[str, str]):
-        self.spark, self.table, self.columns = spark, table, columns
-        base = delta.open_table(path(table_dir, BASE))
-        if base is None:
-            raise NotProven(table.name)  # applies() saw it imported: a base gone since has nothing to build from
-        if "typed_columns" not in (delta.step_commit(base, BASE, 0) or {}):
-            raise NotProven(table.name)  # an export read row by row keeps its rows as images
-        self.base = base
+    def __init__(self, spark, base: DeltaTable, columns: dict[str, str]):
+        self.spark, self.base, self.columns = spark, base, columns
         self.history_rows = self.keys = delta.file_stats(base)[2]
         self.truncate = None
 
-    @staticmethod
-    def applies(table_dir: str, table: TableConfig, reached: int, partition_keys) -> bool:
-        """Whether the target as of batch `reached` is its base alone, built whole, unpartitioned."""
-        return (reached == 0 and partition_keys is None and table.base_snapshot is not None
-                and not table.partition_by and delta.step_version(path(table_dir, BASE), BASE) >= 0)
+    @classmethod
+    def of(cls, spark, table_dir: str, table: TableConfig, columns: dict[str, str], reached: int,
+           partition_keys) -> _BaseFiles | None:
+        """The build when the target as of batch `reached` is a typed base alone, built whole and
+        unpartitioned; else None."""
+        if reached != 0 or partition_keys is not None or table.base_snapshot is None or table.partition_by:
+            return None
+        base = delta.open_table(path(table_dir, BASE))
+        # an export read row by row keeps its rows as images: its import records no typed columns
+        if base is None or "typed_columns" not in (delta.step_commit(base, BASE, 0) or {}):
+            return None
+        return cls(spark, base, columns)
 
-    def write_target(self, target_path: str, table: TableConfig, partition_keys) -> list:
+    def build(self, target_path: str, table: TableConfig) -> list | None:
+        """The target's files, written; None (and nothing left written) when they do not prove each key once."""
         folder = spark_files.new_folder(target_path)
         if not storage.is_remote(folder):
             os.makedirs(folder)
@@ -903,11 +901,12 @@ class _BaseFiles:
         try:
             done = key_spans.run_per_file(self.spark, sorted(self.base.file_uris()), self.history_rows,
                                           _base_file_task(target_path, folder, self.columns, table), fields)
-            if sum(done["rows"].to_pylist()) != self.history_rows or not key_spans.proven_unique(done, table.keys):
-                raise NotProven(table.name)
         except Exception:
             storage.remove_tree(folder)
             raise
+        if sum(done["rows"].to_pylist()) != self.history_rows or not key_spans.proven_unique(done, table.keys):
+            storage.remove_tree(folder)
+            return None
         return spark_files.add_actions(done.select([n for n, _ in spark_files.WRITTEN]).to_pylist())
 
     def write_deletes(self, tomb_path: str) -> list:
@@ -999,22 +998,19 @@ def _build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reach
     if partition_keys is not None and _existing_columns(dt_) != columns | {m: STRING for m in shape.META_COLUMNS}:
         partition_keys = None  # a column is new or wider since: every file is rewritten with the new schema
     has_base = table.base_snapshot is not None
-    history: _BaseFiles | _LocalHistory | _SparkHistory | None = None
-    adds = None
-    if _BaseFiles.applies(table_dir, table, reached, partition_keys):
-        try:
-            history = _BaseFiles(spark, table_dir, table, columns)
-            adds = history.write_target(target_path, table, partition_keys)
-        except NotProven:
-            history = None
-    if history is None:
-        if _history_rows(table_dir, has_base) <= settings().local_build_rows:
-            history = _LocalHistory(table_dir, table, columns, reached)
-        else:
-            history = _SparkHistory(session_of(spark), table_dir, table, columns, reached)
+    history: _BaseFiles | _LocalHistory | _SparkHistory
+    by_files = _BaseFiles.of(spark, table_dir, table, columns, reached, partition_keys)
+    adds = by_files.build(target_path, table) if by_files is not None else None
+    if by_files is not None and adds is not None:
+        history = by_files
+    elif _history_rows(table_dir, has_base) <= settings().local_build_rows:
+        history = _LocalHistory(table_dir, table, columns, reached)
+    else:
+        history = _SparkHistory(session_of(spark), table_dir, table, columns, reached)
     try:
-        if adds is None:
+        if not isinstance(history, _BaseFiles):
             adds = history.write_target(target_path, table, partition_keys)
+        assert adds is not None
         arrow_schema = _target_schema(columns)
         if partition_keys is None or dt_ is None:
             removes = None  # every file, and the schema, replaced

@@ -126,11 +126,11 @@ def import_and_build(workdir, name: str, export: pa.Table, monkeypatch, local_ro
     target's rows, how many of its base files became target files one to one, and its checks."""
     monkeypatch.setenv("CDC_ASSETS_LOCAL_BUILD_ROWS", str(local_rows))
     made = []
-    write_target = apply._BaseFiles.write_target
-    monkeypatch.setattr(apply._BaseFiles, "write_target",
-                        lambda self, *a: (lambda adds: made.append(len(adds)) or adds)(write_target(self, *a)))
+    build = apply._BaseFiles.build
+    monkeypatch.setattr(apply._BaseFiles, "build",
+                        lambda self, *a: (lambda adds: made.append(len(adds or [])) or adds)(build(self, *a)))
     if not by_files:
-        monkeypatch.setattr(apply._BaseFiles, "applies", staticmethod(lambda *a: False))
+        monkeypatch.setattr(apply._BaseFiles, "of", classmethod(lambda cls, *a: None))
     (workdir / "landing").mkdir(parents=True)
     pq.write_table(export, workdir / "export.parquet", row_group_size=3)
     cfg = write_config(workdir, [{"name": name, "keys": ["id", "part"], "format": "datastream-json",
