@@ -121,6 +121,28 @@ def test_a_redelivered_change_counts_once_and_a_tie_keeps_both_in_arrival_order(
     assert history_rows(cfg, "PAY") == before
 
 
+def test_history_takes_a_batch_whose_merge_waits_over_an_empty_base(spark, workdir):
+    """An empty base snapshot builds an empty target, so the next batch's merge waits (`apply:
+    min_changes`); the history takes the batch anyway: its current versions are the fresh read,
+    the target as the waiting merge will leave it, not the empty target."""
+    from cdc_assets.engine.fresh import fresh_table
+
+    export = workdir / "export.csv"
+    export.write_text("id,balance\n", encoding="utf-8")
+    cfg = write_config(workdir, [{**ACCOUNTS, "base_snapshot": str(export), "apply": {"min_changes": 1000}}])
+    run_ok(cfg, "ACCOUNTS")
+    assert target_rows(cfg, "ACCOUNTS") == []
+    land(cfg, "ACCOUNTS", "batch-1", {"a.jsonl": jsonl([mysql("INSERT", {"id": 1, "balance": "10.00"}, 1, 10)])})
+    out = run_ok(cfg, "ACCOUNTS")
+    assert out.waiting and out.waiting.startswith("merge waits")
+    assert target_rows(cfg, "ACCOUNTS") == []
+    rows = history_rows(cfg, "ACCOUNTS")
+    # the base's CSV header types the key as text
+    assert versions_of(rows, "1", "balance") == [("insert", True, Decimal("10.00"))]
+    fresh = fresh_table(cfg, cfg.table("ACCOUNTS")).to_pylist()
+    assert source_part(r for r in rows if r["_cdc_is_current"]) == source_part(fresh)
+
+
 def test_history_needs_every_change_kept():
     raw = {"warehouse": "./w", "landing": "./l", "tables": [{
         "name": "E", "keys": ["id"], "format": "datastream-json", "history": True,
