@@ -54,7 +54,9 @@ ensure_venv() {
     .venv/bin/python -m pip install -q --disable-pip-version-check uv==0.13.8
     # Bytecode compiled at install: every `cdc-assets` process, and each Dagster run, imports Dagster,
     # which otherwise compiles from source whenever bytecode is not written (PYTHONDONTWRITEBYTECODE).
-    .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python -r requirements.lock -e ".[test]"
+    # Without uv's cache: PySpark comes as a source archive that uv builds anew at each install, and
+    # each build (1.4 GB unpacked) stayed in the cache, which filled the disk after enough installs.
+    .venv/bin/uv pip install -q --no-cache --compile-bytecode --python .venv/bin/python -r requirements.lock -e ".[test]"
     echo "$want" > "$stamp"
 }
 

@@ -35,10 +35,11 @@ def test_the_wheel_installs_beside_a_users_own_dagster_and_runs_the_demo(tmp_pat
     python = venv / "bin" / "python"
     dagster = importlib.metadata.version("dagster")
     # the user's own project: its Dagster, and libraries older than the ones the lock pins
-    _run([BIN / "uv", "pip", "install", "-q", "--python", python, f"dagster=={dagster}",
+    # --no-cache: each install builds PySpark's source archive anew; a cached build is 1.4 GB of disk
+    _run([BIN / "uv", "pip", "install", "-q", "--no-cache", "--python", python, f"dagster=={dagster}",
           f"dagster-webserver=={dagster}", "pyyaml==6.0.2", "filelock==3.16.1"], tmp_path)
     before = _installed(python, tmp_path)
-    _run([BIN / "uv", "pip", "install", "-q", "--python", python, wheel], tmp_path)
+    _run([BIN / "uv", "pip", "install", "-q", "--no-cache", "--python", python, wheel], tmp_path)
     after = _installed(python, tmp_path)
     changed = {name: (version, after.get(name)) for name, version in before.items() if after.get(name) != version}
     assert changed == {}
