@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from ..core.key_order import ascending, spans_disjoint
 from . import delta, spark_files, storage
+from .ingest import MAX_TASKS
 from .settings import settings
 from .spark import map_in_arrow, session_of
 
@@ -64,14 +65,15 @@ def run_per_file(spark, uris: list[str], rows: int, task: Callable[[Iterable[pa.
                  fields) -> pa.Table:
     """`task`'s results over the files `uris` (a listing of them, LISTING): in this process, a
     thread per core (Arrow and Parquet work without the interpreter lock), for at most
-    settings.local_build_rows `rows`; else by Spark tasks, a file each. `spark`: a session or a
-    function that starts one."""
+    settings.local_build_rows `rows`; else by Spark tasks, a file each (up to ingest.MAX_TASKS
+    tasks). `spark`: a session or a function that starts one."""
     schema = delta.arrow_schema(fields)
     if not uris:
         return schema.empty_table()
     if rows > settings().local_build_rows:
         listing = session_of(spark).createDataFrame([(u,) for u in uris], "uri string")
-        return map_in_arrow(listing.repartition(len(uris)), task, delta.spark_schema(fields)).toArrow()
+        tasks = min(len(uris), MAX_TASKS)  # a task takes several files of a large table, one after another
+        return map_in_arrow(listing.repartition(tasks), task, delta.spark_schema(fields)).toArrow()
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         parts = pool.map(lambda u: list(task([pa.RecordBatch.from_pylist([{"uri": u}], schema=LISTING)])), uris)
         return pa.Table.from_batches([b for bs in parts for b in bs], schema=schema)
