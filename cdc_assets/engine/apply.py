@@ -877,7 +877,6 @@ class _BaseFiles:
     def __init__(self, spark, base: DeltaTable, columns: dict[str, str]):
         self.spark, self.base, self.columns = spark, base, columns
         self.history_rows = self.keys = delta.file_stats(base)[2]
-        self.truncate = None
 
     @classmethod
     def of(cls, spark, table_dir: str, table: TableConfig, columns: dict[str, str], reached: int,
@@ -920,9 +919,9 @@ def _base_file_task(target_path: str, folder: str, columns: dict[str, str], tabl
     """A task making a target file of each base file it is handed (_BaseFiles)."""
     keys, soft = list(table.keys), table.soft_deletes
     schema = _target_schema(columns)
-    write = spark_files.writer_task(target_path, folder, schema, [], storage.settings())
-    out = delta.arrow_schema(spark_files.WRITTEN + key_spans.SPAN_FIELDS)
     store = storage.settings()
+    write = spark_files.writer_task(target_path, folder, schema, [], store)
+    out = delta.arrow_schema(spark_files.WRITTEN + key_spans.SPAN_FIELDS)
 
     def run(batches):
         for pf in spark_files.listed_files(batches, store):
