@@ -212,10 +212,16 @@ def _write(rows, table_path: str, partition_by: list[str], n_rows: int, rows_per
     if n_rows <= 0 and rows.isEmpty():
         return []
     n_files = max(1, math.ceil(n_rows / rows_per_file))
-    # key ranges in files of about `rows_per_file` rows, per partition: statistics prune them
+    # key ranges in files of about `rows_per_file` rows, per partition: statistics prune them.
+    # The range partitioner samples its input, a job of its own: cached, the rows are computed
+    # once for the sample and the write, not twice.
     order = [F.col(names.spark(c)) for c in partition_by] + [F.col(KEY)]
-    return spark_files.write_files(rows.repartitionByRange(n_files, *order), table_path, partition_by,
-                                   sort_by=[KEY])
+    rows = rows.cache()
+    try:
+        return spark_files.write_files(rows.repartitionByRange(n_files, *order), table_path, partition_by,
+                                       sort_by=[KEY])
+    finally:
+        rows.unpersist()
 
 
 def _removes(files: list[_File], ids: list[int]) -> list:

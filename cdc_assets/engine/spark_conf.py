@@ -12,6 +12,9 @@ DEFAULTS = {
     # builds then fit in a small driver or executor heap.
     "spark.sql.shuffle.partitions": "64",
     "spark.sql.adaptive.enabled": "true",
+    # ... including in a cached frame: else a cache keeps all 64 partitions, and every job over it
+    # pays 64 tasks (on a 2-core box, a catch-up apply of 200k changes took 55 s instead of 38 s).
+    "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning": "true",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.ansi.enabled": "false",
     "spark.driver.memory": "2g",
