@@ -22,7 +22,7 @@ from ..core.config import Config, TableConfig
 from ..core.formats import SNAPSHOT
 from ..core.plan import Ingest
 from ..core.postgres import is_postgresql, parse_source
-from ..engine import apply, gcs, ingest, rekey, snapshot, stage, status
+from ..engine import apply, gcs, ingest, rekey, snapshot, stage, status, target_build
 from ..engine.landing import Batch, registered
 from ..engine.lock import table_lock
 from ..engine.partitions import staged_partition_keys
@@ -244,7 +244,7 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
             step = lambda: apply.apply_pending(spark, cfg, table)  # noqa: E731
         else:
             keys = list(context.partition_keys)
-            step = lambda: apply.rebuild(spark, cfg, table, keys)  # noqa: E731
+            step = lambda: target_build.rebuild(spark, cfg, table, keys)  # noqa: E731
         figures = _write(context, table_dir, f"{table.name}/target", step)
         # what still waits, the files, bytes and versions: from Delta logs, so every apply affords them
         yield dg.MaterializeResult(metadata={**as_metadata(figures.to_metadata()),

@@ -14,7 +14,7 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_assets.defs import table_assets
-from cdc_assets.engine import apply, base
+from cdc_assets.engine import base, target_build
 from cdc_assets_tests.support.config import settings_of, write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql
@@ -84,9 +84,9 @@ def build(workdir, name: str, partition_by: list[str], local_rows: int, monkeypa
     from pyspark.sql import SparkSession
 
     session = lambda: asked.append(1) or SparkSession.getActiveSession()  # noqa: E731
-    rebuilt = apply.rebuild(session, cfg, cfg.table(name), None)
+    rebuilt = target_build.rebuild(session, cfg, cfg.table(name), None)
     if partition_by:  # and a backfill of two partitions, one of them the null partition
-        partitions = apply.rebuild(session, cfg, cfg.table(name), ["region=eu", "region=__null__"])
+        partitions = target_build.rebuild(session, cfg, cfg.table(name), ["region=eu", "region=__null__"])
         assert partitions.partitions_rewritten == ("region=__null__", "region=eu")
     out = {step: rows_of(os.path.join(cfg.table_dir(name), step)) for step in ("base", "target", "tombstones")}
     # the files' bytes differ: Spark's Parquet writer and Arrow's encode the same rows differently
@@ -126,11 +126,11 @@ def import_and_build(workdir, name: str, export: pa.Table, monkeypatch, local_ro
     target's rows, how many of its base files became target files one to one, and its checks."""
     monkeypatch.setenv("CDC_ASSETS_LOCAL_BUILD_ROWS", str(local_rows))
     made = []
-    build = apply._BaseFiles.build
-    monkeypatch.setattr(apply._BaseFiles, "build",
+    build = target_build._BaseFiles.build
+    monkeypatch.setattr(target_build._BaseFiles, "build",
                         lambda self, *a: (lambda adds: made.append(len(adds or [])) or adds)(build(self, *a)))
     if not by_files:
-        monkeypatch.setattr(apply._BaseFiles, "of", classmethod(lambda cls, *a: None))
+        monkeypatch.setattr(target_build._BaseFiles, "of", classmethod(lambda cls, *a: None))
     (workdir / "landing").mkdir(parents=True)
     pq.write_table(export, workdir / "export.parquet", row_group_size=3)
     cfg = write_config(workdir, [{"name": name, "keys": ["id", "part"], "format": "datastream-json",
