@@ -36,7 +36,7 @@ from .merge_source import (
 from .settings import settings
 from .spark import session_of
 from .step_results import ApplyResult
-from .tables import BASE, STAGING, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
+from .table_layout import BASE, STAGING, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
 from .target_build import build, widen
 from .target_typing import ROWS_PER_FILE, as_target_types, existing_columns, flagged_columns, target_frame
 

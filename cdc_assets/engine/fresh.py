@@ -27,7 +27,7 @@ from ..core.errors import TerminalError
 from . import delta
 from .landing import batches_path
 from .merge_source import merge_source
-from .tables import BASE, STAGING, TARGET, path
+from .table_layout import BASE, STAGING, TARGET, path
 from .target_typing import cast_typed, existing_columns, target_schema
 
 

@@ -38,7 +38,7 @@ from .merge_source import every_column, key_range
 from .records import read_committed_records, read_records
 from .spark import session_of
 from .step_results import HistoryResult
-from .tables import BASE, CHANGES, HISTORY, TARGET, path
+from .table_layout import BASE, CHANGES, HISTORY, TARGET, path
 from .target_typing import (
     ROWS_PER_FILE,
     as_target_types,

@@ -39,7 +39,7 @@ from ..core.config import Config, TableConfig
 from ..core.values import UNSET_KEY
 from . import delta
 from .landing import batches_path
-from .tables import (
+from .table_layout import (
     BASE,
     CHANGES,
     CHANGES_TRIM,

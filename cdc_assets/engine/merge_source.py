@@ -24,7 +24,7 @@ from . import combine, delta, storage
 from .ingest import column_types
 from .records import read_committed_records, read_records
 from .stage import latest_of_batch
-from .tables import BASE, STAGING, TOMBSTONE_FIELDS, TOMBSTONES, path
+from .table_layout import BASE, STAGING, TOMBSTONE_FIELDS, TOMBSTONES, path
 from .target_typing import as_target_rows, existing_columns, flagged_columns, target_schema
 
 _PRUNABLE = (INT, LONG, DOUBLE, STRING, DATE)

@@ -25,7 +25,7 @@ from ..core.values import STRING, Misfit, convert, decode_row, key_text
 from . import delta, storage
 from .ingest import column_types
 from .records import read_records
-from .tables import BASE, CHANGES, HISTORY, STAGING, TARGET, TOMBSTONES, path
+from .table_layout import BASE, CHANGES, HISTORY, STAGING, TARGET, TOMBSTONES, path
 
 MARKER, EXACT = "key_identity", b"exact\n"
 RECORD_TABLES = (CHANGES, STAGING, BASE)

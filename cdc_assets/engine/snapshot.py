@@ -1,7 +1,7 @@
 """A `format: snapshot` batch -> `changes`: the changes that turn the table into the export (rule 11).
 
 Each batch, all its files together, is a complete export of the source table. Its rows are read
-as a base export's are (the same readers, engine/base.py), ranked by their batch, and compared
+as a base export's are (the same readers, engine/base_import.py), ranked by their batch, and compared
 key by key with the table's state before the batch: the target as of the batch it reached, with
 the changes of the later batches laid over it (each key's latest). A key the state lacks is an
 insert, a key whose row differs in any column (as the target would store it) an update, a key
@@ -69,7 +69,7 @@ from .spark import session_of
 from .stage import first_of_each, latest_per_key
 from .staged_history import base_records
 from .step_results import ChangesResult
-from .tables import BASE, CHANGES, TARGET, path
+from .table_layout import BASE, CHANGES, TARGET, path
 from .target_typing import (
     as_target_rows,
     as_target_types,

@@ -20,7 +20,7 @@ from . import combine, delta, spark_files, storage
 from .merge_source import truncate_order, with_flags
 from .records import read_records, stored_columns
 from .stage import latest_of_batch, latest_per_key
-from .tables import BASE, STAGING, TOMBSTONE_FIELDS, path
+from .table_layout import BASE, STAGING, TOMBSTONE_FIELDS, path
 from .target_typing import ROWS_PER_FILE, as_target_rows, as_target_types, cast_typed, rows_where, target_frame
 
 
@@ -163,7 +163,7 @@ class LocalHistory:
 
 def base_records(base_path: str) -> pa.Table | None:
     """The base's records in the export's order: its files' names sort in the order of the
-    export's lines (base._export_tasks), so an export in key order is read in key order."""
+    export's lines (base_import._export_tasks), so an export in key order is read in key order."""
     import pyarrow.dataset as ds
 
     dt_ = delta.open_table(base_path)

@@ -25,7 +25,7 @@ from .settings import settings
 from .spark import session_of
 from .staged_history import LocalHistory, SparkHistory, history_rows
 from .step_results import ApplyResult
-from .tables import BASE, STAGING, STAGING_TRIM, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
+from .table_layout import BASE, STAGING, STAGING_TRIM, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
 from .target_typing import cast_keeps, cast_typed, existing_columns, flagged_columns, target_schema
 
 

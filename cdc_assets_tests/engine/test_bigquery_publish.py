@@ -16,7 +16,7 @@ from google.cloud import bigquery
 
 from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.defs.publish import publish_job_name
-from cdc_assets.engine import bigquery as publishing
+from cdc_assets.engine import bigquery_publish as publishing
 from cdc_assets.engine import target_build
 from cdc_assets_tests.emulators import PROJECT
 from cdc_assets_tests.support.config import write_config

@@ -14,7 +14,7 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_assets.defs import table_assets
-from cdc_assets.engine import base, target_build
+from cdc_assets.engine import base_import, target_build
 from cdc_assets_tests.support.config import settings_of, write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql
@@ -60,7 +60,7 @@ def build(workdir, name: str, partition_by: list[str], local_rows: int, monkeypa
     """Import, a first build (with or without a staged batch) and a whole rebuild; what each wrote,
     and how often a step asked for a Spark session."""
     monkeypatch.setenv("CDC_ASSETS_LOCAL_BUILD_ROWS", str(local_rows))
-    settings_of(monkeypatch, base, local_parse_bytes=local_rows)
+    settings_of(monkeypatch, base_import, local_parse_bytes=local_rows)
     asked = []
     # every step of a table, checks included, gets its session through table_assets
     monkeypatch.setattr(table_assets, "spark_session",
@@ -177,10 +177,10 @@ def test_an_export_of_many_row_groups_read_a_row_group_a_task_gives_the_same_bas
     """Whole row groups per task, each written as several base files, or a slice of a row group
     per task: the same base records (lines and ordering keys included) and the same target."""
     export = in_key_order([1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144])  # 4 row groups of 3 rows (the last 2)
-    monkeypatch.setattr(base, "FILE_ROWS", 2)
+    monkeypatch.setattr(base_import, "FILE_ROWS", 2)
     built = {}
     for whole in (True, False):
-        monkeypatch.setattr(base, "WHOLE_ROW_GROUPS", 2 if whole else 10**6)
+        monkeypatch.setattr(base_import, "WHOLE_ROW_GROUPS", 2 if whole else 10**6)
         work = tmp_path / f"whole-{whole}"
         rows, _, checks = import_and_build(work, "GROUPS", export, monkeypatch, local_rows)
         base_path = os.path.join(work, "warehouse", "GROUPS", "base")

@@ -7,7 +7,7 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_assets.engine import fresh, history, target_build
-from cdc_assets.engine.tables import HISTORY, path
+from cdc_assets.engine.table_layout import HISTORY, path
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql

@@ -4,7 +4,7 @@ clean run ends."""
 from __future__ import annotations
 
 from cdc_assets.engine.apply import apply_pending
-from cdc_assets.engine.base import import_base
+from cdc_assets.engine.base_import import import_base
 from cdc_assets.engine.ingest import ingest_batch
 from cdc_assets.engine.landing import register_new_batch, registered
 from cdc_assets.engine.stage import stage_batch

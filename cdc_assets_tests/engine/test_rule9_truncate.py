@@ -12,7 +12,7 @@ import pytest
 from cdc_assets.engine import fresh
 from cdc_assets.engine.apply import apply_pending
 from cdc_assets.engine.maintenance import maintain
-from cdc_assets.engine.tables import QUARANTINE, TOMBSTONES
+from cdc_assets.engine.table_layout import QUARANTINE, TOMBSTONES
 from cdc_assets.engine.target_build import rebuild
 from cdc_assets.engine.target_versions import restore
 from cdc_assets_tests.support.config import write_config
@@ -163,7 +163,7 @@ def test_a_truncate_drops_a_file_ranking_below_it_unread_and_leaves_one_above_it
     rank above it is not a file the truncate touches. Neither is opened (both are made unreadable)."""
     import os
 
-    from cdc_assets.engine.tables import TARGET
+    from cdc_assets.engine.table_layout import TARGET
 
     cfg = write_config(workdir, [{"name": "TF", "keys": ["k"], "format": "changeset",
                                   "columns": {"k": "string", "v": "string"},

@@ -61,7 +61,7 @@ from . import delta, faults, storage
 from .records import read_records
 from .stage import latest_of_batch
 from .step_results import PublishReconciliation, PublishResult
-from .tables import STAGING, TARGET, path
+from .table_layout import STAGING, TARGET, path
 
 PUBLISHED = "published"  # the ledger table, and the step name its commits carry
 STAGING_SUFFIX = "__cdc_publish_staging"
