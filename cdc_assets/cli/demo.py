@@ -154,9 +154,9 @@ def _demo(root: str, seed: int, bigquery_client=None) -> int:
                 f"target {r['target_rows']} rows, {r['missing_rows']} missing, {r['extra_rows']} extra, "
                 f"{r['differing_rows']} differing")
         if gcp:
-            from ..engine import bigquery
+            from ..engine import bigquery_publish
 
-            bq = bigquery.reconcile(bigquery_client, cfg, table)
+            bq = bigquery_publish.reconcile(bigquery_client, cfg, table)
             bad += bq.discrepancies
             line += f"; BigQuery {bq.rows_bigquery} rows ({bq.compared}), {bq.discrepancies} discrepancies"
         ok &= bad == 0

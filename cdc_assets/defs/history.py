@@ -6,7 +6,7 @@ from pydantic import Field
 
 from ..core.config import Config, TableConfig
 from ..engine import history
-from ..engine.tables import HISTORY, path
+from ..engine.table_layout import HISTORY, path
 from .automation import follows_upstream
 from .metadata import as_metadata, delta_table_metadata
 from .resources import CdcSparkResource, spark_session

@@ -1,10 +1,10 @@
 """`publish: {bigquery: ...}`: the `[TABLE, "bigquery"]` asset downstream of `target`, its
-reconciliation check and its job. The work is engine/bigquery.py's; this only wires it."""
+reconciliation check and its job. The work is engine/bigquery_publish.py's; this only wires it."""
 
 import dagster as dg
 
 from ..core.config import Config, TableConfig
-from ..engine import bigquery as publishing
+from ..engine import bigquery_publish as publishing
 from .automation import follows_checked_upstream
 from .metadata import as_metadata
 from .table_assets import TableNames, _write

@@ -19,7 +19,7 @@ import dagster as dg
 
 from ..core.config import Config, TableConfig
 from ..core.plan import Ingest
-from ..engine import bigquery as publishing
+from ..engine import bigquery_publish as publishing
 from ..engine import faults, history, sources
 from ..engine.errors import root_cause_of_exception, root_cause_of_info
 from ..engine.landing import Batch, register_new_batch

@@ -23,7 +23,7 @@ from ..engine import gcs as gcs_landing
 from ..engine.landing import Batch, ListingCursor, batches_path, register_new_batch, scan_landing
 from ..engine.lock import table_lock
 from ..engine.retry import on_conflict
-from ..engine.tables import BASE, TARGET, path
+from ..engine.table_layout import BASE, TARGET, path
 from .due import batch_run_unfinished, due_now, held_reason
 from .pools import release_abandoned
 from .table_assets import APPLY_TAG, INCREMENTAL, TableNames, batch_partitions, target_partitions

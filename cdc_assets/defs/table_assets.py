@@ -22,12 +22,12 @@ from ..core.config import Config, TableConfig
 from ..core.formats import SNAPSHOT
 from ..core.plan import Ingest
 from ..core.postgres import is_postgresql, parse_source
-from ..engine import apply, gcs, ingest, rekey, snapshot, stage, status
+from ..engine import apply, gcs, ingest, rekey, snapshot, stage, status, target_build
 from ..engine.landing import Batch, registered
 from ..engine.lock import table_lock
 from ..engine.partitions import staged_partition_keys
 from ..engine.retry import on_conflict
-from ..engine.tables import path
+from ..engine.table_layout import path
 from . import dagster_fixes  # noqa: F401 - a waiting step sleeps; the storages reuse their engines
 from .checks import (
     SLOT_RETAINED_WAL,
@@ -191,13 +191,13 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
                   pool=names.pool,
                   description=f"The source export {table.name} starts from; its rows rank below every change.")
         def base_snapshot(context: dg.AssetExecutionContext, pyspark: CdcSparkResource) -> dg.MaterializeResult:
-            from ..engine import base  # imported where used: it loads PySpark, which a small batch never needs
+            from ..engine import base_import  # imported where used: it loads PySpark, which a small batch never needs
 
             spark = lambda: spark_session(pyspark)  # noqa: E731 - a small export is imported without Spark
 
             def import_exact():
                 rekey.ensure_exact(cfg, table)  # a table that starts here stores exact keys from the start
-                return base.import_base(spark, cfg, table, log=context.log.warning)
+                return base_import.import_base(spark, cfg, table, log=context.log.warning)
 
             figures = _write(context, table_dir, f"{table.name}/base", import_exact)
             _register_target_partitions(context, cfg, table)
@@ -244,7 +244,7 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
             step = lambda: apply.apply_pending(spark, cfg, table)  # noqa: E731
         else:
             keys = list(context.partition_keys)
-            step = lambda: apply.rebuild(spark, cfg, table, keys)  # noqa: E731
+            step = lambda: target_build.rebuild(spark, cfg, table, keys)  # noqa: E731
         figures = _write(context, table_dir, f"{table.name}/target", step)
         # what still waits, the files, bytes and versions: from Delta logs, so every apply affords them
         yield dg.MaterializeResult(metadata={**as_metadata(figures.to_metadata()),

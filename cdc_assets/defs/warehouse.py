@@ -13,7 +13,7 @@ import os
 
 from ..core.config import Config, ConfigError, load_config
 from ..engine import storage
-from ..engine.tables import TARGET, path
+from ..engine.table_layout import TARGET, path
 
 
 def storage_config(location: str):

@@ -15,7 +15,7 @@ from ..core.target import DELETED
 from . import delta, key_spans, spark_files, storage
 from .settings import settings
 from .step_results import Figures
-from .tables import CHANGES, CHANGES_TRIM, QUARANTINE, STAGING, STAGING_TRIM, TARGET, path
+from .table_layout import CHANGES, CHANGES_TRIM, QUARANTINE, STAGING, STAGING_TRIM, TARGET, path
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,7 +1,7 @@
 """A table's current state before its merge: the target with the staged, not yet applied
 changes laid over it (Gluent's delta view).
 
-The winners are the apply's own (engine.apply.merge_source: each pending key's latest change,
+The winners are the apply's own (engine.merge_source.merge_source: each pending key's latest change,
 an upsert older than its tombstone dropped, a key whose changes leave columns out combined),
 and a winner replaces the key's target row only when its ordering key is greater (a REFILL's
 equal one too), as the MERGE's conditions say. A fresh read therefore equals
@@ -25,9 +25,10 @@ from ..core.changes import DELETE, REFILL
 from ..core.config import Config, TableConfig
 from ..core.errors import TerminalError
 from . import delta
-from .apply import _cast_typed, _existing_columns, _target_schema, merge_source
 from .landing import batches_path
-from .tables import BASE, STAGING, TARGET, path
+from .merge_source import merge_source
+from .table_layout import BASE, STAGING, TARGET, path
+from .target_typing import cast_typed, existing_columns, target_schema
 
 
 class FreshReadError(TerminalError, RuntimeError):
@@ -101,8 +102,8 @@ def fresh_read(cfg: Config, table: TableConfig, with_metadata: bool = False) -> 
         m = merge_source(table_dir, table, dt_, p.applied, p.reached)
         columns, source, truncate = m.columns, m.source, m.truncate
     else:
-        columns = {c: t for c, t in _existing_columns(dt_).items() if c not in shape.META_COLUMNS}
-        source = _target_schema(columns, shape.META_COLUMNS + ("_cdc_apply",)).empty_table()
+        columns = {c: t for c, t in existing_columns(dt_).items() if c not in shape.META_COLUMNS}
+        source = target_schema(columns, shape.META_COLUMNS + ("_cdc_apply",)).empty_table()
     # The keys' current ordering keys, read as the MERGE reads them: by key, files pruned by statistics.
     keys = source.column("_cdc_key").to_pylist()
     current = delta.rows_with_keys(dt_, (("_cdc_key", "string"), ("_cdc_order", "string")), keys)
@@ -113,7 +114,7 @@ def fresh_read(cfg: Config, table: TableConfig, with_metadata: bool = False) -> 
     winning = source.filter(pa.array(wins, pa.bool_()))
     changed = pa.array(winning.column("_cdc_key").to_pylist(), pa.string())
     upserts = winning.filter(pc.not_equal(winning.column("_cdc_apply"), DELETE)).drop_columns(["_cdc_apply"])
-    schema = _target_schema(columns)
+    schema = target_schema(columns)
     keep = list(columns) + (list(shape.META_COLUMNS) if with_metadata else [])
     out_schema = pa.schema([schema.field(c) for c in keep])
 
@@ -126,7 +127,7 @@ def fresh_read(cfg: Config, table: TableConfig, with_metadata: bool = False) -> 
                 b = b.filter(pc.invert(pc.fill_null(b.column(shape.DELETED), False)))
             if not b.num_rows:
                 continue
-            b = _cast_typed(b, columns).cast(schema)
+            b = cast_typed(b, columns).cast(schema)
             kept = b.filter(pc.invert(pc.is_in(b.column("_cdc_key"), value_set=changed))) if len(changed) else b
             if truncate is not None and table.soft_deletes:  # kept, flagged deleted (rule 12)
                 at_or_below = pc.less_equal(kept.column("_cdc_order"), truncate)

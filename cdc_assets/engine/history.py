@@ -5,7 +5,7 @@ of the keys they touch (files hold key ranges, so delta-rs skips the others by t
 statistics), places the new changes among those versions in the driver, and commits one
 MERGE on (key, valid_from) that inserts the new versions and closes or re-labels the ones
 they follow; the MERGE reads every history file, since a key range in its condition would
-go into the commit (apply.MERGE_ON_KEY). The first build, a rebuild and a type widening compute the whole history on
+go into the commit (merge_source.MERGE_ON_KEY). The first build, a rebuild and a type widening compute the whole history on
 Spark executors with the same rules as window functions; delta-rs commits the files.
 A truncate (rule 9) is no key's change: it closes the versions current at it, so a new one touches
 every key live at it. A touched key's versions are computed again from all its changes, read from
@@ -32,25 +32,24 @@ from ..core.names import spark as spark_name
 from ..core.ordering import BASE_TIER
 from ..core.values import UNSET_KEY, decode_image, decode_row
 from . import delta, spark_files
-from .apply import (
-    ROWS_PER_FILE,
-    _as_target_types,
-    _cast_typed,
-    _existing_columns,
-    _spark_columns,
-    _target_rows,
-    _target_schema,
-    _typed_frame,
-    every_column,
-    key_range,
-    spark_type,
-)
 from .combine import combines, marked
 from .ingest import column_types
+from .merge_source import every_column, key_range
 from .records import read_committed_records, read_records
 from .spark import session_of
 from .step_results import HistoryResult
-from .tables import BASE, CHANGES, HISTORY, TARGET, path
+from .table_layout import BASE, CHANGES, HISTORY, TARGET, path
+from .target_typing import (
+    ROWS_PER_FILE,
+    as_target_types,
+    cast_typed,
+    existing_columns,
+    spark_columns,
+    spark_type,
+    target_rows,
+    target_schema,
+    typed_frame,
+)
 
 _OP = ("_cdc_op", versions.UNSET)  # kept beside the meta columns while rows are typed
 
@@ -73,7 +72,7 @@ def _columns(dt_, images: list[dict], table_dir: str, table: TableConfig) -> dic
     type them. A history built before the target (from a base snapshot alone, whose text columns
     the changes then type) is rebuilt once with the target's types."""
     target = delta.open_table(path(table_dir, TARGET))
-    known = {**data_columns(dt_), **{c: t for c, t in _existing_columns(target).items() if c not in shape.META_COLUMNS}}
+    known = {**data_columns(dt_), **{c: t for c, t in existing_columns(target).items() if c not in shape.META_COLUMNS}}
     return shape.target_columns(known, images, table.keys, table.partition_by,
                                 history_types=column_types(table_dir, marked=False))
 
@@ -141,7 +140,7 @@ def update(spark, cfg: Config, table: TableConfig) -> HistoryResult:
     source = pa.concat_tables(parts)
     rows = versions.versions(source, list(columns), table.keys, _rules(table, _truncates(table_dir, table, through)))
     source_rows = pa.concat_tables([rows, _gone(existing, rows)])
-    # the key and version alone: a key range would put key values in the commit (apply.MERGE_ON_KEY)
+    # the key and version alone: a key range would put key values in the commit (merge_source.MERGE_ON_KEY)
     predicate = "t._cdc_key = s._cdc_key AND t._cdc_valid_from = s._cdc_valid_from"
     props = delta.commit_props(HISTORY, through, {"from_batch": taken + 1})
     if source_rows.num_rows:
@@ -245,10 +244,10 @@ def _typed(records: pa.Table, columns: dict[str, str]) -> pa.Table:
     imaged = pc.is_valid(records["_cdc_row"])
     image_rows = records.filter(imaged).to_pylist()
     meta = shape.META_COLUMNS + _OP
-    return pa.concat_tables([_target_rows(image_rows, columns, [decode_row(r["_cdc_row"]) for r in image_rows],
+    return pa.concat_tables([target_rows(image_rows, columns, [decode_row(r["_cdc_row"]) for r in image_rows],
                                           extra=_OP),
-                             _cast_typed(records.filter(pc.invert(imaged)), columns, meta).cast(
-                                 _target_schema(columns, meta))])
+                             cast_typed(records.filter(pc.invert(imaged)), columns, meta).cast(
+                                 target_schema(columns, meta))])
 
 
 def _changes_of(table_dir: str, table: TableConfig, keys: list[str], through: int,
@@ -265,7 +264,7 @@ def _changes_of(table_dir: str, table: TableConfig, keys: list[str], through: in
         if len(keys) > delta.IN_LIST_LIMIT:
             found = found.filter(pc.is_in(found["_cdc_key"], value_set=pa.array(keys, pa.string())))
         parts.append(_typed(found, columns))
-    return pa.concat_tables(parts) if parts else _target_schema(columns, shape.META_COLUMNS + _OP).empty_table()
+    return pa.concat_tables(parts) if parts else target_schema(columns, shape.META_COLUMNS + _OP).empty_table()
 
 
 def rebuild(spark, cfg: Config, table: TableConfig) -> HistoryResult:
@@ -320,7 +319,7 @@ def _build(spark, cfg: Config, table: TableConfig, dt_, through: int, columns: d
     for name in sources:
         if delta.open_table(path(table_dir, name)) is None:
             continue
-        frame = _as_target_types(spark, path(table_dir, name), columns)
+        frame = as_target_types(spark, path(table_dir, name), columns)
         records = frame if records is None else records.unionByName(frame)
     if records is None:
         raise OutOfOrder(f"table {table.name}: no changes or base snapshot to build the history from yet")
@@ -329,7 +328,7 @@ def _build(spark, cfg: Config, table: TableConfig, dt_, through: int, columns: d
         .withColumn(versions.UNSET, F.to_json(  # from_json reads NaN and Infinity, which images may hold
             F.from_json(F.col("_cdc_row"), f"struct<`{UNSET_KEY}`: array<string>>")[UNSET_KEY]))
     meta = shape.META_COLUMNS + _OP
-    typed = _typed_frame(records, columns, _spark_columns(columns) + ", " + ", ".join(f"`{m}` string" for m in meta),
+    typed = typed_frame(records, columns, spark_columns(columns) + ", " + ", ".join(f"`{m}` string" for m in meta),
                          extra=_OP)
     order, op = F.col("_cdc_order"), F.col("_cdc_op")
     # a delete holds its key only (core/history.key_only_deletes)

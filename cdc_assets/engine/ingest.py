@@ -35,7 +35,7 @@ from .settings import settings
 from .spark import session_of
 from .stage import first_of_each
 from .step_results import ChangesResult
-from .tables import BASE, CHANGES, QUARANTINE, QUARANTINE_FIELDS, SEEN, path
+from .table_layout import BASE, CHANGES, QUARANTINE, QUARANTINE_FIELDS, SEEN, path
 
 LOGGED_REJECTIONS = 100  # per batch: the log names them, the quarantine table holds them all
 # `_cdc_types` (the file's or declared column types) lives only until the types are admitted.

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from ..core.errors import OutOfOrder
 from . import delta, gcs
-from .tables import BASE, STAGING, TARGET, path
+from .table_layout import BASE, STAGING, TARGET, path
 
 BATCH_FIELDS = (("batch_seq", "long"), ("batch_id", "string"), ("file", "string"),
                 ("bytes", "long"), ("registered_at", "string"))

@@ -3,7 +3,7 @@
 
 What each part keeps:
 - Compaction bin-packs the target's small files up to the size of the files a build writes
-  (about apply.ROWS_PER_FILE rows), not Delta's 100 MB default: a MERGE rewrites every file
+  (about target_typing.ROWS_PER_FILE rows), not Delta's 100 MB default: a MERGE rewrites every file
   that holds a touched key, so a file's size is what a small batch costs. Its commit changes
   no row (dataChange false): the batch watermark, the change feed and a BigQuery copy are
   unaffected.
@@ -38,9 +38,8 @@ from ..core.changes import UPSERT
 from ..core.config import Config, TableConfig
 from ..core.values import UNSET_KEY
 from . import delta
-from .apply import ROWS_PER_FILE
 from .landing import batches_path
-from .tables import (
+from .table_layout import (
     BASE,
     CHANGES,
     CHANGES_TRIM,
@@ -54,6 +53,7 @@ from .tables import (
     TOMBSTONES,
     path,
 )
+from .target_typing import ROWS_PER_FILE
 
 COMPACTION, ZORDER, VACUUM = "compaction", "zorder", "vacuum"
 # Staged rows a trim examines per commit: its window of batches is read (key, batch and order
@@ -153,7 +153,7 @@ def _trim_staging(table_dir: str, through: int, soft: bool = False) -> int:
     earlier with a greater ordering key, so the deleted row never decided that range's result
     either. A range that ends before `through` is a rebuild of a target restored to a version
     older than the trim: that state is gone from staging, so the rebuild builds the whole target
-    as of the last staged batch instead (apply._build), never a partition of the older state.
+    as of the last staged batch instead (target_build.build), never a partition of the older state.
     Each window of batches is one commit carrying the batch it trimmed through (STAGING_TRIM), so
     a trim stopped midway goes on from there. In a soft-delete table (`soft`) a key keeps its
     latest upsert and every change ranking above it: a delete keeps the row that upsert made."""

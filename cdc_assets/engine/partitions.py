@@ -13,7 +13,7 @@ import pyarrow as pa
 from ..core.config import Config, TableConfig
 from ..core.target import partition_key
 from . import delta
-from .tables import BASE, STAGING, TARGET, path
+from .table_layout import BASE, STAGING, TARGET, path
 
 
 def staged_partition_keys(cfg: Config, table: TableConfig) -> list[str]:

@@ -5,7 +5,7 @@ from ..core.config import Config, TableConfig
 from ..core.plan import Progress
 from . import delta
 from .landing import registered_cached
-from .tables import BASE, STAGING, TARGET, path
+from .table_layout import BASE, STAGING, TARGET, path
 
 
 def read_progress(cfg: Config, table: TableConfig) -> Progress:

@@ -25,7 +25,7 @@ from ..core.values import STRING, Misfit, convert, decode_row, key_text
 from . import delta, storage
 from .ingest import column_types
 from .records import read_records
-from .tables import BASE, CHANGES, HISTORY, STAGING, TARGET, TOMBSTONES, path
+from .table_layout import BASE, CHANGES, HISTORY, STAGING, TARGET, TOMBSTONES, path
 
 MARKER, EXACT = "key_identity", b"exact\n"
 RECORD_TABLES = (CHANGES, STAGING, BASE)
@@ -136,7 +136,7 @@ def rekey(spark, cfg: Config, table: TableConfig) -> RekeyReport:
     """Recompute every stored key by the exact rule, then rebuild target and tombstones from
     staging (and the history from changes) as of the batch the target reached. Each step finds
     what is left to do, so a killed rekey goes on where it stopped; the marker comes last."""
-    from . import apply, history
+    from . import history, target_build
 
     t0 = time.time()
     table_dir = cfg.table_dir(table.name)
@@ -157,7 +157,7 @@ def rekey(spark, cfg: Config, table: TableConfig) -> RekeyReport:
     rebuilt = target is not None and delta.txn_version(target, TARGET) >= 0
     if target is not None and rebuilt:
         storage.remove_tree(path(table_dir, TOMBSTONES))  # rebuilt with the target from staging's deletes
-        apply.rebuild_whole(spark, cfg, table, target, delta.txn_version(target, TARGET))
+        target_build.rebuild_whole(spark, cfg, table, target, delta.txn_version(target, TARGET))
     if table.history and delta.open_table(path(table_dir, HISTORY)) is not None:
         history.rebuild(spark, cfg, table)
     _mark(table_dir)

@@ -1,7 +1,7 @@
 """A `format: snapshot` batch -> `changes`: the changes that turn the table into the export (rule 11).
 
 Each batch, all its files together, is a complete export of the source table. Its rows are read
-as a base export's are (the same readers, engine/base.py), ranked by their batch, and compared
+as a base export's are (the same readers, engine/base_import.py), ranked by their batch, and compared
 key by key with the table's state before the batch: the target as of the batch it reached, with
 the changes of the later batches laid over it (each key's latest). A key the state lacks is an
 insert, a key whose row differs in any column (as the target would store it) an update, a key
@@ -50,15 +50,6 @@ from ..core.schema import admit_columns, joined, plain
 from ..core.typed_export import export_batch, export_columns
 from ..core.values import STRING, decode_row, encode_row, key_text, source_value
 from . import delta, spark_apply, spark_files
-from .apply import (
-    _as_target_rows,
-    _as_target_types,
-    _base_records,
-    _cast_typed,
-    _existing_columns,
-    _spark_columns,
-    _typed_frame,
-)
 from .ingest import (
     LEDGER,
     MAX_TASKS,
@@ -76,8 +67,17 @@ from .records import read_records
 from .settings import settings
 from .spark import session_of
 from .stage import first_of_each, latest_per_key
+from .staged_history import base_records
 from .step_results import ChangesResult
-from .tables import BASE, CHANGES, TARGET, path
+from .table_layout import BASE, CHANGES, TARGET, path
+from .target_typing import (
+    as_target_rows,
+    as_target_types,
+    cast_typed,
+    existing_columns,
+    spark_columns,
+    typed_frame,
+)
 
 KEY, ORDER, OP = "_cdc_key", "_cdc_order", "_cdc_op"
 RECORD_NAMES = [n for n, _ in RECORD_FIELDS]
@@ -151,7 +151,7 @@ def _compared_values(rows: pa.Table, columns: dict[str, str], by_column: bool) -
     if not by_column:
         typed = shape.typed_columns([decode_row(r) for r in rows["_cdc_row"].to_pylist()], columns)
         return {c: pa.array(typed[c], shape.arrow_type(t)) for c, t in columns.items()}
-    typed = _cast_typed(rows, columns, ())
+    typed = cast_typed(rows, columns, ())
     return {c: typed[c].combine_chunks() for c in columns}
 
 
@@ -286,7 +286,7 @@ def typed_records(table: TableConfig, typed: TypedExport, max_rows: int) -> pa.T
 def _state_columns(table_dir: str, table: TableConfig, dt_: DeltaTable | None, types: dict[str, str]) -> dict[str, str]:
     """The target's source columns and types once this batch's rows are in (as an apply decides
     them): the columns a row is compared by."""
-    columns = shape.target_columns(_existing_columns(dt_), [], table.keys, table.partition_by,
+    columns = shape.target_columns(existing_columns(dt_), [], table.keys, table.partition_by,
                                    history_types=plain(types))
     return {c: t for c, t in columns.items() if not c.startswith(names.BOOKKEEPING)}
 
@@ -319,14 +319,14 @@ def state_here(table_dir: str, table: TableConfig, dt_: DeltaTable | None, appli
         # only the columns compared: the target's other bookkeeping is never read
         rows = dt_.to_pyarrow_dataset().to_table(
             columns=[c for c in (*meta, *columns, SOFT_DELETED) if c in stored and (c != SOFT_DELETED or soft)])
-        cast = _cast_typed(_live(rows, soft), columns, meta)
+        cast = cast_typed(_live(rows, soft), columns, meta)
         parts.append(cast.append_column(OP, pa.repeat(pa.scalar(UPSERT, pa.string()), cast.num_rows)))
     records = [read_records(path(table_dir, CHANGES), _since(applied, seq))]
     if _base_needed(table_dir, table, dt_):
-        records.append(_base_records(path(table_dir, BASE)))
+        records.append(base_records(path(table_dir, BASE)))
     for r in records:
         if r is not None and r.num_rows:
-            parts.append(_as_target_rows(r, columns, extra=(OP,)).select([*meta, *columns, OP]))
+            parts.append(as_target_rows(r, columns, extra=(OP,)).select([*meta, *columns, OP]))
     schema = pa.schema([pa.field(KEY, pa.string()), pa.field(ORDER, pa.string())]
                        + [pa.field(c, shape.arrow_type(t)) for c, t in columns.items()] + [pa.field(OP, pa.string())])
     every = pa.concat_tables([p.select(schema.names).cast(schema) for p in parts]) if parts else schema.empty_table()
@@ -341,7 +341,7 @@ def _state_on_spark(session, table_dir: str, table: TableConfig, dt_: DeltaTable
     the later batches' changes."""
     from pyspark.sql import functions as F
 
-    ddl = f"{KEY} string, {ORDER} string, {OP} string, " + _spark_columns(columns)
+    ddl = f"{KEY} string, {ORDER} string, {OP} string, " + spark_columns(columns)
     wanted = [F.col(KEY), F.col(ORDER), F.col(OP)] + [F.col(names.spark(c)) for c in columns]
     frames = []
     if dt_ is not None:
@@ -354,7 +354,7 @@ def _state_on_spark(session, table_dir: str, table: TableConfig, dt_: DeltaTable
         def as_state(batches):
             for b in batches:
                 b = _live(pa.Table.from_batches([b]), soft)
-                cast = _cast_typed(b, columns, (KEY, ORDER))
+                cast = cast_typed(b, columns, (KEY, ORDER))
                 cast = cast.append_column(OP, pa.array([UPSERT] * cast.num_rows, pa.string()))
                 yield from cast.select([KEY, ORDER, OP, *columns]).to_batches()
         frames.append(map_in_arrow(rows, as_state, ddl).select(*wanted))
@@ -364,14 +364,14 @@ def _state_on_spark(session, table_dir: str, table: TableConfig, dt_: DeltaTable
     for name in sources:
         if delta.open_table(path(table_dir, name)) is None:
             continue
-        records = _as_target_types(session, path(table_dir, name), columns)
+        records = as_target_types(session, path(table_dir, name), columns)
         if name == CHANGES:
             records = records.where((F.col("_cdc_batch_seq") > applied) & (F.col("_cdc_batch_seq") < seq))
-        frames.append(_typed_frame(records, columns, _spark_columns(columns) + ", "
+        frames.append(typed_frame(records, columns, spark_columns(columns) + ", "
                                    + ", ".join(f"`{m}` string" for m in shape.META_COLUMNS) + f", {OP} string",
                                    extra=(OP,)).select(*wanted))
     if not frames:
-        return session.createDataFrame([], f"{KEY} string, " + _spark_columns(columns))
+        return session.createDataFrame([], f"{KEY} string, " + spark_columns(columns))
     every = frames[0]
     for f in frames[1:]:
         every = every.unionByName(f)
@@ -478,7 +478,7 @@ def _on_spark(session, cfg: Config, table: TableConfig, batch: Batch, files: lis
         listing = session.createDataFrame(typed.slices, "path string, file string, file_index int, batch_seq long, "
                                                         "batch_id string, row_group int, first_line long")
         parsed = listing.repartition(max(1, min(len(typed.slices), MAX_TASKS))).mapInArrow(
-            typed_rows(table, typed), delta.spark_schema(RECORD_FIELDS) + ", " + _spark_columns(typed.columns))
+            typed_rows(table, typed), delta.spark_schema(RECORD_FIELDS) + ", " + spark_columns(typed.columns))
         parsed = parsed.toDF(*RECORD_NAMES, *[f"_{i}" for i in range(len(typed.columns))]).cache()
     else:
         parsed = parse_files(session, table, files, root=cfg.landing_dir(table.name), text_columns=text_columns,

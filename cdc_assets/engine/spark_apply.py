@@ -28,7 +28,7 @@ from . import delta, spark_files, storage
 from .settings import settings
 from .spark import map_in_arrow
 from .stage import latest_per_key
-from .tables import STAGING, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
+from .table_layout import STAGING, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
 
 # An incremental apply of at most this many pending staged rows (counted from the staging
 # log's statistics) runs in the run's own process; a larger one (a catch-up, random keys) on

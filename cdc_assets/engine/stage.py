@@ -17,7 +17,7 @@ from .landing import Batch, is_done_or_next
 from .latest import first_of_each, latest_of_batch, latest_per_key
 from .records import read_committed_records
 from .step_results import StageResult
-from .tables import CHANGES, STAGING, path
+from .table_layout import CHANGES, STAGING, path
 
 __all__ = ["first_of_each", "latest_of_batch", "latest_per_key", "stage_batch"]
 

@@ -20,7 +20,7 @@ from deltalake import CommitProperties, Transaction
 
 from ..core.errors import TerminalError
 from . import delta
-from .tables import TARGET, path
+from .table_layout import TARGET, path
 
 RESTORE = "restore"
 

@@ -38,7 +38,7 @@ from deltalake import DeltaTable
 
 from cdc_assets.core.config import load_config
 from cdc_assets.engine import delta, fresh, maintenance, target_versions
-from cdc_assets.engine.tables import STAGING, TARGET, path
+from cdc_assets.engine.table_layout import STAGING, TARGET, path
 from cdc_assets_tests.figures import Figures
 
 from .bench import CHANGESET, changes, child_env, parse_size, publish, size_label, write_base

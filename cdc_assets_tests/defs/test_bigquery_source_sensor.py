@@ -8,7 +8,7 @@ import dagster as dg
 import pytest
 
 from cdc_assets.defs.definitions import build_definitions
-from cdc_assets.engine import bigquery as publishing
+from cdc_assets.engine import bigquery_publish as publishing
 from cdc_assets.engine.landing import registered
 from cdc_assets_tests.engine.test_bigquery_source import APPEND_SCHEMA, append, create, source_config
 from cdc_assets_tests.support.warehouse import target_rows, values

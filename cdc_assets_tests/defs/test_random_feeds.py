@@ -129,11 +129,11 @@ from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.defs.run_loop import QUIET, run_table
 from cdc_assets.defs.sensors import apply_request_tags
 from cdc_assets.defs.table_assets import TableNames, sync_target_partitions
-from cdc_assets.engine.apply import rebuild
 from cdc_assets.engine.errors import root_cause_of_info
 from cdc_assets.engine.fresh import fresh_table
 from cdc_assets.engine.lock import table_lock
 from cdc_assets.engine.maintenance import maintain
+from cdc_assets.engine.target_build import rebuild
 from cdc_assets_tests.reference_model import DELETE, TRUNCATE, UPSERT, ReferenceTable, SourceChange
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import land

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dagster as dg
 
 from cdc_assets.defs.run_loop import summary_line
-from cdc_assets.engine import bigquery as publishing
+from cdc_assets.engine import bigquery_publish as publishing
 from cdc_assets.engine.step_results import (
     ApplyResult,
     BaseResult,

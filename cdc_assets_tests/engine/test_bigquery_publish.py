@@ -16,8 +16,8 @@ from google.cloud import bigquery
 
 from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.defs.publish import publish_job_name
-from cdc_assets.engine import apply
-from cdc_assets.engine import bigquery as publishing
+from cdc_assets.engine import bigquery_publish as publishing
+from cdc_assets.engine import target_build
 from cdc_assets_tests.emulators import PROJECT
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
@@ -119,7 +119,7 @@ def test_the_bigquery_table_follows_the_target_through_inserts_updates_deletes_a
 
     # A rebuilt target is sent whole; rows BigQuery holds that the target does not are deleted.
     client.query(f"INSERT INTO `{dest}` (id, note) VALUES (77, 'stray')").result()
-    apply.rebuild(spark, cfg, cfg.table("ORDERS"), None)
+    target_build.rebuild(spark, cfg, cfg.table("ORDERS"), None)
     assert publishing.plan(cfg, cfg.table("ORDERS")).mode == "all"
     whole = publishing.publish(client, cfg, cfg.table("ORDERS"))
     assert (whole.mode, whole.rows_sent, whole.rows_affected) == ("all", 2, 1)

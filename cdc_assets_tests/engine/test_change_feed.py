@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cdc_assets.engine import target_versions
-from cdc_assets.engine.apply import rebuild
+from cdc_assets.engine.target_build import rebuild
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql

@@ -13,11 +13,12 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
 from cdc_assets.engine import faults, retry
-from cdc_assets.engine.apply import apply_pending, rebuild
+from cdc_assets.engine.apply import apply_pending
 from cdc_assets.engine.landing import complete_files, register_new_batch, registered
 from cdc_assets.engine.retry import is_conflict
 from cdc_assets.engine.stage import stage_batch
-from cdc_assets.engine.tables import STAGING, TARGET, path
+from cdc_assets.engine.table_layout import STAGING, TARGET, path
+from cdc_assets.engine.target_build import rebuild
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql

@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 from cdc_assets.core.config import ConfigError, parse_config
 from cdc_assets.defs.run_loop import summary_line
 from cdc_assets.engine import history
-from cdc_assets.engine.tables import HISTORY, path
+from cdc_assets.engine.table_layout import HISTORY, path
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import bq_cdc, mysql

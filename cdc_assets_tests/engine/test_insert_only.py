@@ -7,7 +7,7 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_assets.core.config import ConfigError, parse_config
-from cdc_assets.engine.tables import QUARANTINE, TARGET, path
+from cdc_assets.engine.table_layout import QUARANTINE, TARGET, path
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql

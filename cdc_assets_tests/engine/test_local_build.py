@@ -14,7 +14,7 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_assets.defs import table_assets
-from cdc_assets.engine import apply, base
+from cdc_assets.engine import base_import, target_build
 from cdc_assets_tests.support.config import settings_of, write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql
@@ -60,7 +60,7 @@ def build(workdir, name: str, partition_by: list[str], local_rows: int, monkeypa
     """Import, a first build (with or without a staged batch) and a whole rebuild; what each wrote,
     and how often a step asked for a Spark session."""
     monkeypatch.setenv("CDC_ASSETS_LOCAL_BUILD_ROWS", str(local_rows))
-    settings_of(monkeypatch, base, local_parse_bytes=local_rows)
+    settings_of(monkeypatch, base_import, local_parse_bytes=local_rows)
     asked = []
     # every step of a table, checks included, gets its session through table_assets
     monkeypatch.setattr(table_assets, "spark_session",
@@ -84,9 +84,9 @@ def build(workdir, name: str, partition_by: list[str], local_rows: int, monkeypa
     from pyspark.sql import SparkSession
 
     session = lambda: asked.append(1) or SparkSession.getActiveSession()  # noqa: E731
-    rebuilt = apply.rebuild(session, cfg, cfg.table(name), None)
+    rebuilt = target_build.rebuild(session, cfg, cfg.table(name), None)
     if partition_by:  # and a backfill of two partitions, one of them the null partition
-        partitions = apply.rebuild(session, cfg, cfg.table(name), ["region=eu", "region=__null__"])
+        partitions = target_build.rebuild(session, cfg, cfg.table(name), ["region=eu", "region=__null__"])
         assert partitions.partitions_rewritten == ("region=__null__", "region=eu")
     out = {step: rows_of(os.path.join(cfg.table_dir(name), step)) for step in ("base", "target", "tombstones")}
     # the files' bytes differ: Spark's Parquet writer and Arrow's encode the same rows differently
@@ -126,11 +126,11 @@ def import_and_build(workdir, name: str, export: pa.Table, monkeypatch, local_ro
     target's rows, how many of its base files became target files one to one, and its checks."""
     monkeypatch.setenv("CDC_ASSETS_LOCAL_BUILD_ROWS", str(local_rows))
     made = []
-    build = apply._BaseFiles.build
-    monkeypatch.setattr(apply._BaseFiles, "build",
+    build = target_build._BaseFiles.build
+    monkeypatch.setattr(target_build._BaseFiles, "build",
                         lambda self, *a: (lambda adds: made.append(len(adds or [])) or adds)(build(self, *a)))
     if not by_files:
-        monkeypatch.setattr(apply._BaseFiles, "of", classmethod(lambda cls, *a: None))
+        monkeypatch.setattr(target_build._BaseFiles, "of", classmethod(lambda cls, *a: None))
     (workdir / "landing").mkdir(parents=True)
     pq.write_table(export, workdir / "export.parquet", row_group_size=3)
     cfg = write_config(workdir, [{"name": name, "keys": ["id", "part"], "format": "datastream-json",
@@ -177,10 +177,10 @@ def test_an_export_of_many_row_groups_read_a_row_group_a_task_gives_the_same_bas
     """Whole row groups per task, each written as several base files, or a slice of a row group
     per task: the same base records (lines and ordering keys included) and the same target."""
     export = in_key_order([1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144])  # 4 row groups of 3 rows (the last 2)
-    monkeypatch.setattr(base, "FILE_ROWS", 2)
+    monkeypatch.setattr(base_import, "FILE_ROWS", 2)
     built = {}
     for whole in (True, False):
-        monkeypatch.setattr(base, "WHOLE_ROW_GROUPS", 2 if whole else 10**6)
+        monkeypatch.setattr(base_import, "WHOLE_ROW_GROUPS", 2 if whole else 10**6)
         work = tmp_path / f"whole-{whole}"
         rows, _, checks = import_and_build(work, "GROUPS", export, monkeypatch, local_rows)
         base_path = os.path.join(work, "warehouse", "GROUPS", "base")

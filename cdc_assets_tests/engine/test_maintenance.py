@@ -17,7 +17,7 @@ from cdc_assets.cli.main import main
 from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.engine import checks, delta
 from cdc_assets.engine.maintenance import maintain
-from cdc_assets.engine.tables import CHANGES, TARGET, path
+from cdc_assets.engine.table_layout import CHANGES, TARGET, path
 from cdc_assets.engine.target_versions import RestoreFailed, restore, versions
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land

@@ -10,7 +10,7 @@ import time
 
 from cdc_assets.engine import delta
 from cdc_assets.engine.maintenance import maintain
-from cdc_assets.engine.tables import STAGING, TARGET, path
+from cdc_assets.engine.table_layout import STAGING, TARGET, path
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql

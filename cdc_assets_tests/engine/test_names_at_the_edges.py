@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from deltalake import DeltaTable
 
-from cdc_assets.engine import apply, fresh, history
-from cdc_assets.engine.tables import HISTORY, path
+from cdc_assets.engine import fresh, history, target_build
+from cdc_assets.engine.table_layout import HISTORY, path
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql
@@ -61,10 +61,10 @@ def test_every_name_delta_allows_goes_through_build_merge_rebuild_fresh_read_and
 
     # a partition rebuild and a whole rebuild give the same rows
     before = source_part(target_rows(cfg, "ODD"))
-    figures = apply.rebuild(spark, cfg, table, [f"{PART}=eu"])
+    figures = target_build.rebuild(spark, cfg, table, [f"{PART}=eu"])
     assert figures.partitions_rewritten == (f"{PART}=eu",)
     assert source_part(target_rows(cfg, "ODD")) == before
-    apply.rebuild(spark, cfg, table, None)
+    target_build.rebuild(spark, cfg, table, None)
     assert source_part(target_rows(cfg, "ODD")) == before
 
     # a pending batch laid over the target by the fresh read

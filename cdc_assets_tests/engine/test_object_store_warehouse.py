@@ -8,10 +8,10 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from cdc_assets.engine import delta, storage
-from cdc_assets.engine.apply import rebuild
 from cdc_assets.engine.checks import _all_keys_unique
 from cdc_assets.engine.partitions import staged_partition_keys
-from cdc_assets.engine.tables import TARGET, path
+from cdc_assets.engine.table_layout import TARGET, path
+from cdc_assets.engine.target_build import rebuild
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from cdc_assets.core.generator import UNAVAILABLE, debezium_events, deliver, generate_history
-from cdc_assets.engine import apply, fresh
+from cdc_assets.engine import fresh, target_build
 from cdc_assets_tests.reference_model import DELETE, UPSERT, ReferenceTable, SourceChange
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
@@ -70,5 +70,5 @@ def test_generated_feed_agrees_with_the_reference(spark, workdir, monkeypatch, s
     cfg = write_config(workdir, [table])
     run_ok(cfg, "T")
     assert differences(model.state(), target_rows(cfg, "T")) == []
-    apply.rebuild(spark, cfg, cfg.table("T"), None)
+    target_build.rebuild(spark, cfg, cfg.table("T"), None)
     assert differences(model.state(), target_rows(cfg, "T")) == []

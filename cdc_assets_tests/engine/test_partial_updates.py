@@ -8,7 +8,7 @@ import base64
 
 import pytest
 
-from cdc_assets.engine import apply
+from cdc_assets.engine import target_build
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.runs import MARKS, run_batches, run_ok
@@ -102,9 +102,9 @@ def test_partial_updates_combine_columns_whatever_the_arrival_order(spark, workd
              "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],
                          "sequence_by": ["SEQ"]}}
     cfg = run_batches(workdir, table, PARTIAL_BATCHES, state)  # the last batch waits: the fresh read shows it
-    apply.rebuild(spark, cfg, cfg.table("P"), None)
+    target_build.rebuild(spark, cfg, cfg.table("P"), None)
     assert state(target_rows(cfg, "P")) == PARTIAL_BATCHES[-1][1]
-    apply.rebuild(spark, cfg, cfg.table("P"), ["region=eu"])  # a backfill of one partition
+    target_build.rebuild(spark, cfg, cfg.table("P"), ["region=eu"])  # a backfill of one partition
     assert state(target_rows(cfg, "P")) == PARTIAL_BATCHES[-1][1]
 
 
@@ -136,7 +136,7 @@ def test_partial_updates_start_from_nothing_after_a_truncate(spark, workdir, mon
              "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],
                          "truncates": ["T"], "sequence_by": ["SEQ"]}}
     cfg = run_batches(workdir, table, TRUNCATED_BATCHES, state)  # the last batch waits: the fresh read shows it
-    apply.rebuild(spark, cfg, cfg.table("PT"), None)
+    target_build.rebuild(spark, cfg, cfg.table("PT"), None)
     assert state(target_rows(cfg, "PT")) == TRUNCATED_BATCHES[-1][1]
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from cdc_assets.engine import checks, fresh
-from cdc_assets.engine.apply import apply_pending, rebuild
+from cdc_assets.engine.apply import apply_pending
 from cdc_assets.engine.status import table_status
+from cdc_assets.engine.target_build import rebuild
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.runs import MARKS, run_batches, run_ok

@@ -3,11 +3,12 @@ already committed do nothing; a run stopped between steps, then run again, ends 
 clean run ends."""
 from __future__ import annotations
 
-from cdc_assets.engine.apply import apply_pending, rebuild
-from cdc_assets.engine.base import import_base
+from cdc_assets.engine.apply import apply_pending
+from cdc_assets.engine.base_import import import_base
 from cdc_assets.engine.ingest import ingest_batch
 from cdc_assets.engine.landing import register_new_batch, registered
 from cdc_assets.engine.stage import stage_batch
+from cdc_assets.engine.target_build import rebuild
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql

@@ -10,9 +10,10 @@ import datetime as dt
 import pytest
 
 from cdc_assets.engine import fresh
-from cdc_assets.engine.apply import apply_pending, rebuild
+from cdc_assets.engine.apply import apply_pending
 from cdc_assets.engine.maintenance import maintain
-from cdc_assets.engine.tables import QUARANTINE, TOMBSTONES
+from cdc_assets.engine.table_layout import QUARANTINE, TOMBSTONES
+from cdc_assets.engine.target_build import rebuild
 from cdc_assets.engine.target_versions import restore
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import land
@@ -141,12 +142,12 @@ def test_the_rows_above_a_truncate_are_found_in_a_partitioned_target_delta_rs_wr
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
-    from cdc_assets.engine import apply
+    from cdc_assets.engine import merge_source
 
     views = pa.schema([("_cdc_key", pa.string_view()), ("_cdc_order", pa.string_view()), ("region", pa.string_view())])
     rows = pa.table({"_cdc_key": ["a", "b", "c"], "_cdc_order": ["1", "2", "3"], "region": ["x", "y", "x"]})
     write_deltalake(str(tmp_path / "target"), rows.cast(views), partition_by=["region"])
-    assert apply._keys_above(DeltaTable(str(tmp_path / "target")), "1") == {"b", "c"}
+    assert merge_source._keys_above(DeltaTable(str(tmp_path / "target")), "1") == {"b", "c"}
 
 
 def _file_holding(target: str, column: str, value) -> str:
@@ -162,7 +163,7 @@ def test_a_truncate_drops_a_file_ranking_below_it_unread_and_leaves_one_above_it
     rank above it is not a file the truncate touches. Neither is opened (both are made unreadable)."""
     import os
 
-    from cdc_assets.engine.tables import TARGET
+    from cdc_assets.engine.table_layout import TARGET
 
     cfg = write_config(workdir, [{"name": "TF", "keys": ["k"], "format": "changeset",
                                   "columns": {"k": "string", "v": "string"},

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from cdc_assets.engine import apply
+from cdc_assets.engine import target_build
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land, parquet
 from cdc_assets_tests.support.runs import MARKS, run_ok
@@ -42,7 +42,7 @@ def quarantine(cfg, table: str) -> list[dict]:
 
 def rebuilt_rows(cfg, table: str) -> dict:
     """The target after a whole rebuild from staging (in this process: the history is small)."""
-    apply.rebuild(None, cfg, cfg.table(table), None)
+    target_build.rebuild(None, cfg, cfg.table(table), None)
     return by_key(target_rows(cfg, table), "id")
 
 

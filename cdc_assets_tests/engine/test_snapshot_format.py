@@ -19,10 +19,10 @@ from cdc_assets.core.generator import generate_history, snapshot_exports
 from cdc_assets.core.values import decode_row
 from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.engine import delta, snapshot, status, target_versions
-from cdc_assets.engine.apply import rebuild
 from cdc_assets.engine.landing import register_new_batch
 from cdc_assets.engine.stage import stage_batch
-from cdc_assets.engine.tables import HISTORY, path
+from cdc_assets.engine.table_layout import HISTORY, path
+from cdc_assets.engine.target_build import rebuild
 from cdc_assets_tests.reference_model import DELETE, UPSERT, ReferenceTable, SourceChange
 from cdc_assets_tests.support.config import settings_of, write_config
 from cdc_assets_tests.support.landing import jsonl, land

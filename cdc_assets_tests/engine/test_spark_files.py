@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cdc_assets.engine import delta, spark_files
-from cdc_assets.engine.tables import TOMBSTONE_FIELDS
+from cdc_assets.engine.table_layout import TOMBSTONE_FIELDS
 
 
 def test_keys_outside_the_basic_multilingual_plane_are_found_by_their_statistics(tmp_path):

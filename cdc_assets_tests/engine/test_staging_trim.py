@@ -12,10 +12,10 @@ import dagster as dg
 
 from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.engine import checks, delta, maintenance
-from cdc_assets.engine.apply import rebuild
 from cdc_assets.engine.maintenance import maintain
 from cdc_assets.engine.status import table_status
-from cdc_assets.engine.tables import STAGING, TARGET, path
+from cdc_assets.engine.table_layout import STAGING, TARGET, path
+from cdc_assets.engine.target_build import rebuild
 from cdc_assets.engine.target_versions import restore
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land

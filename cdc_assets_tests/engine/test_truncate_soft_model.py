@@ -11,7 +11,7 @@ import random
 import pytest
 
 from cdc_assets.core.generator import deliver
-from cdc_assets.engine.apply import rebuild
+from cdc_assets.engine.target_build import rebuild
 from cdc_assets_tests.reference_model import DELETE, TRUNCATE, UPSERT, ReferenceTable, SourceChange
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import land

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from cdc_assets.engine import base
+from cdc_assets.engine import base_import
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql
@@ -77,7 +77,7 @@ def test_a_parquet_export_ends_in_the_same_target_typed_or_row_by_row(spark, tmp
     base_schema = DeltaTable(os.path.join(cfg.table_dir("TYPED"), "base")).schema().to_arrow()
     assert pa.schema(base_schema).field("amount").type == pa.decimal128(12, 2)
 
-    monkeypatch.setattr(base, "typed_export_columns", lambda table: None)  # the row-by-row reader
+    monkeypatch.setattr(base_import, "typed_export_columns", lambda table: None)  # the row-by-row reader
     first_rows, _, rows, types, rejects, _ = import_and_apply(tmp_path / "rows", "ROWS", partition_by)
     assert "typed_columns" not in first_rows.figures["base"]
 

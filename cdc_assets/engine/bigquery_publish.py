@@ -61,7 +61,7 @@ from . import delta, faults, storage
 from .records import read_records
 from .stage import latest_of_batch
 from .step_results import PublishReconciliation, PublishResult
-from .tables import STAGING, TARGET, path
+from .table_layout import STAGING, TARGET, path
 
 PUBLISHED = "published"  # the ledger table, and the step name its commits carry
 STAGING_SUFFIX = "__cdc_publish_staging"
@@ -286,15 +286,15 @@ def _rows_with_keys(dt_: DeltaTable, columns: dict[str, str], keys: list[str]) -
 def _key_values(records: pa.Table, columns: dict[str, str], keys) -> pa.Table:
     """Typed key columns of staged changes, converted as apply converts a change into a target
     row: a delete's key values, as the destination holds them, come from its own change."""
-    from .apply import _cast_typed, _target_rows
+    from .target_typing import cast_typed, target_rows
 
     key_columns = {k: columns[k] for k in keys}
     imaged = pc.is_valid(records["_cdc_row"])
     image_rows = records.filter(imaged).to_pylist()
-    typed = [_target_rows(image_rows, key_columns, [decode_row(r["_cdc_row"]) for r in image_rows])]
+    typed = [target_rows(image_rows, key_columns, [decode_row(r["_cdc_row"]) for r in image_rows])]
     plain = records.filter(pc.invert(imaged))
     if plain.num_rows:
-        typed.append(_cast_typed(plain, key_columns))
+        typed.append(cast_typed(plain, key_columns))
     return pa.concat_tables([t.select(list(key_columns)).cast(_arrow_schema(key_columns)) for t in typed])
 
 

@@ -46,7 +46,7 @@ from .ingest import (
 from .settings import settings
 from .spark import session_of
 from .step_results import BaseResult
-from .tables import BASE, path
+from .table_layout import BASE, path
 
 BASE_BATCH = 0  # base rows count as batch 0; landed batches start at 1
 
