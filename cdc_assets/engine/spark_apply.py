@@ -245,21 +245,25 @@ def apply(spark, table: TableConfig, table_dir: str, dt_, applied: int, reached:
     `staged`: staging's records, typed columns cast to the target's types; `target_rows(frame,
     floor)`: such records as target rows (`floor`: the truncate they rank against); `props_for(figures)`:
     the target commit's properties."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     target_path = path(table_dir, TARGET)
     partition_by = list(table.partition_by)
     pending = staged.where((F.col("_cdc_batch_seq") > applied) & (F.col("_cdc_batch_seq") <= reached))
-    winners = latest_per_key(pending).cache()
+    # Each winner carries its key's count of pending changes, so one job counts both and finds the
+    # greatest pending truncate (one winner: truncates share TRUNCATE_KEY).
+    counted_winners = latest_per_key(pending.withColumn("_n_pending", F.count(F.lit(1)).over(Window.partitionBy(KEY)))) \
+        .cache()
     tombs = live = pairs = classified = old = None
     try:
-        n_pending, n_winners = pending.count(), winners.count()
+        counted = counted_winners.agg(F.count(F.lit(1)), F.sum("_n_pending"),
+                                      F.max(F.when(F.col(KEY) == TRUNCATE_KEY, F.col(ORDER)))).first()
+        n_winners, n_pending, truncate = int(counted[0]), int(counted[1] or 0), counted[2]
+        winners = counted_winners.drop("_n_pending")
         tomb_path = path(table_dir, TOMBSTONES)
         tomb_dt = delta.open_table(tomb_path)  # apply_pending builds the whole state when it is missing
-        # The greatest pending truncate (one winner: they share TRUNCATE_KEY), and the whole table's
-        # tombstone: the greatest truncate applied before or pending (rule 9).
-        found = winners.where(F.col(KEY) == TRUNCATE_KEY).select(ORDER).collect()
-        truncate = found[0][0] if found else None
+        # The whole table's tombstone: the greatest truncate applied before or pending (rule 9).
         stored = delta.rows_with_keys(tomb_dt, TOMBSTONE_FIELDS, [TRUNCATE_KEY]) if tomb_dt is not None else None
         before = stored["_cdc_order"].to_pylist() if stored is not None else []
         floor = max(before + ([truncate] if truncate else []), default="")
@@ -339,7 +343,7 @@ def apply(spark, table: TableConfig, table_dir: str, dt_, applied: int, reached:
             raise
         return done
     finally:
-        for frame in (winners, tombs, live, pairs, classified, old):
+        for frame in (counted_winners, tombs, live, pairs, classified, old):
             if frame is not None:
                 frame.unpersist()
 
