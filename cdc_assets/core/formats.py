@@ -150,11 +150,12 @@ def inserts(fmt: str, options: ChangesetOptions) -> set[str] | None:
 
 def parse_file(fmt: str, options: ChangesetOptions, keys: Sequence[str], name: str, data: bytes,
                columns: Mapping[str, str] | None = None, insert_only: bool = False,
-               text_columns: Iterable[str] = (), rename: Mapping[str, str] | None = None
-               ) -> Iterator[Change | Rejection]:
+               text_columns: Iterable[str] = (), rename: Mapping[str, str] | None = None,
+               row_group: int | None = None) -> Iterator[Change | Rejection]:
     """`insert_only`: a change that is not an insert is a rejection (the table appends, never merges).
     `text_columns`: the columns earlier batches made text, whose CSV values keep their spelling.
-    `rename`: the table's `rename:` map (keys, columns and text_columns name target columns)."""
+    `rename`: the table's `rename:` map (keys, columns and text_columns name target columns).
+    `row_group`: of a Parquet file, only that row group (lines still count from the file's first row)."""
     if fmt == SNAPSHOT:  # an export: every row an upsert (its batch's changes are derived from them)
         yield from parse_snapshot(keys, name, data, columns, rename, text_columns)
         return
@@ -162,7 +163,8 @@ def parse_file(fmt: str, options: ChangesetOptions, keys: Sequence[str], name: s
     allowed = inserts(fmt, options) if insert_only else None
     typing = Typing(columns, text_columns, rename)
     for line, record, raw in _records(name, data, fmt, typing.file_types, _header_needs(fmt, options, keys, typing),
-                                      [typing.source_name(c) for c in [*typing.declared, *typing.text_columns]]):
+                                      [typing.source_name(c) for c in [*typing.declared, *typing.text_columns]],
+                                      row_group):
         if isinstance(record, RecordError):
             yield Rejection(line, str(record), _text_of(raw))
             continue
@@ -198,7 +200,8 @@ def _header_needs(fmt: str, options: ChangesetOptions, keys: Sequence[str], typi
 
 
 def _records(name: str, data: bytes, fmt: str, file_types: dict[str, str] | None = None,
-             header_needs: Sequence[str] = (), text_columns: Iterable[str] = ()) -> Iterator[RecordItem]:
+             header_needs: Sequence[str] = (), text_columns: Iterable[str] = (),
+             row_group: int | None = None) -> Iterator[RecordItem]:
     lower = name.lower()
     if lower.endswith(".gz"):
         try:
@@ -213,7 +216,7 @@ def _records(name: str, data: bytes, fmt: str, file_types: dict[str, str] | None
         yield 0, RecordError("empty file: no change records"), ""
         return
     if lower.endswith(".parquet"):
-        yield from _parquet_records(data, file_types if file_types is not None else {})
+        yield from _parquet_records(data, file_types if file_types is not None else {}, row_group)
     elif lower.endswith(".avro") or fmt == "datastream-avro":
         yield from _avro_records(data, file_types if file_types is not None else {})
     elif lower.endswith(".csv"):
@@ -413,11 +416,17 @@ def declared_types(schema: pa.Schema) -> dict[str, str]:
             if f.metadata and DECLARED_TYPE in f.metadata}
 
 
-def _parquet_records(data: bytes, file_types: dict[str, str]) -> Iterator[RecordItem]:
+def _parquet_records(data: bytes, file_types: dict[str, str], row_group: int | None = None) -> Iterator[RecordItem]:
     import pyarrow.parquet as pq
 
+    first = 0
     try:
-        table = pq.read_table(io.BytesIO(data))
+        if row_group is None:
+            table = pq.read_table(io.BytesIO(data))
+        else:
+            pf = pq.ParquetFile(io.BytesIO(data))
+            first = sum(pf.metadata.row_group(g).num_rows for g in range(row_group))
+            table = pf.read_row_group(row_group)
     except Exception as e:  # noqa: BLE001 - any reader failure quarantines the file
         yield 0, RecordError(f"not a readable Parquet file: {e}"), preview(data)
         return
@@ -426,7 +435,7 @@ def _parquet_records(data: bytes, file_types: dict[str, str]) -> Iterator[Record
         type_ = declared.get(f.name) or arrow_column_type(f.type)
         if type_:
             file_types[f.name] = type_
-    for n, record in enumerate(table.to_pylist(), start=1):
+    for n, record in enumerate(table.to_pylist(), start=first + 1):
         shown = _preview_of(record)
         try:
             for col, type_ in declared.items():

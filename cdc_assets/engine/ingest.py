@@ -80,7 +80,7 @@ def _parse_partition(table: TableConfig, snapshot: bool, root: str | None, text_
         if export:
             return parse_snapshot(keys, f["file"], data, table.columns, table.rename, text_columns)
         return parse_file(table.format, table.options, keys, f["file"], data, table.columns, table.insert_only,
-                          text_columns, table.rename)
+                          text_columns, table.rename, f["row_group"])
 
     def run(batches):
         # An export's column types are widened here, in the task that reads the rows; each task
@@ -133,8 +133,7 @@ def parse_files(spark, table: TableConfig, files: list[dict], snapshot: bool = F
     `root`: the landing folder the files must stay inside (links out of it are not read).
     An export's Parquet files (a base snapshot, a `format: snapshot` batch) are read one row
     group per task; `ledger`: the column types a snapshot batch's rows are admitted to."""
-    export = snapshot or table.format == SNAPSHOT
-    listing = snapshot_listing(files) if export else [{**f, "row_group": None} for f in files]
+    listing = snapshot_listing(files)
     frame = spark.createDataFrame(listing, "path string, file string, file_index int, batch_seq long, "
                                            "batch_id string, row_group int")
     return frame.repartition(max(1, min(len(listing), MAX_TASKS))).mapInArrow(
@@ -142,7 +141,8 @@ def parse_files(spark, table: TableConfig, files: list[dict], snapshot: bool = F
 
 
 def snapshot_listing(files: list[dict]) -> list[dict]:
-    """The parser's work list for a snapshot: a Parquet file's row groups one by one."""
+    """The parser's work list: a Parquet file's row groups one by one (a big change file, or an
+    export, is then read by many tasks, each holding a row group's records)."""
     listing = []
     for f in files:
         groups = _row_groups(f["path"])
