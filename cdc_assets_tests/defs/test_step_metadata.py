@@ -7,6 +7,7 @@ import dagster as dg
 
 from cdc_assets.defs.run_loop import summary_line
 from cdc_assets.engine import bigquery_publish as publishing
+from cdc_assets.engine import checks
 from cdc_assets.engine.step_results import (
     ApplyResult,
     BaseResult,
@@ -133,6 +134,7 @@ def test_a_reconciliations_report_is_its_checks_metadata(workdir):
         "sample_differing_rows": dg.JsonMetadataValue, "duplicate_source_keys": dg.IntMetadataValue,
         "unreadable_source_rows": dg.IntMetadataValue, "sample_unreadable_source_rows": dg.JsonMetadataValue}
     values = {k: v.value for k, v in metadata.items()}
+    assert values == checks.reconciliation(cfg, cfg.table("ORDERS")).to_metadata()  # the report's own entries
     unreadable = values.pop("sample_unreadable_source_rows")
     assert values == {"source_rows": 3, "target_rows": 3, "missing_rows": 1, "extra_rows": 1, "differing_rows": 1,
                       "sample_missing_rows": ["export line 4"], "sample_extra_rows": ["batch 1 file 1 line 3"],
