@@ -52,6 +52,13 @@ def spark():
 
 
 @pytest.fixture
+def spark_when_needed(request):
+    """A function returning the process's Spark session, started by the first call: an engine step
+    that needs no Spark (a small batch, a small build) starts none."""
+    return lambda: request.getfixturevalue("spark")
+
+
+@pytest.fixture
 def workdir(tmp_path):
     """A folder with landing/ and warehouse/ and a helper to write cdc.yaml."""
     (tmp_path / "landing").mkdir()

@@ -149,10 +149,10 @@ def _demo(root: str, seed: int, bigquery_client=None) -> int:
     for table in cfg.tables:
         taken = sum(len(b.files) for b in registered(cfg.table_dir(table.name)))
         r = reconciliation(cfg, table)
-        bad = r["missing_rows"] + r["extra_rows"] + r["differing_rows"] + abs(taken - landed[table.name])
-        line = (f"{table.name}: {landed[table.name]} files landed, {taken} taken; source {r['source_rows']} rows, "
-                f"target {r['target_rows']} rows, {r['missing_rows']} missing, {r['extra_rows']} extra, "
-                f"{r['differing_rows']} differing")
+        bad = r.missing_rows + r.extra_rows + r.differing_rows + abs(taken - landed[table.name])
+        line = (f"{table.name}: {landed[table.name]} files landed, {taken} taken; source {r.source_rows} rows, "
+                f"target {r.target_rows} rows, {r.missing_rows} missing, {r.extra_rows} extra, "
+                f"{r.differing_rows} differing")
         if gcp:
             from ..engine import bigquery_publish
 

@@ -1,18 +1,20 @@
 """Reconciliation against a source export (seed 000's validation): counts and row by row."""
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Sequence
 from decimal import Decimal
-from typing import NotRequired, TypedDict
 
+from .figures import Figures
 from .ordering import origin
 from .values import Misfit, Row, Value, canonical_text, convert, key_text, same, value_type
 
 SAMPLE = 10
 
 
-class Report(TypedDict):
+@dataclasses.dataclass(frozen=True)
+class Report(Figures):
     """A reconciliation's counts and samples (a place each, never a value); the engine adds what
     it could not read of the export."""
     source_rows: int
@@ -20,12 +22,12 @@ class Report(TypedDict):
     missing_rows: int
     extra_rows: int
     differing_rows: int
-    sample_missing_rows: list[str]
-    sample_extra_rows: list[str]
-    sample_differing_rows: list[str]
+    sample_missing_rows: tuple[str, ...]
+    sample_extra_rows: tuple[str, ...]
+    sample_differing_rows: tuple[str, ...]
     duplicate_source_keys: int
-    unreadable_source_rows: NotRequired[int]
-    sample_unreadable_source_rows: NotRequired[list[str]]
+    unreadable_source_rows: int | None = None
+    sample_unreadable_source_rows: tuple[str, ...] | None = None
 
 
 def compare(target_rows: list[Row], source_rows: list[Row], keys: Sequence[str],
@@ -44,14 +46,14 @@ def compare(target_rows: list[Row], source_rows: list[Row], keys: Sequence[str],
     differing = sorted((source[k][0], [c for c in columns if not same_value(source[k][1].get(c), target[k].get(c))])
                        for k in set(source) & set(target))
     differing = [(line, cols) for line, cols in differing if cols]
-    return {
-        "source_rows": len(source_rows), "target_rows": len(target_rows),
-        "missing_rows": len(missing), "extra_rows": len(extra), "differing_rows": len(differing),
-        "sample_missing_rows": [f"export line {line}" for line in missing[:SAMPLE]],
-        "sample_extra_rows": extra[:SAMPLE],
-        "sample_differing_rows": [f"export line {line}: {', '.join(cols)}" for line, cols in differing[:SAMPLE]],
-        "duplicate_source_keys": len(source_rows) - len(source),
-    }
+    return Report(
+        source_rows=len(source_rows), target_rows=len(target_rows),
+        missing_rows=len(missing), extra_rows=len(extra), differing_rows=len(differing),
+        sample_missing_rows=tuple(f"export line {line}" for line in missing[:SAMPLE]),
+        sample_extra_rows=tuple(extra[:SAMPLE]),
+        sample_differing_rows=tuple(f"export line {line}: {', '.join(cols)}" for line, cols in differing[:SAMPLE]),
+        duplicate_source_keys=len(source_rows) - len(source),
+    )
 
 
 def _origin(row: Row) -> str:
@@ -88,4 +90,4 @@ def same_value(source: Value, target: Value) -> bool:
 
 def discrepancies(report: Report) -> int:
     """Rows that differ, plus export rows that could not be read (they cannot be vouched for)."""
-    return report["missing_rows"] + report["extra_rows"] + report["differing_rows"] + report.get("unreadable_source_rows", 0)
+    return report.missing_rows + report.extra_rows + report.differing_rows + (report.unreadable_source_rows or 0)

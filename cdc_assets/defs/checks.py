@@ -62,7 +62,7 @@ def target_checks(cfg: Config, table: TableConfig, spark) -> Iterator[dg.AssetCh
         # A warning, not an error: an export is a point in time, and the target only
         # matches it once the batches up to that point have been applied.
         yield dg.AssetCheckResult(check_name=RECONCILES_WITH_SOURCE, passed=discrepancies(report) == 0,
-                                  metadata=as_metadata(report), severity=dg.AssetCheckSeverity.WARN)
+                                  metadata=as_metadata(report.to_metadata()), severity=dg.AssetCheckSeverity.WARN)
 
 
 def table_checks(cfg: Config, table: TableConfig, target: dg.AssetKey,

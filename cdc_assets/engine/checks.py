@@ -1,6 +1,7 @@
 """What the asset checks measure, read straight from the warehouse's Delta tables."""
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -9,12 +10,12 @@ import pyarrow.compute as pc
 
 from ..core import reconcile
 from ..core.config import Config, ConfigError, TableConfig
+from ..core.figures import Figures
 from ..core.formats import parse_snapshot
 from ..core.ordering import origin
 from ..core.target import DELETED
 from . import delta, key_spans, spark_files, storage
 from .settings import settings
-from .step_results import Figures
 from .table_layout import CHANGES, CHANGES_TRIM, QUARANTINE, STAGING, STAGING_TRIM, TARGET, path
 
 
@@ -197,7 +198,6 @@ def reconciliation(cfg: Config, table: TableConfig) -> reconcile.Report:
     rows = [r for r in rows if not r.get(DELETED)]
     source, unreadable = read_export(table.reconcile_with, table.keys, table.columns, table.rename)
     report = reconcile.compare(rows, [s.row for s in source], table.keys, [s.line for s in source])
-    report["unreadable_source_rows"] = len(unreadable)
-    report["sample_unreadable_source_rows"] = [f"line {r.line}: {r.reason}" for r in unreadable[:5]]
-    return report
+    samples = tuple(f"line {r.line}: {r.reason}" for r in unreadable[:5])
+    return dataclasses.replace(report, unreadable_source_rows=len(unreadable), sample_unreadable_source_rows=samples)
 

@@ -7,11 +7,11 @@ import json
 
 from ..core.apply_policy import format_duration
 from ..core.config import Config, TableConfig
+from ..core.figures import Figures
 from ..core.target import DELETED
 from . import delta, fresh, storage
 from .errors import root_cause_of_exception
 from .landing import pending_files, registered
-from .step_results import Figures
 from .table_layout import CHANGES, CHANGES_TRIM, QUARANTINE, STAGING, STAGING_TRIM, TARGET, path
 from .target_versions import APPLY_KINDS, MAINTENANCE_KINDS, oldest_readable, versions
 

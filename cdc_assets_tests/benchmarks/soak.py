@@ -163,12 +163,12 @@ def main() -> int:
     r = result["reconciliation"]
     figures = {"changes_per_batch": args.changes_per_batch, "failed_batches": result["failures"],
                **summary(result["times"]),
-               "reconciliation": {k: r[k] for k in ("target_rows", "missing_rows", "extra_rows", "differing_rows")}}
+               "reconciliation": {k: getattr(r, k) for k in ("target_rows", "missing_rows", "extra_rows", "differing_rows")}}
     if args.tables:
         w = wide(os.path.join(args.work, "wide"), args.tables, args.changes_per_batch)
         figures["wide"] = {"tables": args.tables, "changes_per_table": args.changes_per_batch, "seconds": w["seconds"],
                            "failed_tables": w["failed"],
-                           "discrepancies": sum(v["missing_rows"] + v["extra_rows"] + v["differing_rows"]
+                           "discrepancies": sum(v.missing_rows + v.extra_rows + v.differing_rows
                                                 for v in w["reports"].values())}
     command = " ".join([".venv/bin/python -m cdc_assets_tests.benchmarks.soak", *sys.argv[1:]])
     summary_path = Figures(args.out).write_json("soak_summary.json", figures, command=command)

@@ -17,11 +17,11 @@ def test_samples_name_lines_and_origins_not_values():
               target_row("d-" + SECRET, "new", 1, 4)]
     export = [{"id": SECRET, "v": "same"}, {"id": "missing-" + SECRET, "v": "y"}, {"id": "d-" + SECRET, "v": "old"}]
     report = compare(target, export, ["id"], source_lines=[2, 3, 4])
-    assert (report["missing_rows"], report["extra_rows"], report["differing_rows"]) == (1, 1, 1)
+    assert (report.missing_rows, report.extra_rows, report.differing_rows) == (1, 1, 1)
     assert discrepancies(report) == 3
-    assert report["sample_missing_rows"] == ["export line 3"]
-    assert report["sample_extra_rows"] == ["batch 3 file 1 line 9"]
-    assert report["sample_differing_rows"] == ["export line 4: v"]
+    assert report.sample_missing_rows == ("export line 3",)
+    assert report.sample_extra_rows == ("batch 3 file 1 line 9",)
+    assert report.sample_differing_rows == ("export line 4: v",)
     assert SECRET not in repr(report)
 
 
@@ -48,4 +48,4 @@ def test_an_export_matches_target_doubles_however_it_spells_them():
         export = [{"id": i, "v": v} for i, v in enumerate(spelled)]
         assert discrepancies(compare(target, export, ["id"])) == 0, spelled
     export = [{"id": i, "v": v} for i, v in enumerate(["NaN", "NaN", "Infinity", "0.1", "0.3", "0", "1.5"])]
-    assert compare(target, export, ["id"])["differing_rows"] == 6  # only -0.0 and 0 are equal by meaning
+    assert compare(target, export, ["id"]).differing_rows == 6  # only -0.0 and 0 are equal by meaning

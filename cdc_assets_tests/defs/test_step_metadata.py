@@ -7,6 +7,7 @@ import dagster as dg
 
 from cdc_assets.defs.run_loop import summary_line
 from cdc_assets.engine import bigquery_publish as publishing
+from cdc_assets.engine import checks
 from cdc_assets.engine.step_results import (
     ApplyResult,
     BaseResult,
@@ -111,6 +112,35 @@ def test_an_applys_figures_are_the_targets_metadata_and_its_summary(workdir):
     third = run_table(cfg, "ORDERS", instance)
     assert third.ok and "target" not in third.figures and third.applied is None
     assert "target" not in summary_line(third)
+
+
+def test_a_reconciliations_report_is_its_checks_metadata(workdir):
+    export = workdir / "export.csv"
+    export.write_text("id,status\n1,open\n2,paid\n3,open\n,open\n")  # the last row has no key
+    cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "datastream-json",
+                                  "reconcile_with": str(export)}])
+    land(cfg, "ORDERS", "b1", {"part-1.jsonl": jsonl([
+        mysql("INSERT", {"id": 1, "status": "open"}, 1, 1), mysql("INSERT", {"id": 2, "status": "open"}, 1, 2),
+        mysql("INSERT", {"id": 4, "status": "open"}, 1, 3)])})
+    instance = dg.DagsterInstance.ephemeral()
+    assert run_table(cfg, "ORDERS", instance).ok
+
+    # by name, with these Dagster types: places in the export, never a value
+    metadata = check_metadata(instance, ["ORDERS", "target"], "reconciles_with_source")
+    assert {k: type(v) for k, v in metadata.items()} == {
+        "source_rows": dg.IntMetadataValue, "target_rows": dg.IntMetadataValue, "missing_rows": dg.IntMetadataValue,
+        "extra_rows": dg.IntMetadataValue, "differing_rows": dg.IntMetadataValue,
+        "sample_missing_rows": dg.JsonMetadataValue, "sample_extra_rows": dg.JsonMetadataValue,
+        "sample_differing_rows": dg.JsonMetadataValue, "duplicate_source_keys": dg.IntMetadataValue,
+        "unreadable_source_rows": dg.IntMetadataValue, "sample_unreadable_source_rows": dg.JsonMetadataValue}
+    values = {k: v.value for k, v in metadata.items()}
+    assert values == checks.reconciliation(cfg, cfg.table("ORDERS")).to_metadata()  # the report's own entries
+    unreadable = values.pop("sample_unreadable_source_rows")
+    assert values == {"source_rows": 3, "target_rows": 3, "missing_rows": 1, "extra_rows": 1, "differing_rows": 1,
+                      "sample_missing_rows": ["export line 4"], "sample_extra_rows": ["batch 1 file 1 line 3"],
+                      "sample_differing_rows": ["export line 3: status"], "duplicate_source_keys": 0,
+                      "unreadable_source_rows": 1}
+    assert len(unreadable) == 1 and unreadable[0].startswith("line 5: ")
 
 
 def test_a_step_result_has_an_entry_for_each_figure_it_holds():

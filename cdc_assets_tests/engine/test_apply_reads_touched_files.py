@@ -13,6 +13,7 @@ from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql
 from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.steps import take_and_apply
 from cdc_assets_tests.support.warehouse import target_rows, values
 
 pytestmark = MARKS
@@ -29,16 +30,16 @@ def _file_of(target: str, key_value: str) -> str:
     raise AssertionError("no file holds the key")
 
 
-def test_an_apply_opens_only_the_files_whose_key_range_holds_a_batch_key(workdir):
+def test_an_apply_opens_only_the_files_whose_key_range_holds_a_batch_key(workdir, spark_when_needed):
     cfg = write_config(workdir, [{"name": "FILES", "keys": ["id"], "format": "datastream-json",
                                   "columns": {"id": "string", "v": "string"}}])
     target = os.path.join(cfg.table_dir("FILES"), "target")
     land(cfg, "FILES", "batch-1", {"part-1.jsonl": jsonl(
         [mysql("INSERT", {"id": f"pq{i}", "v": "one"}, 1, i) for i in range(1, 6)])})
-    run_ok(cfg, "FILES")
+    take_and_apply(spark_when_needed, cfg, "FILES")
     land(cfg, "FILES", "batch-2", {"part-1.jsonl": jsonl(
         [mysql("INSERT", {"id": f"wz{i}", "v": "two"}, 1, 100 + i) for i in range(1, 6)])})
-    run_ok(cfg, "FILES")
+    take_and_apply(spark_when_needed, cfg, "FILES")
     p_file, w_file = _file_of(target, "pq2"), _file_of(target, "wz2")
     assert p_file != w_file
     files_before = len(DeltaTable(target).file_uris())
@@ -54,13 +55,12 @@ def test_an_apply_opens_only_the_files_whose_key_range_holds_a_batch_key(workdir
         mysql("DELETE", {"id": "pq4", "v": "one"}, 1, 201),
         mysql("INSERT", {"id": "rs1", "v": "three"}, 1, 202),
     ])})
-    outcome = run_ok(cfg, "FILES")
+    applied = take_and_apply(spark_when_needed, cfg, "FILES")
     with open(w_file, "wb") as f:
         f.write(kept)
 
-    figures = outcome.figures["target"]
-    assert (figures["inserts"], figures["updates"], figures["deletes"]) == (1, 1, 1)
-    assert figures["files_removed"] == 1 and figures["files_before"] == files_before
+    assert (applied.inserts, applied.updates, applied.deletes) == (1, 1, 1)
+    assert applied.files_removed == 1 and applied.files_before == files_before
     expected = {f"pq{i}": "one" for i in (1, 3, 5)} | {"pq2": "three", "rs1": "three"} \
         | {f"wz{i}": "two" for i in range(1, 6)}
     assert values(target_rows(cfg, "FILES"), "id", "v") == expected
@@ -68,8 +68,7 @@ def test_an_apply_opens_only_the_files_whose_key_range_holds_a_batch_key(workdir
     # A stale change (older than the row) changes nothing, and commits nothing.
     version = DeltaTable(target).version()
     land(cfg, "FILES", "batch-4", {"part-1.jsonl": jsonl([mysql("UPDATE", {"id": "pq2", "v": "stale"}, 1, 150)])})
-    outcome = run_ok(cfg, "FILES")
-    assert outcome.figures["target"]["stale_skipped"] == 1
+    assert take_and_apply(spark_when_needed, cfg, "FILES").stale_skipped == 1
     assert values(target_rows(cfg, "FILES"), "id", "v") == expected
     assert DeltaTable(target).version() == version
 

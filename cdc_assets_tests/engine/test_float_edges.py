@@ -22,6 +22,7 @@ from cdc_assets_tests.support.config import settings_of, write_config
 from cdc_assets_tests.support.landing import jsonl, land, parquet
 from cdc_assets_tests.support.records import bq_cdc, mysql
 from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.steps import take_and_apply
 from cdc_assets_tests.support.warehouse import by_key, delta_rows, target_rows, target_version
 
 pytestmark = MARKS
@@ -52,7 +53,7 @@ def assert_edges(rows: list[dict], columns=("d", "f")) -> None:
             assert bits(got[(i,)]["f"]) == bits(FLOAT32_EDGES[i]), (i, got[(i,)]["f"])
 
 
-def test_parquet_and_avro_doubles_land_as_the_same_ieee_values(workdir):
+def test_parquet_and_avro_doubles_land_as_the_same_ieee_values(workdir, spark_when_needed):
     nested = {"tags": lambda n: pa.array([[1.5, NAN]] * n)}  # a nested column: the export is read row by row
     (workdir / "typed.parquet").write_bytes(parquet(edge_table()))
     (workdir / "rows.parquet").write_bytes(parquet(edge_table(**nested)))
@@ -85,7 +86,7 @@ def test_parquet_and_avro_doubles_land_as_the_same_ieee_values(workdir):
         "payload": {"id": i, "d": EDGES[i], "f": FLOAT32_EDGES[i]}} for i in range(n)])
     land(cfg, "AV", "batch-1", {"events.avro": buf.getvalue()})
     for table in ("BASE_TYPED", "BASE_ROWS", "SNAP", "PQ", "AV"):
-        run_ok(cfg, table)
+        take_and_apply(spark_when_needed, cfg, table)
         assert_edges(target_rows(cfg, table))
     (row,) = {r["tags"] for r in target_rows(cfg, "BASE_ROWS")}
     assert json.loads(row) == [1.5, "NaN"]  # nested values stay valid JSON
@@ -93,29 +94,29 @@ def test_parquet_and_avro_doubles_land_as_the_same_ieee_values(workdir):
     # the same export again, and the same changes again: every row unchanged (NaN equals NaN)
     version = target_version(cfg, "SNAP")
     land(cfg, "SNAP", "batch-2", {"export.parquet": parquet(edge_table())})
-    run_ok(cfg, "SNAP")
+    take_and_apply(spark_when_needed, cfg, "SNAP")
     assert target_version(cfg, "SNAP") == version
     assert_edges(target_rows(cfg, "SNAP"))
     land(cfg, "PQ", "batch-2", {"again.parquet": parquet(edge_table(op=lambda n: pa.array(["I"] * n),
                                                                     seq=lambda n: pa.array([1] * n)))})
     version = target_version(cfg, "PQ")
-    run_ok(cfg, "PQ")
+    take_and_apply(spark_when_needed, cfg, "PQ")
     assert target_version(cfg, "PQ") == version
     assert_edges(target_rows(cfg, "PQ"))
 
 
-def test_a_late_change_that_leaves_a_nan_row_as_it_is_rewrites_nothing(workdir):
+def test_a_late_change_that_leaves_a_nan_row_as_it_is_rewrites_nothing(workdir, spark_when_needed):
     # partial updates: a change arriving after a newer one is folded into the key's history; the
     # result is the row as it is (NaN equals NaN), so the target gets no new version
     cfg = write_config(workdir, [{"name": "P", "keys": ["id"], "format": "changeset", "options": CHANGESET,
                                   "partial_updates": True}])
     land(cfg, "P", "batch-1", {"c.parquet": parquet(pa.table({
         "op": ["I", "I"], "id": [1, 2], "seq": [2, 2], "d": [NAN, -0.0], "e": ["new", "new"]}))})
-    run_ok(cfg, "P")
+    take_and_apply(spark_when_needed, cfg, "P")
     version = target_version(cfg, "P")
     land(cfg, "P", "batch-2", {"c.parquet": parquet(pa.table({
         "op": ["U", "U"], "id": [1, 2], "seq": [1, 1], "d": pa.array([None, None], pa.float64()), "e": ["old", "old"]}))})
-    run_ok(cfg, "P")
+    take_and_apply(spark_when_needed, cfg, "P")
     assert target_version(cfg, "P") == version
     rows = by_key(target_rows(cfg, "P"), "id")
     assert math.isnan(rows[(1,)]["d"]) and bits(rows[(2,)]["d"]) == bits(-0.0)
@@ -138,7 +139,7 @@ def debezium(i: int, after: dict) -> dict:
                                           "source": {"connector": "postgresql", "ts_ms": 1709287200000, "lsn": 100 + i}}}
 
 
-def test_text_formats_fill_double_columns_from_the_spellings_of_their_values(workdir):
+def test_text_formats_fill_double_columns_from_the_spellings_of_their_values(workdir, spark_when_needed):
     declared = {"d": "double", "f": "double"}
     cfg = write_config(workdir, [
         {"name": "DS", "keys": ["id"], "format": "datastream-json", "columns": declared},
@@ -163,13 +164,13 @@ def test_text_formats_fill_double_columns_from_the_spellings_of_their_values(wor
         ["nan", "inf", "-inf", "-0", "5e-324", "0.30000000000000004"], f_spelled)))
     land(cfg, "CSV", "batch-1", {"c.csv": csv})
     for table in ("DS", "DBZ", "BQ", "CSV"):
-        run_ok(cfg, table)
+        take_and_apply(spark_when_needed, cfg, table)
         assert_edges(target_rows(cfg, table))
-    run_ok(cfg, "DS_BARE")
+    take_and_apply(spark_when_needed, cfg, "DS_BARE")
     assert_edges(target_rows(cfg, "DS_BARE"), columns=("d",))
 
 
-def test_a_number_no_double_holds_goes_to_quarantine_naming_column_and_line(workdir):
+def test_a_number_no_double_holds_goes_to_quarantine_naming_column_and_line(workdir, spark_when_needed):
     cfg = write_config(workdir, [{"name": "DS", "keys": ["id"], "format": "datastream-json",
                                   "columns": {"d": "double"}}])
     land(cfg, "DS", "batch-1", {"e.jsonl": "".join([
@@ -178,7 +179,7 @@ def test_a_number_no_double_holds_goes_to_quarantine_naming_column_and_line(work
         json.dumps(mysql("INSERT", {"id": 3, "d": "-1e999"}, 1, 3)) + "\n",
         json.dumps(mysql("INSERT", {"id": 4, "d": "NaN"}, 1, 4)) + "\n",
     ])})
-    run_ok(cfg, "DS")
+    take_and_apply(spark_when_needed, cfg, "DS")
     rows = by_key(target_rows(cfg, "DS"), "id")
     assert sorted(rows) == [(1,), (4,)] and math.isnan(rows[(4,)]["d"])
     quarantined = sorted((q["_cdc_line"], q["_cdc_reason"]) for q in delta_rows(cfg, "DS", "quarantine"))
@@ -295,7 +296,7 @@ def test_a_double_partition_column_keeps_nan_and_both_zeros_apart(workdir):
     assert spelled == {"NaN", "Infinity", "-Infinity", "-0.0", "0.0", "1.5"}
 
 
-def test_a_number_past_its_decimal_or_long_column_goes_to_quarantine_and_the_rest_applies(workdir):
+def test_a_number_past_its_decimal_or_long_column_goes_to_quarantine_and_the_rest_applies(workdir, spark_when_needed):
     cfg = write_config(workdir, [{"name": "N", "keys": ["id"], "format": "datastream-json",
                                   "columns": {"a": "decimal(38,0)", "n": "long", "x": "double"}}])
     payloads = ['{"id": 1, "a": 1e37, "n": 9223372036854775807, "x": 1}',
@@ -307,7 +308,7 @@ def test_a_number_past_its_decimal_or_long_column_goes_to_quarantine_and_the_res
     land(cfg, "N", "batch-1", {"e.jsonl": "".join(
         json.dumps(mysql("INSERT", {"PAYLOAD": 0}, 1, i)).replace('{"PAYLOAD": 0}', p) + "\n"
         for i, p in enumerate(payloads, start=1))})
-    run_ok(cfg, "N")
+    take_and_apply(spark_when_needed, cfg, "N")
     rows = by_key(target_rows(cfg, "N"), "id")
     assert sorted(rows) == [(1,), (6,)]
     assert rows[(1,)]["n"] == 2**63 - 1 and rows[(6,)]["n"] == -2**63 and bits(rows[(6,)]["x"]) == bits(-0.0)
@@ -317,7 +318,7 @@ def test_a_number_past_its_decimal_or_long_column_goes_to_quarantine_and_the_res
     assert "'a'" in quarantined[2] and "'n'" in quarantined[3] and "'a'" in quarantined[4] and "'x'" in quarantined[5]
 
 
-def test_a_snapshot_that_flips_a_zeros_sign_updates_the_row(workdir):
+def test_a_snapshot_that_flips_a_zeros_sign_updates_the_row(workdir, spark_when_needed):
     # -0.0 is another double than 0.0 (1 / -0.0 is -Infinity): a snapshot that changes one into the
     # other changes the row; NaN again, and each zero again, change nothing
     cfg = write_config(workdir, [{"name": "S", "keys": ["id"], "format": "snapshot"}])
@@ -325,21 +326,21 @@ def test_a_snapshot_that_flips_a_zeros_sign_updates_the_row(workdir):
     versions = []
     for n, export in enumerate(exports, start=1):
         land(cfg, "S", f"batch-{n}", {"e.parquet": parquet(pa.table({"id": [1, 2, 3], "d": export}))})
-        run_ok(cfg, "S")
+        take_and_apply(spark_when_needed, cfg, "S")
         got = by_key(target_rows(cfg, "S"), "id")
         assert [bits(got[(i,)]["d"]) for i in (1, 2, 3)] == [bits(x) for x in export], n
         versions.append(target_version(cfg, "S"))
     assert versions[2] == versions[1] > versions[0]
 
 
-def test_decimal_keys_that_differ_past_28_digits_are_two_rows(workdir):
+def test_decimal_keys_that_differ_past_28_digits_are_two_rows(workdir, spark_when_needed):
     # a decimal(38,s) key is its exact value: keys one digit apart at the 38th digit are two keys
     keys = [Decimal("1234567890123456789012345678.1234567891"), Decimal("1234567890123456789012345678.1234567892"),
             Decimal("-9999999999999999999999999999.9999999999"), Decimal("-9999999999999999999999999999.9999999998")]
     cfg = write_config(workdir, [{"name": "W", "keys": ["k"], "format": "changeset", "options": CHANGESET}])
     land(cfg, "W", "batch-1", {"c.parquet": parquet(pa.table({
         "op": ["I"] * 4, "seq": [1] * 4, "k": pa.array(keys, pa.decimal128(38, 10)), "v": ["a", "b", "c", "d"]}))})
-    run_ok(cfg, "W")
+    take_and_apply(spark_when_needed, cfg, "W")
     land(cfg, "W", "batch-2", {"c.csv": "op,seq,k,v\nU,2,1234567890123456789012345678.1234567892,B\n"})
-    run_ok(cfg, "W")
+    take_and_apply(spark_when_needed, cfg, "W")
     assert {r["k"]: r["v"] for r in target_rows(cfg, "W")} == dict(zip(keys, ["a", "B", "c", "d"]))

@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql
-from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.runs import MARKS
+from cdc_assets_tests.support.steps import take_and_apply
 from cdc_assets_tests.support.warehouse import target_rows, values
 
 pytestmark = MARKS
@@ -30,12 +31,12 @@ def test_json_text_keys_that_look_alike_stay_distinct(spark, workdir):
                                   "columns": {"id": "string"}}])
     land(cfg, "JK", "b1", {"a.jsonl": jsonl([mysql("INSERT", {"id": i, "v": f"v{n}"}, 1, n + 1)
                                              for n, i in enumerate(IDS)])})
-    run_ok(cfg, "JK")
+    take_and_apply(spark, cfg, "JK")
     assert values(target_rows(cfg, "JK"), "id", "v") == {i: f"v{n}" for n, i in enumerate(IDS)}
     # An update and a delete of one of them touch that text only.
     land(cfg, "JK", "b2", {"a.jsonl": jsonl([mysql("UPDATE", {"id": "1.10", "v": "new"}, 2, 1),
                                              mysql("DELETE", {"id": "+5", "v": None}, 2, 2)])})
-    run_ok(cfg, "JK")
+    take_and_apply(spark, cfg, "JK")
     want = {i: f"v{n}" for n, i in enumerate(IDS) if i != "+5"}
     want["1.10"] = "new"
     assert values(target_rows(cfg, "JK"), "id", "v") == want
@@ -49,9 +50,9 @@ def test_csv_text_keys_declared_and_inferred(spark, workdir):
     ])
     for name in ("DECLARED", "INFERRED"):
         land(cfg, name, "b1", {"a.csv": csv_rows([("I", i, f"v{n}", 1) for n, i in enumerate(csv_ids)])})
-        run_ok(cfg, name)
+        take_and_apply(spark, cfg, name)
         land(cfg, name, "b2", {"a.csv": csv_rows([("U", "+5", "new", 2), ("D", "1.0", "", 2)])})
-        run_ok(cfg, name)
+        take_and_apply(spark, cfg, name)
         want = {i: f"v{n}" for n, i in enumerate(csv_ids) if i != "1.0"}
         want["+5"] = "new"
         assert values(target_rows(cfg, name), "id", "v") == want, name
@@ -64,7 +65,7 @@ def test_parquet_text_keys_read_column_by_column(spark, workdir):
     buf = io.BytesIO()
     pq.write_table(table, buf)
     land(cfg, "PQ", "b1", {"a.parquet": buf.getvalue()})
-    run_ok(cfg, "PQ")
+    take_and_apply(spark, cfg, "PQ")
     assert values(target_rows(cfg, "PQ"), "id", "v") == {i: f"v{n}" for n, i in enumerate(IDS)}
 
 
@@ -72,9 +73,9 @@ def test_numbers_of_one_column_are_keys_by_value(spark, workdir):
     """A numeric column: 5 and 5.0 are one number, so one key; the later change wins."""
     cfg = write_config(workdir, [{"name": "NUM", "keys": ["id"], "format": "changeset", "options": CHANGESET}])
     land(cfg, "NUM", "b1", {"a.csv": "op,id,v,seq\nI,5,old,1\nI,6.5,x,1\n"})
-    run_ok(cfg, "NUM")
+    take_and_apply(spark, cfg, "NUM")
     land(cfg, "NUM", "b2", {"a.csv": "op,id,v,seq\nU,5.0,new,2\nU,6.50,y,2\n"})
-    run_ok(cfg, "NUM")
+    take_and_apply(spark, cfg, "NUM")
     assert sorted(values(target_rows(cfg, "NUM"), "id", "v").values()) == ["new", "y"]
 
 
@@ -89,7 +90,7 @@ def test_a_duplicated_key_is_found_and_pointed_at_without_its_value(spark, workd
     cfg = write_config(workdir, [{"name": "DUP", "keys": ["id"], "format": "datastream-json"}])
     land(cfg, "DUP", "b1", {"a.jsonl": jsonl([mysql("INSERT", {"id": secret, "v": "a"}, 1, 1),
                                               mysql("INSERT", {"id": "other", "v": "b"}, 1, 2)])})
-    run_ok(cfg, "DUP")
+    take_and_apply(spark, cfg, "DUP")
     target = os.path.join(cfg.table_dir("DUP"), "target")
     rows = DeltaTable(target).to_pyarrow_table()
     write_deltalake(target, rows.filter(pa.compute.equal(rows["id"], secret)), mode="append")  # a second row

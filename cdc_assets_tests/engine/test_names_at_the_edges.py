@@ -12,6 +12,7 @@ from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql
 from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.steps import take_and_apply
 from cdc_assets_tests.support.warehouse import delta_rows, target_rows
 
 pytestmark = MARKS
@@ -95,10 +96,10 @@ def test_every_name_delta_allows_goes_through_build_merge_rebuild_fresh_read_and
 def test_an_odd_key_name_alone_merges_from_the_second_batch_on(spark, workdir, key):
     cfg = write_config(workdir, [{"name": "K", "keys": [key], "format": "datastream-json"}])
     land(cfg, "K", "b1", {"a.jsonl": jsonl([mysql("INSERT", {key: i, "v": "a"}, 1, i) for i in (1, 2, 3)])})
-    run_ok(cfg, "K")
+    take_and_apply(spark, cfg, "K")
     land(cfg, "K", "b2", {"a.jsonl": jsonl([mysql("UPDATE", {key: 2, "v": "b"}, 1, 10),
                                             mysql("DELETE", {key: 3, "v": "a"}, 1, 11)])})
-    run_ok(cfg, "K")
+    take_and_apply(spark, cfg, "K")
     assert {r[key]: r["v"] for r in target_rows(cfg, "K")} == {1: "a", 2: "b"}
 
 
@@ -133,7 +134,7 @@ def test_a_renamed_key_of_a_csv_change_set(spark, workdir):
     cfg = write_config(workdir, [{"name": "CSV", "keys": ["user_id"], "format": "changeset", "options": options,
                                   "rename": {"user id": "user_id", "V": "v2"}, "columns": {"user_id": "string"}}])
     land(cfg, "CSV", "b1", {"a.csv": "op,user id,v,V,seq\nI,007,a,A,1\nI,7,b,B,1\n"})
-    run_ok(cfg, "CSV")
+    take_and_apply(spark, cfg, "CSV")
     land(cfg, "CSV", "b2", {"a.csv": "op,user id,v,V,seq\nU,007,c,C,2\nD,7,,,2\n"})
-    run_ok(cfg, "CSV")
+    take_and_apply(spark, cfg, "CSV")
     assert target_rows(cfg, "CSV") == [{"user_id": "007", "v": "c", "v2": "C", "seq": 2}]

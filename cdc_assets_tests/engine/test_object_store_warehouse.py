@@ -15,7 +15,8 @@ from cdc_assets.engine.target_build import rebuild
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql
-from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.runs import MARKS
+from cdc_assets_tests.support.steps import take_and_apply
 
 pytestmark = MARKS
 
@@ -50,7 +51,7 @@ def test_an_object_store_warehouse_holds_what_a_local_one_holds(spark, tmp_path,
     for n, batch in enumerate(BATCHES, 1):
         for cfg in (local, remote):
             land(cfg, "SALES", f"batch-{n}", {"p.jsonl": jsonl(batch)})
-            run_ok(cfg, "SALES")
+            take_and_apply(spark, cfg, "SALES")
     targets = {name: path(cfg.table_dir("SALES"), TARGET) for name, cfg in (("local", local), ("remote", remote))}
     assert targets["remote"].startswith(s3_warehouse + "/")
     assert rows_of(targets["remote"]) == rows_of(targets["local"])

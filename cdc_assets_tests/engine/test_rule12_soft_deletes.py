@@ -57,8 +57,8 @@ def test_a_soft_delete_table_keeps_deleted_rows_flagged(spark, workdir):
     staged = {(r["_cdc_key"], r["_cdc_op"]): r["_cdc_order"] for r in delta_rows(cfg, "SD", "staging")}
     assert rows[1]["_cdc_order"] == staged[(rows[1]["_cdc_key"], "D")]  # the delete's ordering key
     assert outcome.checks["reconciles_with_source"]  # the live rows are the export's
-    assert checks.reconciliation(cfg, table)["missing_rows"] == 0
-    assert checks.reconciliation(cfg, table)["extra_rows"] == 0
+    assert checks.reconciliation(cfg, table).missing_rows == 0
+    assert checks.reconciliation(cfg, table).extra_rows == 0
     status = table_status(cfg, table)
     assert (status.rows, status.soft_deleted_rows) == (2, 4)
     assert outcome.figures["target"]["deletes"] == 2  # 2 and 4 flagged by the last batch's truncate

@@ -14,6 +14,7 @@ from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql
 from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.steps import take_and_apply
 from cdc_assets_tests.support.warehouse import target_rows, values
 
 pytestmark = MARKS
@@ -85,13 +86,13 @@ def test_a_delayed_older_move_does_not_move_the_key_back(spark, workdir):
         mysql("UPDATE", {"id": 1, "region": "us", "v": "b"}, 1, 3),
         mysql("INSERT", {"id": 2, "region": "eu", "v": "a"}, 1, 4),
     ])})
-    run_ok(cfg, "PART2")
+    take_and_apply(spark, cfg, "PART2")
     us_files = files_by_region(cfg, "PART2")["us"]
     land(cfg, "PART2", "batch-2", {"part-1.jsonl": jsonl([
         mysql("UPDATE", {"id": 1, "region": "apac", "v": "stale"}, 1, 2),   # delayed, older than the move to us
         mysql("UPDATE", {"id": 2, "region": "eu", "v": "b"}, 1, 5),
     ])})
-    run_ok(cfg, "PART2")
+    take_and_apply(spark, cfg, "PART2")
     assert values(target_rows(cfg, "PART2"), "id", "region") == {1: "us", 2: "eu"}
     files = files_by_region(cfg, "PART2")
     assert "apac" not in files

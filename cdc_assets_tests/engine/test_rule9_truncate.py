@@ -18,6 +18,7 @@ from cdc_assets.engine.target_versions import restore
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import land
 from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.steps import take_and_apply
 from cdc_assets_tests.support.warehouse import delta_rows, delta_version, target_rows, values
 
 from .test_debezium_feed import lines
@@ -124,13 +125,13 @@ def test_a_change_set_truncate_without_sequence_columns_ranks_by_arrival(spark, 
                                   "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"],
                                               "deletes": ["D"], "truncates": ["T", "TRUNC"]}}])
     land(cfg, "CS", "batch-1", {"a.csv": "FLAG,ID,V\nI,1,a\nI,2,a\nI,3,a\n"})
-    run_ok(cfg, "CS")
+    take_and_apply(spark, cfg, "CS")
     land(cfg, "CS", "batch-2", {"a.csv": "FLAG,ID,V\nU,1,b\nT,,\nI,4,a\n", "b.csv": "FLAG,ID,V\nU,2,b\n"})
-    outcome = run_ok(cfg, "CS")
+    applied = take_and_apply(spark, cfg, "CS")
     assert values(target_rows(cfg, "CS"), "ID", "V") == {2: "b", 4: "a"}
-    assert outcome.figures["target"]["deletes"] == 2
+    assert applied.deletes == 2
     land(cfg, "CS", "batch-3", {"a.csv": "FLAG,ID,V\nI,5,a\nTRUNC,9,x\n"})
-    run_ok(cfg, "CS")
+    take_and_apply(spark, cfg, "CS")
     assert target_rows(cfg, "CS") == []
     assert delta_version(cfg, "CS", QUARANTINE) == -1  # nothing quarantined
 
@@ -157,7 +158,7 @@ def _file_holding(target: str, column: str, value) -> str:
     return next(uri for uri in DeltaTable(target).file_uris() if value in pq.read_table(uri, columns=[column])[column].to_pylist())
 
 
-def test_a_truncate_drops_a_file_ranking_below_it_unread_and_leaves_one_above_it_unread(workdir):
+def test_a_truncate_drops_a_file_ranking_below_it_unread_and_leaves_one_above_it_unread(workdir, spark_when_needed):
     """A truncate rewrites file by file: a file whose ordering keys all rank at or below it, and that
     holds none of the batch's keys, goes whole from its statistics; a file whose ordering keys all
     rank above it is not a file the truncate touches. Neither is opened (both are made unreadable)."""
@@ -171,9 +172,9 @@ def test_a_truncate_drops_a_file_ranking_below_it_unread_and_leaves_one_above_it
                                               "truncates": ["T"], "sequence_by": ["SEQ"]}}])
     target = os.path.join(cfg.table_dir("TF"), TARGET)
     land(cfg, "TF", "b1", {"c.csv": "FLAG,SEQ,k,v\n" + "".join(f"I,{i},pq{i},one\n" for i in range(1, 6))})
-    run_ok(cfg, "TF")
+    take_and_apply(spark_when_needed, cfg, "TF")
     land(cfg, "TF", "b2", {"c.csv": "FLAG,SEQ,k,v\n" + "".join(f"I,{100 + i},wz{i},two\n" for i in range(1, 6))})
-    run_ok(cfg, "TF")
+    take_and_apply(spark_when_needed, cfg, "TF")
     below, above = _file_holding(target, "k", "pq1"), _file_holding(target, "k", "wz1")
     assert below != above
     kept = {}
@@ -184,14 +185,13 @@ def test_a_truncate_drops_a_file_ranking_below_it_unread_and_leaves_one_above_it
             fh.write(b"not parquet" * 100)
     land(cfg, "TF", "b3", {"c.csv": "FLAG,SEQ,k,v\nT,50,,\nI,60,rs1,three\n"})  # a new key outside both files
     try:
-        outcome = run_ok(cfg, "TF")
+        applied = take_and_apply(spark_when_needed, cfg, "TF")
     finally:
         for f, data in kept.items():
             with open(f, "wb") as fh:
                 fh.write(data)
-    figures = outcome.figures["target"]
-    assert (figures["inserts"], figures["updates"], figures["deletes"]) == (1, 0, 5)
-    assert figures["files_removed"] == 1
+    assert (applied.inserts, applied.updates, applied.deletes) == (1, 0, 5)
+    assert applied.files_removed == 1
     assert values(target_rows(cfg, "TF"), "k", "v") == {"rs1": "three"} | {f"wz{i}": "two" for i in range(1, 6)}
 
 

@@ -20,6 +20,7 @@ from cdc_assets.engine import target_build
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land, parquet
 from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.steps import take_and_apply
 from cdc_assets_tests.support.warehouse import by_key, delta_rows, target_rows
 
 pytestmark = MARKS
@@ -48,7 +49,7 @@ def rebuilt_rows(cfg, table: str) -> dict:
 
 # ---- a column that stops arriving --------------------------------------------------------------
 
-def test_a_column_that_stops_arriving_stays_in_the_target_null_in_new_images(workdir):
+def test_a_column_that_stops_arriving_stays_in_the_target_null_in_new_images(workdir, spark_when_needed):
     cfg = write_config(workdir, [
         {"name": "GONE", "keys": ["id"], "format": "changeset", "options": CHANGESET},
         {"name": "GONEP", "keys": ["id"], "format": "changeset", "options": CHANGESET, "partial_updates": True},
@@ -58,13 +59,13 @@ def test_a_column_that_stops_arriving_stays_in_the_target_null_in_new_images(wor
             {"op": "I", "id": 1, "seq": 1, "name": "a", "fax": "555-1"},
             {"op": "I", "id": 2, "seq": 1, "name": "b", "fax": "555-2"},
         ])})
-        run_ok(cfg, table)
+        take_and_apply(spark_when_needed, cfg, table)
         # the source dropped `fax`: its changes no longer carry it
         land(cfg, table, "batch-2", {"a.jsonl": jsonl([
             {"op": "U", "id": 1, "seq": 2, "name": "a2"},
             {"op": "I", "id": 3, "seq": 1, "name": "c"},
         ])})
-        run_ok(cfg, table)
+        take_and_apply(spark_when_needed, cfg, table)
     plain = by_key(target_rows(cfg, "GONE"), "id")
     assert "fax" in schema_of(cfg, "GONE")
     assert {k: (r["name"], r["fax"]) for k, r in plain.items()} == {
@@ -79,7 +80,7 @@ def test_a_column_that_stops_arriving_stays_in_the_target_null_in_new_images(wor
 
 # ---- type widening -----------------------------------------------------------------------------
 
-def test_file_types_widen_and_stored_values_keep_their_value(workdir):
+def test_file_types_widen_and_stored_values_keep_their_value(workdir, spark_when_needed):
     cfg = write_config(workdir, [{"name": "WIDEN", "keys": ["id"], "format": "changeset", "options": CHANGESET}])
     big = 9_007_199_254_740_993  # 2**53 + 1: no double holds it
     land(cfg, "WIDEN", "batch-1", {"a.parquet": parquet(pa.table({
@@ -88,7 +89,7 @@ def test_file_types_widen_and_stored_values_keep_their_value(workdir):
         "ratio": pa.array([0.1, 2.5], pa.float32()),
         "day": pa.array([dt.date(2024, 2, 29), None], pa.date32()),
     }))})
-    run_ok(cfg, "WIDEN")
+    take_and_apply(spark_when_needed, cfg, "WIDEN")
     assert schema_of(cfg, "WIDEN")["qty"] == pa.int64()
     # the source made qty a decimal, ratio a 64-bit float, day a timestamp
     land(cfg, "WIDEN", "batch-2", {"a.parquet": parquet(pa.table({
@@ -97,7 +98,7 @@ def test_file_types_widen_and_stored_values_keep_their_value(workdir):
         "ratio": pa.array([0.1], pa.float64()),
         "day": pa.array([dt.datetime(2024, 3, 1, 10, 30, tzinfo=UTC)], pa.timestamp("us", tz="UTC")),
     }))})
-    run_ok(cfg, "WIDEN")
+    take_and_apply(spark_when_needed, cfg, "WIDEN")
     types = schema_of(cfg, "WIDEN")
     assert types["qty"] == pa.decimal128(21, 2)  # every long and every decimal(12,2) exactly
     assert types["ratio"] == pa.float64() and types["day"] == pa.timestamp("us", tz="UTC")
@@ -111,7 +112,7 @@ def test_file_types_widen_and_stored_values_keep_their_value(workdir):
     land(cfg, "WIDEN", "batch-3", {"a.parquet": parquet(pa.table({
         "op": ["U"], "id": pa.array([2], pa.int64()), "seq": [2], "qty": pa.array([5], pa.int64()),
         "ratio": pa.array([0.5], pa.float32()), "day": pa.array([dt.date(2024, 1, 1)], pa.date32())}))})
-    run_ok(cfg, "WIDEN")
+    take_and_apply(spark_when_needed, cfg, "WIDEN")
     rows = by_key(target_rows(cfg, "WIDEN"), "id")
     assert (rows[(2,)]["qty"], rows[(2,)]["ratio"], rows[(2,)]["day"]) == (
         Decimal(5), 0.5, dt.datetime(2024, 1, 1, tzinfo=UTC))
@@ -129,7 +130,7 @@ def files_and_keys(cfg, table: str, version: int) -> list[tuple[dict, list[str]]
     return sorted(out, key=repr)
 
 
-def test_a_widening_casts_each_target_file_and_keeps_its_rows(workdir):
+def test_a_widening_casts_each_target_file_and_keeps_its_rows(workdir, spark_when_needed):
     """The target's files are cast, not computed again: the widening commit has as many files,
     each holding the keys of one file before it (in its partition), a column a file lacks reads
     as null, and the result is what a rebuild from the history gives."""
@@ -140,15 +141,15 @@ def test_a_widening_casts_each_target_file_and_keeps_its_rows(workdir):
         return {"a.parquet": parquet(pa.table({"op": ["I"] * len(ids), "id": pa.array(ids, pa.int64()),
                                                "seq": [1] * len(ids), "region": regions, "qty": qty, **more}))}
     land(cfg, "CAST", "batch-1", batch([1, 2], ["eu", "us"], pa.array([10, 20], pa.int32())))
-    run_ok(cfg, "CAST")
+    take_and_apply(spark_when_needed, cfg, "CAST")
     land(cfg, "CAST", "batch-2", batch([3, 4], ["eu", "us"], pa.array([30, 40], pa.int32()),
                                        note=pa.array(["x", "y"])))
-    run_ok(cfg, "CAST")
+    take_and_apply(spark_when_needed, cfg, "CAST")
     target = DeltaTable(os.path.join(cfg.table_dir("CAST"), "target"))
     before = files_and_keys(cfg, "CAST", target.version())
     assert len(before) == 4  # each batch added a file per partition
     land(cfg, "CAST", "batch-3", batch([5], ["us"], pa.array([Decimal("0.5")], pa.decimal128(4, 1))))
-    run_ok(cfg, "CAST")
+    take_and_apply(spark_when_needed, cfg, "CAST")
     target = DeltaTable(os.path.join(cfg.table_dir("CAST"), "target"))
     (widen,) = [h["version"] for h in target.history() if h.get("cdc.step") == "widen"]
     assert files_and_keys(cfg, "CAST", widen) == before
@@ -197,14 +198,14 @@ def test_a_widening_on_spark_gives_what_the_apply_in_process_gives(spark, tmp_pa
         (Decimal("-3.75"), dt.datetime(2024, 3, 1, 10, tzinfo=UTC)), (Decimal(-3), None)]
 
 
-def test_a_type_change_that_cannot_widen_is_quarantined_and_the_rest_applies(workdir):
+def test_a_type_change_that_cannot_widen_is_quarantined_and_the_rest_applies(workdir, spark_when_needed):
     cfg = write_config(workdir, [{"name": "NARROW", "keys": ["id"], "format": "changeset", "options": CHANGESET}])
     land(cfg, "NARROW", "batch-1", {"a.parquet": parquet(pa.table({
         "op": ["I"], "id": pa.array([1], pa.int64()), "seq": [1],
         "price": pa.array([1.5], pa.float64()), "code": pa.array(["A1"]), "n": pa.array([3], pa.int64()),
         "amount": pa.array([Decimal("1.25")], pa.decimal128(38, 20)),
     }))})
-    run_ok(cfg, "NARROW")
+    take_and_apply(spark_when_needed, cfg, "NARROW")
     big = 9_007_199_254_740_993
     land(cfg, "NARROW", "batch-2", {
         # double -> long: 2**53 + 1 has no double; 4 has one
@@ -218,7 +219,7 @@ def test_a_type_change_that_cannot_widen_is_quarantined_and_the_rest_applies(wor
                                        "amount": pa.array([Decimal("0." + "0" * 29 + "1"), Decimal("2.5")],
                                                           pa.decimal128(38, 30))})),
     })
-    run_ok(cfg, "NARROW")
+    take_and_apply(spark_when_needed, cfg, "NARROW")
     rows = by_key(target_rows(cfg, "NARROW"), "id")
     assert sorted(rows) == [(1,), (3,), (5,), (7,)]
     assert (rows[(3,)]["price"], rows[(5,)]["n"], rows[(7,)]["amount"]) == (4.0, None, Decimal("2.5"))
@@ -232,20 +233,20 @@ def test_a_type_change_that_cannot_widen_is_quarantined_and_the_rest_applies(wor
     # the table goes on: a later batch in the column's own type applies
     land(cfg, "NARROW", "batch-3", {"a.parquet": parquet(pa.table({
         "op": ["I"], "id": pa.array([2], pa.int64()), "seq": [2], "price": pa.array([9.5], pa.float64())}))})
-    run_ok(cfg, "NARROW")
+    take_and_apply(spark_when_needed, cfg, "NARROW")
     assert by_key(target_rows(cfg, "NARROW"), "id")[(2,)]["price"] == 9.5
 
 
 # ---- rename ------------------------------------------------------------------------------------
 
-def test_a_renamed_source_column_keeps_landing_in_its_target_column(workdir):
+def test_a_renamed_source_column_keeps_landing_in_its_target_column(workdir, spark_when_needed):
     cfg = write_config(workdir, [{"name": "RENAMED", "keys": ["id"], "format": "changeset", "options": CHANGESET,
                                   "rename": {"customer_name": "name", "ident": "id", "unit price": "unit_price"}}])
     land(cfg, "RENAMED", "batch-1", {"a.jsonl": jsonl([
         {"op": "I", "id": 1, "seq": 1, "name": "a", "unit price": 2},
         {"op": "I", "id": 2, "seq": 1, "name": "b", "unit price": 3},
     ])})
-    run_ok(cfg, "RENAMED")
+    take_and_apply(spark_when_needed, cfg, "RENAMED")
     # the source renamed `name` to `customer_name`, and its key column `id` to `ident`
     land(cfg, "RENAMED", "batch-2", {"a.jsonl": jsonl([
         {"op": "U", "ident": 1, "seq": 2, "customer_name": "a2", "unit price": 4},
@@ -255,7 +256,7 @@ def test_a_renamed_source_column_keeps_landing_in_its_target_column(workdir):
         {"op": "I", "ident": 5, "id": 6, "seq": 1, "customer_name": "e", "unit price": 7},
         {"op": "D", "ident": 2, "seq": 2},
     ])})
-    run_ok(cfg, "RENAMED")
+    take_and_apply(spark_when_needed, cfg, "RENAMED")
     assert set(schema_of(cfg, "RENAMED")) >= {"id", "name", "unit_price"}
     assert not {"customer_name", "ident"} & set(schema_of(cfg, "RENAMED"))
     rows = by_key(target_rows(cfg, "RENAMED"), "id")
@@ -266,14 +267,14 @@ def test_a_renamed_source_column_keeps_landing_in_its_target_column(workdir):
     assert "'ident'" in quarantined[4] and "'id'" in quarantined[4]
 
 
-def test_a_name_delta_cannot_hold_is_quarantined_until_renamed(workdir):
+def test_a_name_delta_cannot_hold_is_quarantined_until_renamed(workdir, spark_when_needed):
     tables = [{"name": "ODD", "keys": ["id"], "format": "changeset", "options": CHANGESET}]
     cfg = write_config(workdir, tables)
     land(cfg, "ODD", "batch-1", {"a.jsonl": jsonl([
         {"op": "I", "id": 1, "seq": 1, "v": "a"},
         {"op": "I", "id": 2, "seq": 1, "v": "b", "unit price": 3},
     ])})
-    run_ok(cfg, "ODD")
+    take_and_apply(spark_when_needed, cfg, "ODD")
     assert sorted(by_key(target_rows(cfg, "ODD"), "id")) == [(1,)]
     (q,) = quarantine(cfg, "ODD")
     assert (q["_cdc_file"], q["_cdc_line"]) == ("batch-1/a.jsonl", 2)
@@ -281,6 +282,6 @@ def test_a_name_delta_cannot_hold_is_quarantined_until_renamed(workdir):
     # with a rename, the same record lands again
     cfg = write_config(workdir, [{**tables[0], "rename": {"unit price": "unit_price"}}])
     land(cfg, "ODD", "batch-2", {"a.jsonl": jsonl([{"op": "I", "id": 2, "seq": 1, "v": "b", "unit price": 3}])})
-    run_ok(cfg, "ODD")
+    take_and_apply(spark_when_needed, cfg, "ODD")
     rows = by_key(target_rows(cfg, "ODD"), "id")
     assert rows[(2,)]["unit_price"] == 3 and rows[(1,)]["unit_price"] is None

@@ -27,6 +27,7 @@ from cdc_assets_tests.reference_model import DELETE, UPSERT, ReferenceTable, Sou
 from cdc_assets_tests.support.config import settings_of, write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.runs import MARKS, run_ok, run_table
+from cdc_assets_tests.support.steps import take_and_apply
 from cdc_assets_tests.support.warehouse import delta_rows, delta_version, target_rows, target_version, values
 
 pytestmark = MARKS
@@ -96,7 +97,7 @@ def test_a_batch_registered_later_wins_and_is_compared_with_the_batches_not_yet_
     snapshot.ingest_batch(spark, cfg, table, b1)
     stage_batch(cfg, table, b1)
     land(cfg, "RANKED", "b2", {"taken-2024-01.jsonl": jsonl([{"id": 1, "v": "january"}, {"id": 3, "v": "january"}])})
-    run_ok(cfg, "RANKED")
+    take_and_apply(spark, cfg, "RANKED")
     # the batch registered later is the table's state, whatever its content says about time
     assert values(target_rows(cfg, "RANKED"), "id", "v") == {1: "january", 3: "january"}
     # its changes are relative to batch 1's export, not to the (still empty) target
@@ -174,11 +175,11 @@ def test_the_in_process_and_the_spark_comparison_give_the_same_changes_and_targe
     for n, files in enumerate(_typed_exports(), start=1):
         for t in ("HERE", "SPARKY"):
             land(cfg, t, f"b{n}", files)
-        run_ok(cfg, "HERE")
+        take_and_apply(spark, cfg, "HERE")
         with monkeypatch.context() as m:
             # every batch read and compared by Spark, a typed export's too
             settings_of(m, snapshot, local_parse_bytes=-1, local_build_rows=-1)
-            run_ok(cfg, "SPARKY")
+            take_and_apply(spark, cfg, "SPARKY")
         assert delta.step_commit(os.path.join(cfg.table_dir("SPARKY"), "changes"), "changes", n)["applied_on"] == "spark"
         assert "applied_on" not in delta.step_commit(os.path.join(cfg.table_dir("HERE"), "changes"), "changes", n)
         for name in ("changes", "target", "quarantine"):
@@ -300,13 +301,13 @@ def test_a_value_of_every_type_is_compared_exactly_and_both_readings_derive_the_
         for t in tables:
             land(cfg, t, f"b{n}", {"part-0.parquet": _parquet(rows[:2], EVERY_TYPE),
                                    "part-1.parquet": _parquet(rows[2:], EVERY_TYPE)})
-        run_ok(cfg, "COLS")
+        take_and_apply(spark, cfg, "COLS")
         with monkeypatch.context() as m:
             settings_of(m, snapshot, local_build_rows=-1)  # read column by column by Spark's tasks
-            run_ok(cfg, "SPARKY")
+            take_and_apply(spark, cfg, "SPARKY")
         with monkeypatch.context() as m:
             m.setattr(snapshot, "typed_export", lambda *a, **k: None)  # every batch read row by row
-            run_ok(cfg, "ROWS")
+            take_and_apply(spark, cfg, "ROWS")
         commits = {t: delta.step_commit(os.path.join(cfg.table_dir(t), "changes"), "changes", n) for t in tables}
         assert commits["COLS"]["typed_columns"] == commits["SPARKY"]["typed_columns"] == "11"
         assert commits["SPARKY"]["applied_on"] == "spark" and "typed_columns" not in commits["ROWS"]

@@ -15,7 +15,8 @@ from cdc_assets.engine import apply, base_import, ingest
 from cdc_assets_tests.support.config import settings_of, write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql
-from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.runs import MARKS
+from cdc_assets_tests.support.steps import take_and_apply
 
 pytestmark = MARKS
 
@@ -61,8 +62,8 @@ PLACES = ("seconds", "delta_version", "files_added", "files_removed", "files_bef
           "versions_kept", "oldest_readable_version", "applied_on")
 
 
-def feed(workdir, name: str, partition_by: list[str], with_base: bool, on_spark: bool, monkeypatch):
-    """Every batch applied by one path; what each run reported and what the tables hold."""
+def feed(spark, workdir, name: str, partition_by: list[str], with_base: bool, on_spark: bool, monkeypatch):
+    """Every batch applied by one path; what each apply reported and what the tables hold."""
     limit = 0 if on_spark else 10**9
     monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", str(limit))
     monkeypatch.setenv("CDC_ASSETS_LOCAL_BUILD_ROWS", str(limit))  # a whole build (the new column's) on Spark too
@@ -85,8 +86,7 @@ def feed(workdir, name: str, partition_by: list[str], with_base: bool, on_spark:
     figures = []
     for n, text in enumerate(batches(), 1):
         land(cfg, name, f"batch-{n}", {"part-1.jsonl": text})
-        outcome = run_ok(cfg, name)
-        figures.append(outcome.figures["target"])
+        figures.append(take_and_apply(spark, cfg, name).to_metadata())
     table_dir = cfg.table_dir(name)
     tables = {step: rows_of(os.path.join(table_dir, step), drop=("quarantined_at",) if step == "quarantine" else ())
               for step in ("target", "tombstones", "staging", "quarantine")}
@@ -95,8 +95,8 @@ def feed(workdir, name: str, partition_by: list[str], with_base: bool, on_spark:
 
 @pytest.mark.parametrize("partition_by, with_base", [([], True), (["region"], False)])
 def test_an_apply_on_spark_equals_the_one_in_process(spark, tmp_path, monkeypatch, partition_by, with_base):
-    local, local_figures = feed(tmp_path / "local", "T", partition_by, with_base, False, monkeypatch)
-    on_spark, spark_figures = feed(tmp_path / "spark", "T", partition_by, with_base, True, monkeypatch)
+    local, local_figures = feed(spark, tmp_path / "local", "T", partition_by, with_base, False, monkeypatch)
+    on_spark, spark_figures = feed(spark, tmp_path / "spark", "T", partition_by, with_base, True, monkeypatch)
     incremental = slice(1, None)  # the first run's apply is the first build
     assert [f.get("applied_on") for f in spark_figures[incremental]] == ["spark"] * len(spark_figures[incremental])
     assert all("applied_on" not in f for f in local_figures)

@@ -16,7 +16,8 @@ from deltalake import DeltaTable
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land, parquet
 from cdc_assets_tests.support.records import mysql
-from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.runs import MARKS
+from cdc_assets_tests.support.steps import take_and_apply
 from cdc_assets_tests.support.warehouse import by_key, delta_rows, target_rows
 
 pytestmark = MARKS
@@ -47,7 +48,7 @@ def test_declared_columns_type_json_and_csv_exactly(spark, workdir):
         ]),
         "b.csv": "op,id,seq,amount,created,day,local,code,small\nI,4,1,0.30,2024-03-01 08:00:00,2024-01-01,,007,8\n",
     })
-    run_ok(cfg, "DECL")
+    take_and_apply(spark, cfg, "DECL")
     types = schema_of(cfg, "DECL")
     assert types["amount"] == pa.decimal128(30, 10)
     assert types["created"] == pa.timestamp("us", tz="UTC")
@@ -100,8 +101,8 @@ def test_parquet_and_avro_files_keep_their_schema_types(spark, workdir):
         "payload": {"id": 1, "price": Decimal("1.005"), "updated": dt.datetime(2024, 1, 1, 9, 30, 0, 123456, tzinfo=UTC),
                     "born": dt.date(1990, 5, 17)}}])
     land(cfg, "AV", "batch-1", {"part.avro": buf.getvalue()})
-    run_ok(cfg, "PQ")
-    run_ok(cfg, "AV")
+    take_and_apply(spark, cfg, "PQ")
+    take_and_apply(spark, cfg, "AV")
     pq_types = schema_of(cfg, "PQ")
     assert pq_types["amount"] == pa.decimal128(12, 2) and pq_types["at"] == pa.timestamp("us", tz="UTC")
     assert pq_types["wall"] == pa.timestamp("us") and pq_types["day"] == pa.date32()
@@ -122,14 +123,14 @@ def test_types_widen_safely_and_a_decimal_never_becomes_a_double(spark, workdir)
     first = pa.table({"op": ["I"], "id": [1], "seq": [1], "amount": pa.array([Decimal("1.50")], pa.decimal128(5, 2)),
                       "n": pa.array([1], pa.int32())})
     land(cfg, "WIDE", "batch-1", {"part.parquet": parquet(first)})
-    run_ok(cfg, "WIDE")
+    take_and_apply(spark, cfg, "WIDE")
     land(cfg, "WIDE", "batch-2", {
         "part.parquet": parquet(pa.table({
             "op": ["I"], "id": [2], "seq": [1], "amount": pa.array([Decimal("123456.1234")], pa.decimal128(10, 4)),
             "n": pa.array([1 << 40], pa.int64())})),
         "z.jsonl": jsonl([{"op": "I", "id": 3, "seq": 1, "amount": "lots", "n": 3}]),
     })
-    run_ok(cfg, "WIDE")
+    take_and_apply(spark, cfg, "WIDE")
     types = schema_of(cfg, "WIDE")
     assert types["amount"] == pa.decimal128(10, 4) and types["n"] == pa.int64()
     rows = by_key(target_rows(cfg, "WIDE"), "id")
@@ -147,7 +148,7 @@ def test_a_typed_change_sets_the_type_of_a_column_a_csv_export_guessed(spark, wo
     land(cfg, "BASED", "batch-1", {"part.parquet": parquet(pa.table({
         "op": ["U"], "id": [2], "seq": [1], "amount": pa.array([Decimal("4.25")], pa.decimal128(12, 2)),
         "at": pa.array([dt.datetime(2024, 1, 2, tzinfo=UTC)], pa.timestamp("us", tz="UTC"))}))})
-    run_ok(cfg, "BASED")
+    take_and_apply(spark, cfg, "BASED")
     types = schema_of(cfg, "BASED")
     assert types["amount"] == pa.decimal128(12, 2) and types["at"] == pa.timestamp("us", tz="UTC")
     rows = by_key(target_rows(cfg, "BASED"), "id")
@@ -162,7 +163,7 @@ def test_datastream_json_payload_with_declared_types(spark, workdir):
         mysql("INSERT", {"id": 1, "total": 19.99, "placed": "2024-03-01T10:00:00.000Z"}, 1, 1),
         mysql("UPDATE", {"id": 1, "total": 20.01, "placed": "2024-03-01T10:05:00.000Z"}, 1, 2),
     ])})
-    run_ok(cfg, "DSJ")
+    take_and_apply(spark, cfg, "DSJ")
     (row,) = target_rows(cfg, "DSJ")
     assert row["total"] == Decimal("20.01") and row["placed"] == dt.datetime(2024, 3, 1, 10, 5, tzinfo=UTC)
 
@@ -177,7 +178,7 @@ def test_changes_and_staging_hold_typed_source_columns_any_reader_can_filter(spa
         "amount": pa.array([Decimal("12.50"), Decimal("-0.01")], pa.decimal128(12, 2)),
         "at": pa.array([dt.datetime(2024, 1, 1, 9, tzinfo=UTC), None], pa.timestamp("us", tz="UTC")),
         "n": pa.array([1, 2], pa.int32())}))})
-    run_ok(cfg, "STORED")
+    take_and_apply(spark, cfg, "STORED")
     for table in ("changes", "staging"):
         data = DeltaTable(os.path.join(cfg.table_dir("STORED"), table)).to_pyarrow_table(
             filters=[("amount", "<", Decimal("0"))])
@@ -192,7 +193,7 @@ def test_changes_and_staging_hold_typed_source_columns_any_reader_can_filter(spa
         "z.jsonl": jsonl([{"op": "I", "id": 3, "seq": 1, "amount": 4.5, "note": "hi"},
                           {"op": "I", "id": 4, "seq": 1, "amount": 0.25}]),
     })
-    run_ok(cfg, "STORED")
+    take_and_apply(spark, cfg, "STORED")
     second = {r["_cdc_key"]: r for r in DeltaTable(os.path.join(cfg.table_dir("STORED"), "changes")).to_pyarrow_table(
         filters=[("_cdc_batch_seq", "=", 2)]).to_pylist()}
     second = {int(json.loads(k)[0]): r for k, r in second.items()}
@@ -215,11 +216,11 @@ def test_a_parquet_value_that_misfits_its_column_is_quarantined_by_line_and_a_re
     cfg = write_config(workdir, [{"name": "MIS", "keys": ["id"], "format": "changeset", "options": CHANGESET,
                                   "columns": {"at": "timestamp"}}])
     land(cfg, "MIS", "batch-1", {"part.jsonl": jsonl([{"op": "I", "id": 1, "seq": 1, "at": "2024-01-01T10:00:00Z"}])})
-    run_ok(cfg, "MIS")
+    take_and_apply(spark, cfg, "MIS")
     changes = parquet(pa.table({"op": ["I", "I", "U"], "id": pa.array([2, 3, 4], pa.int64()), "seq": [1, 1, 1],
                                 "at": ["2024-01-02T10:00:00Z", "soon", None]}))
     land(cfg, "MIS", "batch-2", {"part.parquet": changes})
-    run_ok(cfg, "MIS")
+    take_and_apply(spark, cfg, "MIS")
     rows = by_key(target_rows(cfg, "MIS"), "id")
     assert sorted(rows) == [(1,), (2,), (4,)]
     assert rows[(2,)]["at"] == dt.datetime(2024, 1, 2, 10, tzinfo=UTC) and rows[(4,)]["at"] is None
@@ -229,7 +230,7 @@ def test_a_parquet_value_that_misfits_its_column_is_quarantined_by_line_and_a_re
     assert "'at'" in q["_cdc_reason"] and '"soon"' in q["_cdc_raw"]
 
     land(cfg, "MIS", "batch-3", {"part.parquet": changes})
-    run_ok(cfg, "MIS")
+    take_and_apply(spark, cfg, "MIS")
     assert [r for r in delta_rows(cfg, "MIS", "changes") if r["_cdc_batch_seq"] == 3] == []
     assert sorted((q["_cdc_file"], q["_cdc_line"]) for q in delta_rows(cfg, "MIS", "quarantine")) == [
         ("batch-2/part.parquet", 2), ("batch-3/part.parquet", 2)]
