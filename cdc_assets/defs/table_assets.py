@@ -30,6 +30,7 @@ from ..engine.retry import on_conflict
 from ..engine.tables import path
 from . import dagster_fixes  # noqa: F401 - a waiting step sleeps; the storages reuse their engines
 from .checks import (
+    MATCHES_LIVE_SOURCE,
     SLOT_RETAINED_WAL,
     WITHIN_MAX_STALENESS,
     batch_accounted,
@@ -289,6 +290,13 @@ def table_jobs(table: TableConfig) -> list:
             names.capture_check_job, selection=dg.AssetSelection.checks(dg.AssetCheckKey(names.key(SOURCE),
                                                                                          SLOT_RETAINED_WAL)),
             description=f"Evaluate {table.name}'s {SLOT_RETAINED_WAL} check: the WAL its replication slot keeps."))
+    if is_postgresql(table.source):
+        # The comparison with the live source alone: it reads both tables whole, so a user launches
+        # or schedules it (or `cdc-assets capture check`), not every run.
+        jobs.append(dg.define_asset_job(
+            names.live_source_job, selection=dg.AssetSelection.checks(dg.AssetCheckKey(names.key("target"),
+                                                                                        MATCHES_LIVE_SOURCE)),
+            description=f"Evaluate {table.name}'s {MATCHES_LIVE_SOURCE} check: target against the live source."))
     if table.base_snapshot and table.partition_by:
         jobs.append(dg.define_asset_job(names.base_job, selection=[names.key("base")],
                                         description=f"Import {table.name}'s base snapshot."))
