@@ -2,8 +2,8 @@
 and the WAL a `capture: logical` source's replication slot retains.
 
 A table with a PostgreSQL source also has `matches_live_source` on target, a check of its own
-(a job of its own runs it, from the UI, a schedule or `cdc-assets capture check`): it reads the
-whole source table and the whole target, too much for every run.
+(its own job runs it, launched from the UI or a schedule; `cdc-assets capture check` makes the same
+comparison): it reads the whole source table and the whole target, too much for every run.
 
 Key uniqueness and reconciliation are evaluated by target's own step, batch accounting by
 staging's (their specs and results are here, table_assets.py yields them): a check of its own

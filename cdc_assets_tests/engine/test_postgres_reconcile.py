@@ -14,7 +14,6 @@ from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.defs.names import TableNames
 from cdc_assets.engine import sources
 from cdc_assets_tests.engine.test_postgres_source import (
-    SOURCE_DDL,
     assert_target_equals_source,
     capture,
     enabled,
@@ -22,23 +21,11 @@ from cdc_assets_tests.engine.test_postgres_source import (
     run_ok,
     source_rows,
 )
-from cdc_assets_tests.support.config import write_config
 
 pytestmark = [pytest.mark.filterwarnings("ignore::dagster.BetaWarning"),
               pytest.mark.filterwarnings("ignore::dagster.PreviewWarning")]
 
 SECRET = "secret-note-value"
-
-
-@pytest.fixture(params=["changelog", "logical"])
-def orders(request, postgres_db, workdir):
-    """(cluster, database, cfg): public.orders captured by each method in turn."""
-    cluster, db = postgres_db
-    with cluster.connect(db) as conn:
-        conn.execute(SOURCE_DDL)
-    cfg = write_config(workdir, [{"name": "ORDERS", "source": cluster.url(db, "public.orders"),
-                                  "capture": request.param}])
-    return cluster, db, cfg
 
 
 def live_check(cfg) -> tuple[dg.AssetCheckEvaluation, dict]:
@@ -59,10 +46,10 @@ def changes(conn, rng: random.Random, base: int) -> None:
     conn.execute("DELETE FROM public.orders WHERE id = 3")
 
 
-def test_the_check_passes_when_the_target_equals_the_source(orders):
-    cluster, db, cfg = orders
+def test_the_check_passes_when_the_target_equals_the_source(orders_by_method):
+    cluster, db, cfg = orders_by_method
     rng = random.Random(41)
-    cfg = enabled(orders, 6, rng)
+    cfg = enabled(orders_by_method, 6, rng)
     run_ok(cfg)
     with cluster.connect(db) as conn:
         changes(conn, rng, 20)
@@ -75,12 +62,12 @@ def test_the_check_passes_when_the_target_equals_the_source(orders):
     assert capture(cfg, "check") == 0
 
 
-def test_a_target_row_changed_behind_the_tools_back_fails_the_check_naming_the_count(orders, capsys):
+def test_a_target_row_changed_behind_the_tools_back_fails_the_check_naming_the_count(orders_by_method, capsys):
     from deltalake import DeltaTable
 
-    cluster, db, cfg = orders
+    cluster, db, cfg = orders_by_method
     rng = random.Random(43)
-    cfg = enabled(orders, 6, rng)
+    cfg = enabled(orders_by_method, 6, rng)
     run_ok(cfg)
     target = DeltaTable(f"{cfg.table_dir('ORDERS')}/target")
     target.update(predicate="id = 4", updates={"note": f"'{SECRET}'"})
@@ -98,10 +85,10 @@ def test_a_target_row_changed_behind_the_tools_back_fails_the_check_naming_the_c
     assert SECRET not in out
 
 
-def test_changes_captured_or_extracted_but_not_applied_do_not_fail_the_check(orders):
-    cluster, db, cfg = orders
+def test_changes_captured_or_extracted_but_not_applied_do_not_fail_the_check(orders_by_method):
+    cluster, db, cfg = orders_by_method
     rng = random.Random(47)
-    cfg = enabled(orders, 8, rng)
+    cfg = enabled(orders_by_method, 8, rng)
     run_ok(cfg)
     with cluster.connect(db) as conn:
         changes(conn, rng, 20)  # keys (us, 20), (eu, 1), (eu, 2), (us, 2), (eu, 3)

@@ -231,17 +231,6 @@ def extracted_sequences(cfg) -> list[str]:
             for s in pq.read_table(os.path.join(folder, f)).column("_CHANGE_SEQUENCE_NUMBER").to_pylist()]
 
 
-@pytest.fixture(params=["changelog", "logical"])
-def orders_by_method(request, postgres_db, workdir):
-    """`orders`, captured by each method in turn."""
-    cluster, db = postgres_db
-    with cluster.connect(db) as conn:
-        conn.execute(SOURCE_DDL)
-    cfg = write_config(workdir, [{"name": "ORDERS", "source": cluster.url(db, "public.orders"),
-                                  "capture": request.param}])
-    return cluster, db, cfg
-
-
 def test_a_run_killed_between_the_extract_and_the_sources_release_loses_and_doubles_nothing(orders_by_method, cli):
     """Killed once the extract is in the warehouse and before the changelog's delete (or the slot's
     confirmation): the source still holds the changes, and the next run takes each exactly once."""
