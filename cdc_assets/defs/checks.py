@@ -21,9 +21,11 @@ import dagster as dg
 
 from ..core.apply_policy import format_duration
 from ..core.config import Config, TableConfig
+from ..core.errors import TransientError
 from ..core.postgres import is_postgresql
 from ..core.reconcile import discrepancies
 from ..engine import checks, postgres_logical, status
+from ..engine.errors import root_cause_of_exception
 from ..engine.landing import Batch
 from .metadata import as_metadata
 
@@ -103,7 +105,14 @@ def slot_retained_wal_check(table: TableConfig, source: dg.AssetKey, limit_mb: i
                                 "(max_retained_wal_mb); a warning: a slot nobody reads keeps every WAL file "
                                 "from its position on, until the server's disk fills.")
     def slot_retained_wal() -> dg.AssetCheckResult:
-        retained = postgres_logical.retained_wal(table)
+        try:
+            retained = postgres_logical.retained_wal(table)
+        except TransientError as e:
+            # The server did not answer: the WAL cannot be measured now. Said as the check's outcome,
+            # with its cause, rather than as a failed step's stack; the run's own error says the same.
+            return dg.AssetCheckResult(
+                passed=False, severity=dg.AssetCheckSeverity.WARN, description=root_cause_of_exception(e),
+                metadata=as_metadata({"server_answered": False, "max_retained_wal_mb": limit_mb}))
         # A warning, not an error: the capture is still exact, but the source's disk is filling.
         return dg.AssetCheckResult(
             passed=retained is not None and retained <= limit_mb * 2**20, severity=dg.AssetCheckSeverity.WARN,
