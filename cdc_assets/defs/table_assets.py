@@ -258,13 +258,23 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
     return out
 
 
+def _with_target(table: TableConfig, *keys: dg.AssetKey) -> dg.AssetSelection:
+    """Assets with their checks, but for the comparison with a live source: it reads the source table
+    and the target whole, so its own job runs it, never a batch's or an apply's run."""
+    selection = dg.AssetSelection.assets(*keys)
+    if not is_postgresql(table.source):
+        return selection
+    return selection - dg.AssetSelection.checks(dg.AssetCheckKey(TableNames(table.name).key("target"),
+                                                                  MATCHES_LIVE_SOURCE))
+
+
 def table_jobs(table: TableConfig) -> list:
     names = TableNames(table.name)
     jobs = [
         dg.define_asset_job(names.ingest_job, selection=[names.key("changes"), names.key("staging")],
                             partitions_def=batch_partitions(table),
                             description=f"Take one landed batch of {table.name} into changes and staging."),
-        dg.define_asset_job(names.apply_job, selection=[names.key("target")],
+        dg.define_asset_job(names.apply_job, selection=_with_target(table, names.key("target")),
                             partitions_def=target_partitions(table),
                             description=f"Apply {table.name}'s staged batches to target (tag cdc/apply=incremental), "
                                         "or rebuild the partitions a run names."),
@@ -273,7 +283,7 @@ def table_jobs(table: TableConfig) -> list:
         # One run per batch: an unpartitioned target shares the batches' job (a partitioned one has
         # partitions of its own, which Dagster does not mix with the batches' in one job).
         jobs.append(dg.define_asset_job(
-            names.batch_job, selection=[names.key("changes"), names.key("staging"), names.key("target")],
+            names.batch_job, selection=_with_target(table, names.key("changes"), names.key("staging"), names.key("target")),
             partitions_def=batch_partitions(table),
             description=f"Take one landed batch of {table.name} into changes and staging, and apply the staged "
                         "batches to target when the apply is due (the `apply:` policy; every batch staged)."))
@@ -303,7 +313,7 @@ def table_jobs(table: TableConfig) -> list:
     elif table.base_snapshot:
         # The import's run also builds target from it when the apply is then due (no batch waits
         # to be staged), as a batch's run applies what it stages: one Dagster run where two were.
-        jobs.append(dg.define_asset_job(names.base_job, selection=[names.key("base"), names.key("target")],
+        jobs.append(dg.define_asset_job(names.base_job, selection=_with_target(table, names.key("base"), names.key("target")),
                                         description=f"Import {table.name}'s base snapshot, and build target from "
                                                     "it when the apply is due."))
     return jobs

@@ -22,7 +22,6 @@ or value leaves this module: the result holds counts.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -35,8 +34,6 @@ from .bigquery_source import extracts_dir
 from .landing import registered
 from .step_results import Figures
 from .tables import TARGET, path
-
-FLUSH_WAIT_SECONDS = 10.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,7 +77,7 @@ def reconcile_live(table: TableConfig, table_dir: str) -> LiveReconciliation:
             keys = tuple(table.keys)
             pending = _Pending(set())
             if table.capture == "logical":
-                _slot_pending(conn, source, cols, keys, pending, where)
+                _slot_pending(conn, table, source, cols, keys, pending, where)
             else:
                 _changelog_pending(conn, source, cols, keys, pending)
             _extracts_pending(table_dir, applied, cols, keys, pending)  # listed after S
@@ -131,18 +128,20 @@ def _changelog_pending(conn, source: postgres.PgSource, cols, keys: Sequence[str
                 pending.keys.add(_key([v[i] for v in values], types))
 
 
-def _slot_pending(conn, source: postgres.PgSource, cols, keys: Sequence[str], pending: _Pending, where: str) -> None:
-    """The keys of the slot's changes, peeked once the WAL is flushed past every commit S sees (a
-    commit is visible before its record is flushed when synchronous_commit is off)."""
+def _slot_pending(conn, table: TableConfig, source: postgres.PgSource, cols, keys: Sequence[str], pending: _Pending,
+                  where: str) -> None:
+    """The keys of the slot's changes, peeked once the WAL is flushed past every commit S sees.
+    Decoding reads only flushed WAL, and with synchronous_commit off a commit is visible before its
+    record is flushed: a transaction of its own, committed synchronously after S was taken, has its
+    commit record after every commit S sees, and flushes the WAL up to it."""
     names = postgres_logical.slot_names(source)
     if not postgres_logical._slot_exists(conn, names):
         raise ps.SourceError(f"{where}: capture is not enabled: its replication slot {names.slot} is gone")
-    inserted = postgres_logical._lsn(str(ps._one(conn, "SELECT pg_current_wal_insert_lsn()::text", ())))
-    deadline = time.monotonic() + FLUSH_WAIT_SECONDS
-    while postgres_logical._lsn(str(ps._one(conn, "SELECT pg_current_wal_flush_lsn()::text", ()))) < inserted:
-        if time.monotonic() > deadline:
-            raise ps.SourceUnavailable(f"{where}: the server's WAL was not flushed within {FLUSH_WAIT_SECONDS:.0f}s")
-        time.sleep(0.05)
+    _, flusher = ps.connect(table)
+    with flusher:
+        flusher.execute("SET LOCAL synchronous_commit = on")
+        flusher.execute("SELECT pg_current_xact_id()")  # an xid: the commit writes (and flushes) a record
+        flusher.commit()
     by_name = {c.name: c for c in cols}
     types = [postgres.column_type(by_name[k]) for k in keys]
     for change in pgoutput.changes(postgres_logical._peek(conn, names, None), source.schema, source.table, keys):
