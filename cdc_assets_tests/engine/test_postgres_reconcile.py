@@ -46,11 +46,17 @@ def changes(conn, rng: random.Random, base: int) -> None:
     conn.execute("DELETE FROM public.orders WHERE id = 3")
 
 
-def test_the_check_passes_when_the_target_equals_the_source(orders_by_method):
-    cluster, db, cfg = orders_by_method
-    rng = random.Random(41)
-    cfg = enabled(orders_by_method, 6, rng)
+def base_applied(orders, rows: int, seed: int):
+    """`rows` rows captured by `capture enable` and applied by a run: (cluster, database, cfg, rng)."""
+    cluster, db, _ = orders
+    rng = random.Random(seed)
+    cfg = enabled(orders, rows, rng)
     run_ok(cfg)
+    return cluster, db, cfg, rng
+
+
+def test_the_check_passes_when_the_target_equals_the_source(orders_by_method):
+    cluster, db, cfg, rng = base_applied(orders_by_method, 6, 41)
     with cluster.connect(db) as conn:
         changes(conn, rng, 20)
     # it reads both tables whole: a run never evaluates it (its own job does)
@@ -66,10 +72,7 @@ def test_the_check_passes_when_the_target_equals_the_source(orders_by_method):
 def test_a_target_row_changed_behind_the_tools_back_fails_the_check_naming_the_count(orders_by_method, capsys):
     from deltalake import DeltaTable
 
-    cluster, db, cfg = orders_by_method
-    rng = random.Random(43)
-    cfg = enabled(orders_by_method, 6, rng)
-    run_ok(cfg)
+    cluster, db, cfg, _ = base_applied(orders_by_method, 6, 43)
     target = DeltaTable(f"{cfg.table_dir('ORDERS')}/target")
     target.update(predicate="id = 4", updates={"note": f"'{SECRET}'"})
     target.delete("id = 5")
@@ -87,10 +90,7 @@ def test_a_target_row_changed_behind_the_tools_back_fails_the_check_naming_the_c
 
 
 def test_changes_captured_or_extracted_but_not_applied_do_not_fail_the_check(orders_by_method):
-    cluster, db, cfg = orders_by_method
-    rng = random.Random(47)
-    cfg = enabled(orders_by_method, 8, rng)
-    run_ok(cfg)
+    cluster, db, cfg, rng = base_applied(orders_by_method, 8, 47)
     with cluster.connect(db) as conn:
         changes(conn, rng, 20)  # keys (us, 20), (eu, 1), (eu, 2), (us, 2), (eu, 3)
     sources.extract_new_rows(cfg.table("ORDERS"), cfg.table_dir("ORDERS"))  # in the warehouse, not applied
