@@ -654,3 +654,30 @@ def test_run_against_a_stopped_database_exits_75_naming_the_table_and_the_cause_
     assert "Connection refused" in done.stderr or "connection failed" in done.stderr, done.stderr
     assert password not in done.stdout + done.stderr
     assert "Traceback" not in done.stderr and 'File "' not in done.stderr, done.stderr  # causes, not stacks
+
+
+def test_one_sensor_for_all_tables_goes_on_with_the_other_tables_while_a_postgresql_source_is_down(postgres_db,
+                                                                                                  workdir):
+    """A source that does not answer is one table's trouble: the tick of the sensor for all tables still
+    asks for the run of a table whose files landed."""
+    from cdc_assets.defs.definitions import build_definitions
+    from cdc_assets.defs.sensors import ALL_TABLES_SENSOR
+    from cdc_assets_tests.defs.test_sensor import Daemon
+    from cdc_assets_tests.support.expected import KEY
+    from cdc_assets_tests.support.feeds import generate, publish
+
+    cluster, db = postgres_db
+    with cluster.connect(db) as conn:
+        conn.execute(SOURCE_DDL)
+    feed = generate(workdir, table="SHIPMENTS", changes=50, batches=1, files_per_batch=1, seed=61)
+    cfg = write_config(workdir, [{"name": "ORDERS", "source": cluster.url(db, "public.orders")},
+                                 {"name": "SHIPMENTS", "keys": [KEY], "format": "datastream-json"}])
+    cfg = enabled((cluster, db, cfg), 2, random.Random(61))
+    publish(feed, cfg, "SHIPMENTS", 1)
+    cluster.kill()
+    try:
+        with dg.instance_for_test() as instance:
+            data = Daemon(build_definitions(cfg), instance, sensor=ALL_TABLES_SENSOR).tick()
+    finally:
+        cluster.start()
+    assert "SHIPMENTS_batch_job" in [r.job_name for r in data.run_requests]
