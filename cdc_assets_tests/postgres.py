@@ -93,3 +93,7 @@ def postgres_db(postgres_cluster) -> Iterator[tuple[Cluster, str]]:
     with postgres_cluster.connect() as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     yield postgres_cluster, name
+    # a logical-capture test's slot outlives its test: the server's slots are few (max_replication_slots)
+    with postgres_cluster.connect() as conn:
+        conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = %s",
+                     (name,))

@@ -13,11 +13,12 @@ def register(sub) -> None:
                                    "cdc_assets of the source's database (capture: logical: a publication and a "
                                    "replication slot) and takes the table's base snapshot; `disable` removes every "
                                    "object enable made; `status` shows the changes waiting, the oldest one's age "
-                                   "and a slot's retained WAL. Exit 1: a table failed; 2: cdc.yaml is not valid, "
+                                   "and a slot's retained WAL; `check` compares the target with the live source table "
+                                   "(the matches_live_source check). Exit 1: a table failed or differs; 2: cdc.yaml is not valid, "
                                    "names no such table, or the table has no PostgreSQL source.")
-    p.add_argument("action", choices=("enable", "disable", "status"),
+    p.add_argument("action", choices=("enable", "disable", "status", "check"),
                    help="enable: start capturing (and take the base); disable: remove what enable made; "
-                        "status: the changes waiting")
+                        "status: the changes waiting; check: the target against the live source")
     p.add_argument("tables", nargs="*", help="the tables (default: every table with a PostgreSQL source)")
     p.add_argument("--config", default="cdc.yaml", help="path of cdc.yaml (default ./cdc.yaml)")
     p.set_defaults(func=main)
@@ -26,6 +27,7 @@ def register(sub) -> None:
 def main(args) -> int:
     from ..core.postgres import is_postgresql
     from ..engine import sources
+    from ..engine.checks import live_reconciliation
     from ..engine.lock import table_lock
 
     cfg = config_or_none(args.config)
@@ -40,6 +42,7 @@ def main(args) -> int:
             print(f"cdc-assets: {cfg.path}: table {others[0]} has no postgresql:// source", file=sys.stderr)
             return 2
     tables = [t for t in tables if is_postgresql(t.source)]
+    mismatched: list[str] = []  # tables whose target differs from the live source (`check`)
 
     def act(table) -> None:
         if args.action == "enable":
@@ -49,6 +52,18 @@ def main(args) -> int:
                   f"{done.base_rows} rows")
         elif args.action == "disable":
             print(f"{table.name}: capture disabled; removed {'; '.join(sources.disable(table))}")
+        elif args.action == "check":
+            r = live_reconciliation(cfg, table)
+            if not r.target_exists:
+                print(f"{table.name}: no target yet: nothing to compare")
+                return
+            print(f"{table.name}: " + ("a truncate is pending: nothing compared" if r.truncate_pending else
+                                       f"{'matches' if r.matches else 'DIFFERS FROM'} the live source: "
+                                       f"{r.rows_compared} rows compared, {r.pending_keys} pending keys left out, "
+                                       f"{r.mismatches} mismatches ({r.missing_rows} missing, {r.extra_rows} extra, "
+                                       f"{r.differing_rows} differing)"))
+            if not r.matches:
+                mismatched.append(table.name)
         else:
             s = sources.status(table)
             print(f"{table.name}: " + (f"{s.waiting} changes waiting"
@@ -57,4 +72,5 @@ def main(args) -> int:
                                           if s.retained_wal is not None else "")
                                        if s.enabled else "capture not enabled"))
 
-    return each_table(tables, act)
+    status = each_table(tables, act)
+    return 1 if mismatched else status

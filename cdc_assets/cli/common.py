@@ -5,6 +5,9 @@ import sys
 
 from ..core.config import Config, ConfigError, TableConfig, load_config
 
+# sysexits' EX_TEMPFAIL: the same command may succeed when run again (a scheduler may retry it)
+TRY_AGAIN = 75
+
 
 def config_or_none(path: str) -> Config | None:
     """The configuration, or None after printing why it is not valid (the command then exits 2)."""

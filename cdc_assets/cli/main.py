@@ -11,6 +11,7 @@ from ..core.config import ConfigError
 from ..core.errors import CdcError
 from ..engine.settings import settings
 from . import capture, demo, generate, init, maintain, read, rekey, run, spark, status, ui, versions
+from .common import TRY_AGAIN
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,8 +32,6 @@ def main(argv: list[str] | None = None) -> int:
     return _command(argv)
 
 
-# sysexits' EX_TEMPFAIL: the same command may succeed when run again (a scheduler may retry it)
-TRY_AGAIN = 75
 
 
 def exit_status(error: CdcError) -> int:

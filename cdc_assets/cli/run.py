@@ -4,14 +4,15 @@ from __future__ import annotations
 import sys
 
 from ..defs.pool_watch import POOL_WAIT_SECONDS, stop_on_signals
-from .common import config_or_none
+from .common import TRY_AGAIN, config_or_none
 
 
 def register(sub) -> None:
     p = sub.add_parser("run", help="apply every complete change file no earlier run took",
                        description="Register the complete change files no earlier run took as a batch per table, "
                                    "materialize the tables' assets for it through the Dagster jobs, run the checks, "
-                                   "and print one line per table. Exit 0: every table succeeded; 1: a table failed; "
+                                   "and print one line per table. Exit 0: every table succeeded; 1: a table failed; 75: every "
+                                   "failed table may succeed when run again (a source that did not answer); "
                                    "2: cdc.yaml is not valid or --table names no table in it.")
     p.add_argument("--config", default="cdc.yaml", help="path of cdc.yaml (default ./cdc.yaml)")
     p.add_argument("--table", action="append", help="only this table (repeatable)")
@@ -66,7 +67,7 @@ def main(args) -> int:
     if getattr(args, "console", False):
         stop_on_signals()
     from ..defs.definitions import build_definitions
-    from ..defs.run_loop import run_config, run_in_processes
+    from ..defs.run_loop import Finished, run_config, run_in_processes
     from ..engine import spark
 
     def progress(line: str) -> None:
@@ -75,8 +76,15 @@ def main(args) -> int:
     spark.announce = progress
     selected = [t.name for t in cfg.tables if not args.table or t.name in args.table]
     if args.parallel > 1 and len(selected) > 1:
-        return 0 if all(run_in_processes(cfg.path, selected, args.parallel, args.json, build_definitions,
-                                         pool_wait=args.pool_wait)) else 1
+        return _status(run_in_processes(cfg.path, selected, args.parallel, args.json, build_definitions,
+                                        pool_wait=args.pool_wait))
     outcomes = run_config(cfg, build_definitions, args.table, as_json=args.json, progress=progress,
                           pool_wait=args.pool_wait)
-    return 0 if all(o.ok for o in outcomes) else 1
+    return _status([Finished(o.ok, o.retryable) for o in outcomes])
+
+
+def _status(finished) -> int:
+    """0 when every table succeeded; 75 (EX_TEMPFAIL) when every failed table may succeed if run again (a
+    source that did not answer), so a scheduler retries exactly those runs; 1 otherwise."""
+    failed = [f.retryable for f in finished if not f.ok]
+    return 0 if not failed else TRY_AGAIN if all(failed) else 1

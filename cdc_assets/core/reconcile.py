@@ -1,9 +1,12 @@
-"""Reconciliation against a source export (seed 000's validation): counts and row by row."""
+"""Reconciliation against a source export (seed 000's validation): counts and row by row; and against a
+live source, by digests of buckets of keys."""
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 
 from .figures import Figures
@@ -91,3 +94,107 @@ def same_value(source: Value, target: Value) -> bool:
 def discrepancies(report: Report) -> int:
     """Rows that differ, plus export rows that could not be read (they cannot be vouched for)."""
     return report.missing_rows + report.extra_rows + report.differing_rows + (report.unreadable_source_rows or 0)
+
+
+# ---- a live source compared with the target, bucket by bucket ----------------------------------
+# Neither side is held whole: each row is reduced to (its key's digest, its row's digest), the
+# row digests are summed per bucket of keys, and only the keys of buckets whose sums differ are
+# looked at one by one, in a second pass over both sides.
+
+BUCKETS = 1024
+_MOD = 1 << 128
+
+
+class _Misfit:
+    """A value that does not fit its column's type: it equals nothing the target can hold."""
+
+    def __repr__(self) -> str:
+        return "misfit"
+
+
+MISFIT = _Misfit()
+
+
+def typed(value: object, type_: str) -> object:
+    """A value as a target column of `type_` holds it (both sides go through this, so a value
+    compares by its column's type: 12.5 and 12.50 in a decimal(12,2) are one value)."""
+    try:
+        return convert(value, type_)
+    except Misfit:
+        return MISFIT
+
+
+def key_digest(key_values: Sequence[object]) -> bytes:
+    """A key's identity (typed values, as `typed` gives them), 16 bytes: keys are compared and kept
+    by it, never by their values."""
+    return hashlib.blake2b(key_text(key_values).encode(), digest_size=16).digest()
+
+
+def _encoded(value: object) -> str:
+    if value is None:
+        return "\x00"
+    if isinstance(value, bytes):
+        text = value.hex()
+    elif isinstance(value, float):
+        text = repr(value)
+    elif isinstance(value, (dt.date, dt.datetime)):
+        text = value.isoformat()
+    else:
+        text = str(value)
+    return f"{type(value).__name__}\x02{text}"
+
+
+def row_digest(key: bytes, values: Sequence[object]) -> int:
+    """A row's digest: its key's and every value's, with its type (a text '5' is not the number 5)."""
+    h = hashlib.blake2b(key, digest_size=16)
+    h.update("\x1f".join(_encoded(v) for v in values).encode("utf-8", "surrogatepass"))
+    return int.from_bytes(h.digest(), "big")
+
+
+def bucket_of(key: bytes, buckets: int = BUCKETS) -> int:
+    return int.from_bytes(key[:8], "big") % buckets
+
+
+class BucketSums:
+    """Per bucket of keys: how many rows, and the sum of their digests (modulo 2**128)."""
+
+    def __init__(self, buckets: int = BUCKETS):
+        self.buckets = buckets
+        self.rows = 0
+        self.counts = [0] * buckets
+        self.sums = [0] * buckets
+
+    def add(self, key: bytes, digest: int) -> None:
+        b = bucket_of(key, self.buckets)
+        self.rows += 1
+        self.counts[b] += 1
+        self.sums[b] = (self.sums[b] + digest) % _MOD
+
+    def differing(self, other: BucketSums) -> set[int]:
+        return {b for b in range(self.buckets)
+                if self.counts[b] != other.counts[b] or self.sums[b] != other.sums[b]}
+
+
+@dataclass(frozen=True)
+class KeyDifferences:
+    missing: int  # keys in the source, not in the target
+    extra: int  # keys in the target, not in the source (a key twice in the target counts once more)
+    differing: int  # keys in both whose rows differ
+
+    @property
+    def total(self) -> int:
+        return self.missing + self.extra + self.differing
+
+
+def key_differences(source: Iterable[tuple[bytes, int]], target: Iterable[tuple[bytes, int]]) -> KeyDifferences:
+    """The differing keys of some buckets, counted: (key digest, row digest) pairs of each side."""
+    theirs: dict[bytes, int] = {}
+    repeated = 0
+    for key, digest in target:
+        if key in theirs:
+            repeated += 1
+        theirs[key] = digest
+    ours = dict(source)
+    return KeyDifferences(missing=sum(1 for k in ours if k not in theirs),
+                          extra=sum(1 for k in theirs if k not in ours) + repeated,
+                          differing=sum(1 for k, d in ours.items() if k in theirs and theirs[k] != d))

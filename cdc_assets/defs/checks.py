@@ -1,6 +1,10 @@
 """Asset checks beside their assets: key uniqueness, batch accounting, reconciliation, freshness,
 and the WAL a `capture: logical` source's replication slot retains.
 
+A table with a PostgreSQL source also has `matches_live_source` on target, a check of its own
+(its own job runs it, launched from the UI or a schedule; `cdc-assets capture check` makes the same
+comparison): it reads the whole source table and the whole target, too much for every run.
+
 Key uniqueness and reconciliation are evaluated by target's own step, batch accounting by
 staging's (their specs and results are here, table_assets.py yields them): a check of its own
 would be a step of its own, and a step costs a run about a tenth of a second outside its work.
@@ -17,8 +21,11 @@ import dagster as dg
 
 from ..core.apply_policy import format_duration
 from ..core.config import Config, TableConfig
+from ..core.errors import TransientError
+from ..core.postgres import is_postgresql
 from ..core.reconcile import discrepancies
 from ..engine import checks, postgres_logical, status
+from ..engine.errors import root_cause_of_exception
 from ..engine.landing import Batch
 from .metadata import as_metadata
 
@@ -27,6 +34,7 @@ BATCH_ACCOUNTED = "batch_accounted"
 RECONCILES_WITH_SOURCE = "reconciles_with_source"
 WITHIN_MAX_STALENESS = "within_max_staleness"
 SLOT_RETAINED_WAL = "slot_retained_wal"
+MATCHES_LIVE_SOURCE = "matches_live_source"
 
 
 def staging_check_specs(staging: dg.AssetKey, batches: dg.PartitionsDefinition) -> list[dg.AssetCheckSpec]:
@@ -72,7 +80,23 @@ def table_checks(cfg: Config, table: TableConfig, target: dg.AssetKey,
     own = [within_max_staleness_check(cfg, table, target, max_staleness)] if max_staleness is not None else []
     if table.max_retained_wal_mb is not None:
         own.append(slot_retained_wal_check(table, source, table.max_retained_wal_mb))
+    if is_postgresql(table.source):
+        own.append(matches_live_source_check(cfg, table, target))
     return own
+
+
+def matches_live_source_check(cfg: Config, table: TableConfig, target: dg.AssetKey) -> dg.AssetChecksDefinition:
+    @dg.asset_check(asset=target, name=MATCHES_LIVE_SOURCE,
+                    description="Every key of the live PostgreSQL table that no pending change touches (captured, "
+                                "extracted or staged, not applied yet) has the same row in target, compared at one "
+                                "consistent point while capture runs; an error on any difference.")
+    def matches_live_source() -> dg.AssetCheckResult:
+        figures = checks.live_reconciliation(cfg, table)
+        # An error, not a warning: the changes in flight are left out, so a difference is a wrong row.
+        return dg.AssetCheckResult(passed=figures.matches, severity=dg.AssetCheckSeverity.ERROR,
+                                   metadata=as_metadata(figures.to_metadata()))
+
+    return matches_live_source
 
 
 def slot_retained_wal_check(table: TableConfig, source: dg.AssetKey, limit_mb: int) -> dg.AssetChecksDefinition:
@@ -81,7 +105,14 @@ def slot_retained_wal_check(table: TableConfig, source: dg.AssetKey, limit_mb: i
                                 "(max_retained_wal_mb); a warning: a slot nobody reads keeps every WAL file "
                                 "from its position on, until the server's disk fills.")
     def slot_retained_wal() -> dg.AssetCheckResult:
-        retained = postgres_logical.retained_wal(table)
+        try:
+            retained = postgres_logical.retained_wal(table)
+        except TransientError as e:
+            # The server did not answer: the WAL cannot be measured now. Said as the check's outcome,
+            # with its cause, rather than as a failed step's stack; the run's own error says the same.
+            return dg.AssetCheckResult(
+                passed=False, severity=dg.AssetCheckSeverity.WARN, description=root_cause_of_exception(e),
+                metadata=as_metadata({"server_answered": False, "max_retained_wal_mb": limit_mb}))
         # A warning, not an error: the capture is still exact, but the source's disk is filling.
         return dg.AssetCheckResult(
             passed=retained is not None and retained <= limit_mb * 2**20, severity=dg.AssetCheckSeverity.WARN,

@@ -45,5 +45,9 @@ class TableNames:
     def capture_check_job(self) -> str:
         return f"{self.table}_capture_check_job"
 
+    @property
+    def live_source_job(self) -> str:
+        return f"{self.table}_live_source_check_job"
+
     def key(self, asset: str) -> dg.AssetKey:
         return dg.AssetKey([self.table, asset])

@@ -14,6 +14,7 @@ import traceback
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import dagster as dg
 
@@ -21,7 +22,7 @@ from ..core.config import Config, TableConfig
 from ..core.plan import Ingest
 from ..engine import bigquery_publish as publishing
 from ..engine import faults, history, sources
-from ..engine.errors import root_cause_of_exception, root_cause_of_info
+from ..engine.errors import retryable, root_cause_of_exception, root_cause_of_info
 from ..engine.landing import Batch, register_new_batch
 from ..engine.lock import table_lock
 from ..engine.retry import on_conflict
@@ -61,6 +62,7 @@ class TableOutcome:
     figures: dict = field(default_factory=dict)  # asset -> last materialization metadata
     checks: dict = field(default_factory=dict)  # check name -> passed
     error: str | None = None
+    retryable: bool = False  # it failed, and running it again may succeed (a server did not answer)
     seconds: float = 0.0
     warning: str | None = None  # said in the summary line; the table still succeeds
     waiting: str | None = None  # why the merge into target waits (apply: min_changes / max_staleness)
@@ -224,6 +226,7 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
     except Exception as e:  # noqa: BLE001 - one failing table never stops the others
         outcome.ok = False
         outcome.error = root_cause_of_exception(e)
+        outcome.retryable = retryable(e)
         if settings().debug:
             traceback.print_exc()
     if table.max_retained_wal_mb is not None:
@@ -235,14 +238,20 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
     return outcome
 
 
+class Finished(NamedTuple):
+    """How a table's cycle ended, as a worker process reports it."""
+    ok: bool
+    retryable: bool  # failed, and running it again may succeed
+
+
 def run_in_processes(config_path: str, tables: list[str], processes: int, as_json: bool, build: Build, echo=None,
-                     pool_wait: float = POOL_WAIT_SECONDS) -> list[bool]:
+                     pool_wait: float = POOL_WAIT_SECONDS) -> list[Finished]:
     """The tables' cycles in `processes` worker processes, tables handed out one at a time as
     workers free up: each worker has its own Dagster definitions, instance (the same DAGSTER_HOME
     when set) and, when a step needs one, Spark session (or the configuration's Spark Connect server,
     which they then share). An incremental apply needs no Spark, so small batches of many tables
-    proceed side by side. Lines go out (printed, or to `echo`) as each table finishes; returns whether
-    each succeeded. `build`: a module-level function (the workers are handed it by name) that makes the
+    proceed side by side. Lines go out (printed, or to `echo`) as each table finishes; returns how
+    each ended. `build`: a module-level function (the workers are handed it by name) that makes the
     definitions of a configuration (defs/definitions.build_definitions)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -253,15 +262,15 @@ def run_in_processes(config_path: str, tables: list[str], processes: int, as_jso
         futures = [pool.submit(_run_one, config_path, name, as_json, build, pool_wait) for name in tables]
         results = []
         for future in as_completed(futures):
-            lines, ok = future.result()
+            lines, finished = future.result()
             for line in lines:
                 print(line, flush=True) if echo is None else echo(line)
-            results.append(ok)
+            results.append(finished)
         return results
 
 
-def _run_one(config_path: str, table: str, as_json: bool, build: Build, pool_wait: float) -> tuple[list[str], bool]:
-    """One table's cycle in a worker process (run_in_processes): its output lines and whether it succeeded."""
+def _run_one(config_path: str, table: str, as_json: bool, build: Build, pool_wait: float) -> tuple[list[str], Finished]:
+    """One table's cycle in a worker process (run_in_processes): its output lines and how it ended."""
     from ..core.config import load_config
 
     stop_on_signals()  # a stopped worker also ends the run it executes and frees its pool
@@ -274,7 +283,7 @@ def _run_one(config_path: str, table: str, as_json: bool, build: Build, pool_wai
     lines: list[str] = []
     outcomes = run_config(load_config(config_path), build, [table], echo=lines.append, as_json=as_json,
                           progress=progress, pool_wait=pool_wait)
-    return lines, all(o.ok for o in outcomes)
+    return lines, Finished(all(o.ok for o in outcomes), any(o.retryable for o in outcomes))
 
 
 def run_config(cfg: Config, build: Build, only=None, echo=print, as_json=False, progress=None,
@@ -301,6 +310,8 @@ def run_config(cfg: Config, build: Build, only=None, echo=print, as_json=False, 
             lines = used + [summary_line(outcome)]
         for line in lines:
             echo(line, flush=True) if echo is print else echo(line)
+        if not outcome.ok and outcome.error and progress is not None:
+            progress(f"{outcome.table}: FAILED: {outcome.error}")  # the cause also where errors go
         outcomes.append(outcome)
     return outcomes
 

@@ -109,7 +109,8 @@ def _cycle_job(cfg: Config, cycle: Cycle, definitions: Callable[[], dg.Definitio
         chosen = [t.name for t in cycle.tables if not config.tables or t.name in config.tables]
         if cycle.parallel > 1 and len(chosen) > 1:
             # the tables in processes side by side, as `cdc-assets run --parallel`
-            ok = run_in_processes(cfg.path, chosen, cycle.parallel, as_json=False, build=build, echo=context.log.info)
+            ok = [f.ok for f in run_in_processes(cfg.path, chosen, cycle.parallel, as_json=False, build=build,
+                                                 echo=context.log.info)]
             if not all(ok):
                 raise dg.Failure(f"cycle {cycle.name}: {ok.count(False)} table(s) failed (see the lines above)")
             return

@@ -17,9 +17,11 @@ from typing import NamedTuple
 import dagster as dg
 
 from ..core.config import Config, TableConfig
+from ..core.errors import TransientError
 from ..core.plan import Ingest
 from ..engine import delta, faults, sources
 from ..engine import gcs as gcs_landing
+from ..engine.errors import root_cause_of_exception
 from ..engine.landing import Batch, ListingCursor, batches_path, register_new_batch, scan_landing
 from ..engine.lock import table_lock
 from ..engine.retry import on_conflict
@@ -63,10 +65,12 @@ def run_key_scope(table_dir: str, name: str = "batches") -> str:
 
 class Registration(NamedTuple):
     """What a tick's registration did: the batch it registered, whether another run held the table
-    (nothing registered then), and the listing cursor to keep (a gs:// landing's; None otherwise)."""
+    (nothing registered then), the listing cursor to keep (a gs:// landing's; None otherwise), and
+    why the table's source could not be read (a server that did not answer), if it could not."""
     batch: Batch | None
     busy: bool
     cursor: str | None
+    unavailable: str | None = None
 
 
 def register_landed(cfg: Config, table: TableConfig, cursor: str | None, log, storage_client=None, bigquery=None,
@@ -79,11 +83,17 @@ def register_landed(cfg: Config, table: TableConfig, cursor: str | None, log, st
     table_dir = cfg.table_dir(table.name)
     landing = cfg.landing_dir(table.name)
     on_gcs = gcs_landing.is_gcs(landing)
-    new, busy = None, False
+    new, busy, unavailable = None, False, None
     try:
         with table_lock(table_dir, timeout=lock_seconds):
             if table.source:  # the source's new rows become an extract, then a batch like a landed file
-                sources.extract_new_rows(table, table_dir, bigquery)
+                try:
+                    sources.extract_new_rows(table, table_dir, bigquery)
+                except TransientError as e:
+                    # a source that does not answer loses nothing (it keeps what no extract took): the
+                    # tick goes on with what is in the warehouse, and a later tick extracts
+                    unavailable = root_cause_of_exception(e)
+                    log.warning(unavailable)
             scan = scan_landing(landing, ListingCursor.from_json(cursor), time.time(), storage_client)
             # a registration that loses a commit race (an object store, no lock) is re-run, not failed
             new = on_conflict(lambda: register_new_batch(landing, table_dir, scan.found),
@@ -93,10 +103,11 @@ def register_landed(cfg: Config, table: TableConfig, cursor: str | None, log, st
         busy = True
     if new is not None:
         faults.point("sensor.batch_registered")  # in the ledger; no partition, no run request yet
-    return Registration(new, busy, cursor)
+    return Registration(new, busy, cursor, unavailable)
 
 
-def plan_requests(instance, cfg: Config, table: TableConfig, new, busy: bool) -> tuple[list, list, str | None]:
+def plan_requests(instance, cfg: Config, table: TableConfig, new, busy: bool,
+                  unavailable: str | None = None) -> tuple[list, list, str | None]:
     """The runs the ledger and the Delta tables call for now, as the sensor asks for them: (run
     requests, batch partitions the instance does not know yet, the skip reason when no run is due).
     The base import and the next batch's run are asked for together (core/plan.py). A batch's run
@@ -129,7 +140,8 @@ def plan_requests(instance, cfg: Config, table: TableConfig, new, busy: bool) ->
     # The history and the BigQuery copy follow by Declarative Automation (defs/automation.py).
     waits = held_reason(steps)
     skip_reason = None if requests else (
-        f"{table.name} is busy (another run holds it): new files are registered by a later tick" if busy
+        unavailable if unavailable
+        else f"{table.name} is busy (another run holds it): new files are registered by a later tick" if busy
         else f"{table.name}: a batch run is unfinished; it applies what it stages" if in_flight
         else f"{table.name}: {waits}" if waits
         else f"nothing new for {table.name}" + (f" (registered {new.id})" if new else ""))
@@ -166,7 +178,8 @@ def tick_table(context: dg.SensorEvaluationContext, cfg: Config, table: TableCon
     registered = register_landed(
         cfg, table, cursor, context.log, storage_client=context.resources.gcs if on_gcs else None,
         bigquery=context.resources.bigquery if table.reads_bigquery else None, lock_seconds=lock_seconds)
-    requests, missing, skip_reason = plan_requests(context.instance, cfg, table, registered.batch, registered.busy)
+    requests, missing, skip_reason = plan_requests(context.instance, cfg, table, registered.batch, registered.busy,
+                                                   registered.unavailable)
     return TableTick(requests, missing, skip_reason, registered.cursor)
 
 

@@ -30,6 +30,7 @@ from ..engine.retry import on_conflict
 from ..engine.table_layout import path
 from . import dagster_fixes  # noqa: F401 - a waiting step sleeps; the storages reuse their engines
 from .checks import (
+    MATCHES_LIVE_SOURCE,
     SLOT_RETAINED_WAL,
     WITHIN_MAX_STALENESS,
     batch_accounted,
@@ -257,13 +258,23 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
     return out
 
 
+def _with_target(table: TableConfig, *keys: dg.AssetKey) -> dg.AssetSelection:
+    """Assets with their checks, but for the comparison with a live source: it reads the source table
+    and the target whole, so its own job runs it, never a batch's or an apply's run."""
+    selection = dg.AssetSelection.assets(*keys)
+    if not is_postgresql(table.source):
+        return selection
+    return selection - dg.AssetSelection.checks(dg.AssetCheckKey(TableNames(table.name).key("target"),
+                                                                  MATCHES_LIVE_SOURCE))
+
+
 def table_jobs(table: TableConfig) -> list:
     names = TableNames(table.name)
     jobs = [
         dg.define_asset_job(names.ingest_job, selection=[names.key("changes"), names.key("staging")],
                             partitions_def=batch_partitions(table),
                             description=f"Take one landed batch of {table.name} into changes and staging."),
-        dg.define_asset_job(names.apply_job, selection=[names.key("target")],
+        dg.define_asset_job(names.apply_job, selection=_with_target(table, names.key("target")),
                             partitions_def=target_partitions(table),
                             description=f"Apply {table.name}'s staged batches to target (tag cdc/apply=incremental), "
                                         "or rebuild the partitions a run names."),
@@ -272,7 +283,7 @@ def table_jobs(table: TableConfig) -> list:
         # One run per batch: an unpartitioned target shares the batches' job (a partitioned one has
         # partitions of its own, which Dagster does not mix with the batches' in one job).
         jobs.append(dg.define_asset_job(
-            names.batch_job, selection=[names.key("changes"), names.key("staging"), names.key("target")],
+            names.batch_job, selection=_with_target(table, names.key("changes"), names.key("staging"), names.key("target")),
             partitions_def=batch_partitions(table),
             description=f"Take one landed batch of {table.name} into changes and staging, and apply the staged "
                         "batches to target when the apply is due (the `apply:` policy; every batch staged)."))
@@ -289,13 +300,20 @@ def table_jobs(table: TableConfig) -> list:
             names.capture_check_job, selection=dg.AssetSelection.checks(dg.AssetCheckKey(names.key(SOURCE),
                                                                                          SLOT_RETAINED_WAL)),
             description=f"Evaluate {table.name}'s {SLOT_RETAINED_WAL} check: the WAL its replication slot keeps."))
+    if is_postgresql(table.source):
+        # The comparison with the live source alone: it reads both tables whole, so a user launches
+        # or schedules it (or `cdc-assets capture check`), not every run.
+        jobs.append(dg.define_asset_job(
+            names.live_source_job, selection=dg.AssetSelection.checks(dg.AssetCheckKey(names.key("target"),
+                                                                                        MATCHES_LIVE_SOURCE)),
+            description=f"Evaluate {table.name}'s {MATCHES_LIVE_SOURCE} check: target against the live source."))
     if table.base_snapshot and table.partition_by:
         jobs.append(dg.define_asset_job(names.base_job, selection=[names.key("base")],
                                         description=f"Import {table.name}'s base snapshot."))
     elif table.base_snapshot:
         # The import's run also builds target from it when the apply is then due (no batch waits
         # to be staged), as a batch's run applies what it stages: one Dagster run where two were.
-        jobs.append(dg.define_asset_job(names.base_job, selection=[names.key("base"), names.key("target")],
+        jobs.append(dg.define_asset_job(names.base_job, selection=_with_target(table, names.key("base"), names.key("target")),
                                         description=f"Import {table.name}'s base snapshot, and build target from "
                                                     "it when the apply is due."))
     return jobs

@@ -14,7 +14,7 @@ from ..core.figures import Figures
 from ..core.formats import parse_snapshot
 from ..core.ordering import origin
 from ..core.target import DELETED
-from . import delta, key_spans, spark_files, storage
+from . import delta, key_spans, postgres_reconcile, spark_files, storage
 from .settings import settings
 from .table_layout import CHANGES, CHANGES_TRIM, QUARANTINE, STAGING, STAGING_TRIM, TARGET, path
 
@@ -201,3 +201,8 @@ def reconciliation(cfg: Config, table: TableConfig) -> reconcile.Report:
     samples = tuple(f"line {r.line}: {r.reason}" for r in unreadable[:5])
     return dataclasses.replace(report, unreadable_source_rows=len(unreadable), sample_unreadable_source_rows=samples)
 
+
+
+def live_reconciliation(cfg: Config, table: TableConfig) -> postgres_reconcile.LiveReconciliation:
+    """A PostgreSQL source's target compared with the live source table, pending changes left out."""
+    return postgres_reconcile.reconcile_live(table, cfg.table_dir(table.name))

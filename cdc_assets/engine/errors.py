@@ -88,8 +88,8 @@ def root_cause_of_info(info: ErrorInfo | None) -> str:
     return _describe(deepest.cls_name, deepest.message)
 
 
-def root_cause_of_exception(exc: BaseException) -> str:
-    """One line for a Python exception: its innermost cause (`raise ... from`, or the one being handled)."""
+def _innermost(exc: BaseException) -> BaseException:
+    """An exception's innermost cause (`raise ... from`, or the one being handled)."""
     seen = set()
     while id(exc) not in seen:
         seen.add(id(exc))
@@ -97,4 +97,15 @@ def root_cause_of_exception(exc: BaseException) -> str:
         if nxt is None:
             break
         exc = nxt
+    return exc
+
+
+def root_cause_of_exception(exc: BaseException) -> str:
+    """One line for a Python exception: its innermost cause (`raise ... from`, or the one being handled)."""
+    exc = _innermost(exc)
     return _describe(type(exc).__name__, str(exc))
+
+
+def retryable(exc: BaseException) -> bool:
+    """Whether the same call may succeed when made again, judged by the innermost cause (core/errors.py)."""
+    return bool(getattr(_innermost(exc), "retryable", False))

@@ -9,13 +9,14 @@ from ..core.postgres import is_postgresql
 from . import bigquery_source, postgres_logical, postgres_source
 
 
-def extract_new_rows(table: TableConfig, table_dir: str, bigquery=None) -> None:
+def extract_new_rows(table: TableConfig, table_dir: str, bigquery=None) -> int | None:
     """The source's new rows as the table's next extract (`bigquery`: the BigQuery client of a table
-    read from BigQuery)."""
+    read from BigQuery); how many rows it holds (None: there were none)."""
     if is_postgresql(table.source):
-        _capture(table).extract_new_rows(table, table_dir)
+        found = _capture(table).extract_new_rows(table, table_dir)
     else:
-        bigquery_source.extract_new_rows(bigquery, table, table_dir)
+        found = bigquery_source.extract_new_rows(bigquery, table, table_dir)
+    return None if found is None else found.rows
 
 
 def _capture(table: TableConfig):

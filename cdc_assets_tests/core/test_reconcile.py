@@ -49,3 +49,36 @@ def test_an_export_matches_target_doubles_however_it_spells_them():
         assert discrepancies(compare(target, export, ["id"])) == 0, spelled
     export = [{"id": i, "v": v} for i, v in enumerate(["NaN", "NaN", "Infinity", "0.1", "0.3", "0", "1.5"])]
     assert compare(target, export, ["id"]).differing_rows == 6  # only -0.0 and 0 are equal by meaning
+
+
+def test_live_digests_compare_values_by_their_columns_type_and_find_only_the_differing_keys():
+    import datetime as dt
+    from decimal import Decimal
+
+    from cdc_assets.core.reconcile import BucketSums, key_differences, key_digest, row_digest, typed
+
+    types = ["long", "decimal(12,2)", "timestamp", "string"]
+
+    def digest(row):
+        values = [typed(v, t) for v, t in zip(row, types)]
+        key = key_digest(values[:1])
+        return key, row_digest(key, values)
+
+    at = dt.datetime(2024, 1, 1, 10, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    # the source's text forms and the target's typed values of the same rows
+    source = [digest((i, "12.5", "2024-01-01 08:00:00+00", f"n{i}")) for i in range(500)]
+    target = [digest((i, Decimal("12.50"), at, f"n{i}")) for i in range(500)]
+    assert source == target
+    target[7] = digest((7, Decimal("12.50"), at, "5"))  # a value changed
+    target[9] = digest((9, Decimal("12.51"), at, "n9"))
+    del target[20]  # a row gone
+    target.append(digest((999, Decimal("1"), at, "x")))  # a row that should not be there
+    ours, theirs = BucketSums(), BucketSums()
+    for k, d in source:
+        ours.add(k, d)
+    for k, d in target:
+        theirs.add(k, d)
+    differing = ours.differing(theirs)
+    assert 1 <= len(differing) <= 4
+    found = key_differences(source, target)
+    assert (found.missing, found.extra, found.differing, found.total) == (1, 1, 2, 4)

@@ -12,18 +12,16 @@ import random
 import secrets
 import subprocess
 
-import pyarrow.parquet as pq
 import pytest
 
 from cdc_assets.engine import postgres_logical, postgres_source, sources
-from cdc_assets.engine.landing import registered
 from cdc_assets_tests import postgres as pg
 from cdc_assets_tests.engine.test_postgres_source import (
     SOURCE_DDL,
     assert_target_equals_source,
     capture,
-    cli_run,
     enabled,
+    extracted_sequences,
     insert,
     interleaved_rounds,
     reload,
@@ -45,12 +43,6 @@ def orders(postgres_db, workdir):
         conn.execute(SOURCE_DDL)
     cfg = write_config(workdir, [{"name": "ORDERS", "source": cluster.url(db, "public.orders"), "capture": "logical"}])
     return cluster, db, cfg
-
-
-def slot_position(cluster, db) -> str:
-    with cluster.connect(db) as conn:
-        return str(conn.execute("SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE database = %s",
-                                (db,)).fetchone()[0])
 
 
 def test_runs_keep_the_target_equal_to_the_source_through_key_changes_toasted_values_new_columns_and_truncates(orders, capsys):
@@ -103,37 +95,6 @@ def test_random_workloads_of_two_interleaved_sessions_a_rollback_and_a_large_tra
         big.commit()
     run_ok(cfg)
     assert_target_equals_source(cluster, db, cfg)
-    assert sources.status(cfg.table("ORDERS")).waiting == 0
-
-
-def extracted_sequences(cfg) -> list[str]:
-    folder = cfg.landing_dir("ORDERS")
-    return [s for f in sorted(os.listdir(folder)) if f.endswith(".parquet")
-            for s in pq.read_table(os.path.join(folder, f)).column("_CHANGE_SEQUENCE_NUMBER").to_pylist()]
-
-
-def test_a_run_killed_between_the_extract_and_the_slots_confirmation_loses_and_doubles_nothing(orders, cli):
-    cluster, db, cfg = orders
-    rng = random.Random(5)
-    cfg = enabled(orders, 0, rng)
-    with cluster.connect(db) as conn:
-        for i in range(6):
-            insert(conn, i, "eu", rng)
-        conn.execute("UPDATE public.orders SET id = 100 WHERE id = 0")
-    before = slot_position(cluster, db)
-    killed = cli_run(cli, cfg, crash_at="postgres.extracted")
-    assert killed.returncode == -9, killed.stderr
-    assert slot_position(cluster, db) == before  # the extract is in the warehouse, the slot not moved
-    assert sources.status(cfg.table("ORDERS")).waiting == 8
-    with cluster.connect(db) as conn:
-        conn.execute("DELETE FROM public.orders WHERE id = 1")
-        conn.execute("UPDATE public.orders SET amount = 7 WHERE id = 2")
-    done = cli_run(cli, cfg)
-    assert done.returncode == 0, done.stderr
-    assert_target_equals_source(cluster, db, cfg)
-    taken = extracted_sequences(cfg)
-    assert len(taken) == len(set(taken)) == 10  # each change in exactly one extract
-    assert [len(b.files) for b in registered(cfg.table_dir("ORDERS"))] == [2]
     assert sources.status(cfg.table("ORDERS")).waiting == 0
 
 

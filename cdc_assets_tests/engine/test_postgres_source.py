@@ -11,12 +11,14 @@ import decimal
 import os
 import random
 import subprocess
+import uuid
 
+import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
 from cdc_assets.cli.main import main as cli_main
-from cdc_assets.engine import postgres_source
+from cdc_assets.engine import postgres_source, sources
 from cdc_assets.engine.landing import registered
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.runs import run_table
@@ -219,34 +221,42 @@ def cli_run(cli, cfg, crash_at: str | None = None) -> subprocess.CompletedProces
 
 def taken_sequences(cfg) -> list[int]:
     """The changelog sequence numbers in every extract, as the batches hold them."""
+    return [int(s, 16) for s in extracted_sequences(cfg)]
+
+
+def extracted_sequences(cfg) -> list[str]:
+    """Every extracted change's ordering key (the changelog's sequence, or the LSN), as the batches hold it."""
     folder = cfg.landing_dir("ORDERS")
-    return [int(s, 16) for f in sorted(os.listdir(folder)) if f.endswith(".parquet")
+    return [s for f in sorted(os.listdir(folder)) if f.endswith(".parquet")
             for s in pq.read_table(os.path.join(folder, f)).column("_CHANGE_SEQUENCE_NUMBER").to_pylist()]
 
 
-def test_a_run_killed_between_the_extract_and_the_changelogs_delete_loses_and_doubles_nothing(orders, cli):
-    cluster, db, cfg = orders
+def test_a_run_killed_between_the_extract_and_the_sources_release_loses_and_doubles_nothing(orders_by_method, cli):
+    """Killed once the extract is in the warehouse and before the changelog's delete (or the slot's
+    confirmation): the source still holds the changes, and the next run takes each exactly once."""
+    cluster, db, cfg = orders_by_method
     rng = random.Random(5)
-    assert capture(cfg, "enable") == 0
-    cfg = reload(cfg)
+    cfg = enabled(orders_by_method, 0, rng)
     with cluster.connect(db) as conn:
         for i in range(6):
             insert(conn, i, "eu", rng)
         conn.execute("UPDATE public.orders SET id = 100 WHERE id = 0")
     killed = cli_run(cli, cfg, crash_at="postgres.extracted")
     assert killed.returncode == -9, killed.stderr
-    # the extract is in the warehouse, its rows still in the changelog
-    assert postgres_source.status(cfg.table("ORDERS")).waiting == 8
+    # the extract is in the warehouse, and the source still holds its changes (the changelog's rows, or
+    # the slot, which status reads from its confirmed position)
+    assert sources.status(cfg.table("ORDERS")).waiting == 8
     with cluster.connect(db) as conn:
         conn.execute("DELETE FROM public.orders WHERE id = 1")
         conn.execute("UPDATE public.orders SET amount = 7 WHERE id = 2")
     done = cli_run(cli, cfg)
     assert done.returncode == 0, done.stderr
     assert_target_equals_source(cluster, db, cfg)
-    # each captured change is in exactly one extract: the rows left behind were recognised, not taken again
-    assert sorted(taken_sequences(cfg)) == list(range(1, 11))
+    # each captured change is in exactly one extract: the changes left behind were recognised, not taken again
+    taken = extracted_sequences(cfg)
+    assert len(taken) == len(set(taken)) == 10
     assert [len(b.files) for b in registered(cfg.table_dir("ORDERS"))] == [2]
-    assert postgres_source.status(cfg.table("ORDERS")).waiting == 0
+    assert sources.status(cfg.table("ORDERS")).waiting == 0
 
 
 def test_enable_killed_after_the_base_is_written_is_finished_by_the_next_extraction(orders, cli):
@@ -569,3 +579,105 @@ def _answers(cluster) -> bool:
 def test_the_database_killed_during_an_extraction_fails_the_run_retryably_and_a_later_run_loses_and_doubles_nothing(
         orders, monkeypatch):
     killed_database_rounds(orders, monkeypatch, (postgres_source, "_pages"), taken_sequences)
+
+
+def test_the_database_going_down_during_a_sensor_tick_skips_the_tick_and_a_later_tick_catches_up(orders_by_method,
+                                                                                                monkeypatch):
+    """The server stops at once as a tick of the table's landing sensor reads the captured changes: that
+    tick, and a tick while it is down, end as skips naming the table and the cause (the daemon goes on,
+    nothing is marked failed); once the server is back, the next ticks extract and apply every change
+    exactly once."""
+    from cdc_assets.defs.definitions import build_definitions
+    from cdc_assets.engine import postgres_logical
+    from cdc_assets_tests.defs.test_sensor import Daemon
+
+    cluster, db, cfg = orders_by_method
+    rng = random.Random(53)
+    cfg = enabled(orders_by_method, 4, rng)
+    module, name = (postgres_logical, "_peek") if cfg.table("ORDERS").capture == "logical" \
+        else (postgres_source, "_pages")
+    real_reader, armed = getattr(module, name), []
+
+    def reading(*args, **kwargs):
+        if armed:
+            armed.pop()
+            cluster.kill()
+        return real_reader(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, reading)
+    defs = build_definitions(cfg)
+    try:
+        with dg.instance_for_test() as instance:
+            daemon = Daemon(defs, instance, table="ORDERS")
+            assert daemon.settle() > 0  # the base applied
+            with cluster.connect(db) as conn:
+                insert(conn, 50, "us", rng)
+                conn.execute("UPDATE public.orders SET id = id + 100 WHERE id = 0")  # a key change
+                conn.execute("DELETE FROM public.orders WHERE id = 1")
+            armed.append(True)
+            for _ in range(2):  # the tick the server stops under, then a tick while it is down
+                data = daemon.tick()
+                assert not data.run_requests
+                assert "ORDERS" in data.skip_message and "unavailable" in data.skip_message, data.skip_message
+            assert not armed
+            cluster.start()
+            assert daemon.settle() > 0
+            assert_target_equals_source(cluster, db, cfg)
+            taken = extracted_sequences(cfg)
+            assert len(taken) == len(set(taken)) == 4  # an insert, a key change (a delete and an insert), a delete
+            assert daemon.settle() == 0
+    finally:
+        if armed or not _answers(cluster):
+            cluster.start()
+
+
+@pytest.mark.parametrize("capture_method", ["changelog", "logical"])
+def test_run_against_a_stopped_database_exits_75_naming_the_table_and_the_cause_and_no_password(
+        postgres_db, workdir, cli, capture_method):
+    """A server that is down is a transient failure: `run` exits 75 (EX_TEMPFAIL: docs/command-line.md),
+    so a scheduler retries it, and stderr says which table and why, never the password libpq was given."""
+    cluster, db = postgres_db
+    with cluster.connect(db) as conn:
+        conn.execute(SOURCE_DDL)
+    cfg = write_config(workdir, [{"name": "ORDERS", "source": cluster.url(db, "public.orders"),
+                                  "capture": capture_method}])
+    password = "pw-" + uuid.uuid4().hex
+    cfg = enabled((cluster, db, cfg), 2, random.Random(59))
+    cluster.kill()
+    try:
+        done = subprocess.run([*cli, "run", "--config", cfg.path], env={**os.environ, "PGPASSWORD": password},
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        cluster.start()
+    assert done.returncode == 75, (done.returncode, done.stdout, done.stderr)
+    assert "ORDERS" in done.stderr and "the server is unavailable" in done.stderr, done.stderr
+    assert "Connection refused" in done.stderr or "connection failed" in done.stderr, done.stderr
+    assert password not in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and 'File "' not in done.stderr, done.stderr  # causes, not stacks
+
+
+def test_one_sensor_for_all_tables_goes_on_with_the_other_tables_while_a_postgresql_source_is_down(postgres_db,
+                                                                                                  workdir):
+    """A source that does not answer is one table's trouble: the tick of the sensor for all tables still
+    asks for the run of a table whose files landed."""
+    from cdc_assets.defs.definitions import build_definitions
+    from cdc_assets.defs.sensors import ALL_TABLES_SENSOR
+    from cdc_assets_tests.defs.test_sensor import Daemon
+    from cdc_assets_tests.support.expected import KEY
+    from cdc_assets_tests.support.feeds import generate, publish
+
+    cluster, db = postgres_db
+    with cluster.connect(db) as conn:
+        conn.execute(SOURCE_DDL)
+    feed = generate(workdir, table="SHIPMENTS", changes=50, batches=1, files_per_batch=1, seed=61)
+    cfg = write_config(workdir, [{"name": "ORDERS", "source": cluster.url(db, "public.orders")},
+                                 {"name": "SHIPMENTS", "keys": [KEY], "format": "datastream-json"}])
+    cfg = enabled((cluster, db, cfg), 2, random.Random(61))
+    publish(feed, cfg, "SHIPMENTS", 1)
+    cluster.kill()
+    try:
+        with dg.instance_for_test() as instance:
+            data = Daemon(build_definitions(cfg), instance, sensor=ALL_TABLES_SENSOR).tick()
+    finally:
+        cluster.start()
+    assert "SHIPMENTS_batch_job" in [r.job_name for r in data.run_requests]
