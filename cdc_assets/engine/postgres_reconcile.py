@@ -33,7 +33,7 @@ from . import postgres_source as ps
 from .bigquery_source import extracts_dir
 from .landing import registered
 from .step_results import Figures
-from .tables import TARGET, path
+from .table_layout import TARGET, path
 
 
 @dataclass(frozen=True, kw_only=True)
