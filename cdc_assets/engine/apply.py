@@ -53,6 +53,7 @@ from .spark import map_in_arrow, session_of
 from .stage import latest_of_batch, latest_per_key
 from .step_results import ApplyResult
 from .tables import BASE, STAGING, STAGING_TRIM, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
+from .truncate import add_columns, truncate_merge
 
 _SPARK_TYPES = {"boolean": "boolean", INT: "int", LONG: "bigint", DOUBLE: "double", STRING: "string", DATE: "date",
                 "timestamp": "timestamp", "timestamp_ntz": "timestamp_ntz", "binary": "binary"}
@@ -237,9 +238,6 @@ def _switched_to_hard(dt_: DeltaTable, table: TableConfig) -> bool:
     return not table.soft_deletes and shape.DELETED in _existing_columns(dt_)
 
 
-FLAG = "F"  # a MERGE source row that only sets `_cdc_deleted` (a soft-delete table's truncated row)
-
-
 def with_flags(rows: pa.Table, floor: str | None) -> pa.Table:
     """A soft-delete table's MERGE rows: each an upsert of its row image (a REFILL stays one),
     `_cdc_deleted` set when its change (`_cdc_op`, dropped) is a delete or ranks at or below the
@@ -250,33 +248,6 @@ def with_flags(rows: pa.Table, floor: str | None) -> pa.Table:
     rows = rows.set_column(rows.schema.get_field_index(shape.DELETED), shape.DELETED, deleted)
     applies = pc.if_else(pc.equal(rows["_cdc_apply"], REFILL), REFILL, pa.scalar(UPSERT, pa.string()))
     return rows.set_column(rows.schema.get_field_index("_cdc_apply"), "_cdc_apply", applies).drop_columns(["_cdc_op"])
-
-
-def truncated_deletes(dt_: DeltaTable, truncate: str, source: pa.Table, soft: bool = False) -> pa.Table:
-    """`source` (MERGE rows, `_cdc_apply` saying upsert or delete) with the truncate `truncate`
-    laid over it as deletes, for delta-rs' MERGE: a delete row, at the truncate's ordering key,
-    for each target row ranking at or below it whose key the source lacks; a source delete
-    ranking below the truncate takes the truncate's ordering key (the row it meets is gone
-    either way: by the delete, or by the truncate when the row ranks between the two). In a
-    soft-delete table the rows are kept: each gets a FLAG row instead, which sets its `_cdc_deleted`."""
-    import pyarrow.dataset as ds
-
-    fs, paths = storage.arrow_paths(dt_.file_uris())
-    schema = pa.schema([pa.field("_cdc_key", pa.string()), pa.field("_cdc_order", pa.string())])
-    cut = ds.dataset(paths, format="parquet", schema=schema, filesystem=fs).to_table(columns=["_cdc_key", "_cdc_order"]) \
-        if paths else schema.empty_table()
-    cut = cut.filter(pc.less_equal(cut["_cdc_order"], truncate))
-    cut = cut.filter(pc.invert(pc.is_in(cut["_cdc_key"], value_set=source["_cdc_key"])))
-    op = FLAG if soft else DELETE
-    raise_to = pc.and_(pc.equal(source["_cdc_apply"], DELETE), pc.less(source["_cdc_order"], truncate))
-    source = source.set_column(source.schema.get_field_index("_cdc_order"), "_cdc_order",
-                               pc.if_else(raise_to, pa.scalar(truncate, pa.string()), source["_cdc_order"]))
-    n = cut.num_rows
-    deletes = pa.table({f.name: cut["_cdc_key"] if f.name == "_cdc_key" else
-                        pa.array([truncate] * n, f.type) if f.name == "_cdc_order" else
-                        pa.array([op] * n, f.type) if f.name == "_cdc_apply" else pa.nulls(n, f.type)
-                        for f in source.schema}, schema=source.schema)
-    return pa.concat_tables([source, deletes])
 
 
 def _literal(value, type_: str) -> str | None:
@@ -486,9 +457,12 @@ def _combined_winners(table_dir: str, table: TableConfig, dt_: DeltaTable, pendi
 
 
 def _keys_above(dt_: DeltaTable, order: str) -> set[str]:
-    """The keys of the target rows ranking above `order` (one pass over two columns), through delta-rs'
-    query engine: an Arrow dataset filter over a partitioned table compares each file's partition
-    values, which delta-rs gives as string views, with plain strings, and Arrow has no kernel for that."""
+    """The keys of the target rows ranking above `order`, a pending truncate's: every one, not only
+    the batch's, since a row may hold a column only a change the truncate cuts carried. At most
+    settings.local_apply_rows of them (`_truncate_reads_many` sends more to Spark). Through delta-rs'
+    query engine, which skips the files ranking at or below `order` by their statistics: an Arrow
+    dataset filter over a partitioned table compares each file's partition values, which delta-rs
+    gives as string views, with plain strings, and Arrow has no kernel for that."""
     rows = delta.query(dt_, f"SELECT _cdc_key FROM t WHERE _cdc_order > {delta.sql_text(order)}")
     return set(rows["_cdc_key"].to_pylist())
 
@@ -614,6 +588,15 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> ApplyResult:
     # A truncate can change any row: the commit says so (a BigQuery publish then sends the whole target).
     marks = {"from_batch": applied + 1, **({"truncate": "true"} if m.truncate else {})}
     props = delta.commit_props(TARGET, reached, marks)
+    truncated = 0  # rows a truncate's own MERGE deleted (or flagged)
+    if m.truncate and not rewrite.applies(dt_, source):
+        # A truncate never reads the whole table's keys (engine/truncate.py): a new column is added
+        # first, and the file-by-file rewrite takes the batch; a change data feed's truncate is a
+        # MERGE of its own, whose change files record each row it takes.
+        if delta.records_change_feed(dt_):
+            dt_, truncated = truncate_merge(target_path, dt_, m.truncate, table.soft_deletes)
+        else:
+            dt_ = add_columns(target_path, dt_, source.drop_columns(["_cdc_apply"]).schema)
     if rewrite.applies(dt_, source):
         done = rewrite.rewrite(target_path, dt_, source, table.partition_by,
                                lambda figures: delta.commit_props(TARGET, reached, {**marks, **figures}),
@@ -625,12 +608,8 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> ApplyResult:
         # derives from the source's values, into the commit's operationParameters, so a key
         # range there would put key values in the Delta log's commit info (streamed_exec
         # derives none). It reads every target file's keys.
-        if m.truncate:
-            source = truncated_deletes(dt_, m.truncate, source, soft=table.soft_deletes)
         merge = dt_.merge(source, MERGE_ON_KEY, source_alias="s", target_alias="t", merge_schema=True,
                           streamed_exec=True, commit_properties=props)
-        if table.soft_deletes:
-            merge = merge.when_matched_update({names.datafusion(shape.DELETED): "true"}, f"s._cdc_apply = '{FLAG}'")
         result = merge \
             .when_matched_delete(f"s._cdc_apply = '{DELETE}' AND s._cdc_order > t._cdc_order") \
             .when_matched_update(every_column(source, except_cols=["_cdc_apply"]),
@@ -642,7 +621,7 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> ApplyResult:
         inserts, updates, deletes = (result.get(f"num_target_rows_{n}", 0) for n in ("inserted", "updated", "deleted"))
     faults.point("target.committed")
     return _applied_figures(table, target_path, applied, reached, pending.num_rows, winners.num_rows,
-                            (inserts, updates, deletes), files_before, version_before, t0, on_spark)
+                            (inserts, updates, deletes + truncated), files_before, version_before, t0, on_spark)
 
 
 def _applied_figures(table: TableConfig, target_path: str, applied: int, reached: int, pending: int, winners: int,
@@ -671,10 +650,18 @@ def _truncate_reads_many(table_dir: str, table: TableConfig, dt_: DeltaTable, ap
     if table.format != "debezium-json" and not table.options.get("truncates"):
         return False
     found = delta.query(path(table_dir, STAGING),
-                        f"SELECT max(_cdc_order) AS o FROM t WHERE _cdc_key = {delta.sql_text(TRUNCATE_KEY)} "
-                        f"AND _cdc_batch_seq > {int(applied)} AND _cdc_batch_seq <= {int(reached)}")
+                        f"SELECT min(_cdc_order) AS lo, max(_cdc_order) AS o FROM t WHERE _cdc_key = "
+                        f"{delta.sql_text(TRUNCATE_KEY)} AND _cdc_batch_seq > {int(applied)} AND _cdc_batch_seq <= "
+                        f"{int(reached)}")
     truncate = found["o"][0].as_py() if found is not None and found.num_rows else None
-    return truncate is not None and rewrite.rows_read_for(dt_, truncate, table.soft_deletes) > settings().local_apply_rows
+    if truncate is None:
+        return False
+    rows = rewrite.rows_read_for(dt_, truncate, table.soft_deletes)
+    if combine.combines(table) and (table.partial_updates or _leaves_columns_out(table_dir, reached)):
+        # each key whose row ranks above the lowest pending truncate is combined again from its
+        # history (`_combined_winners`): its row may hold a column only a change the truncate cuts carried
+        rows += rewrite.rows_above(dt_, found["lo"][0].as_py())
+    return rows > settings().local_apply_rows
 
 
 def _leaves_columns_out(table_dir: str, reached: int) -> bool:

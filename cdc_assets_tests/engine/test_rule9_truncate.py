@@ -211,3 +211,79 @@ def test_a_truncate_that_cuts_more_rows_than_an_apply_in_process_takes_runs_on_s
     outcome = run_ok(cfg, "TR")  # every row ranks below it: files taken whole
     assert outcome.figures["target"].get("applied_on") != "spark"
     assert values(target_rows(cfg, "TR"), "id", "v") == {10: "c"}
+
+
+def _unreadable(files: list[str]) -> dict[str, bytes]:
+    """Overwrite `files` with bytes no Parquet reader takes; their contents, to put back."""
+    kept = {}
+    for f in files:
+        with open(f, "rb") as fh:
+            kept[f] = fh.read()
+        with open(f, "wb") as fh:
+            fh.write(b"not parquet" * 100)
+    return kept
+
+
+def _put_back(kept: dict[str, bytes]) -> None:
+    for f, data in kept.items():
+        with open(f, "wb") as fh:
+            fh.write(data)
+
+
+def test_a_truncate_in_a_batch_with_a_new_column_opens_no_file_it_takes_whole_or_does_not_reach(workdir):
+    """A batch bringing a new column and a truncate: the column is added and the truncate goes file
+    by file as in any batch, instead of reading every key of the table for a MERGE: a file ranking
+    at or below it goes from its statistics and one ranking above it is not opened."""
+    import os
+
+    from cdc_assets.engine.tables import TARGET
+
+    cfg = write_config(workdir, [{"name": "TF", "keys": ["k"], "format": "changeset",
+                                  "columns": {"k": "string", "v": "string"},
+                                  "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],
+                                              "truncates": ["T"], "sequence_by": ["SEQ"]}}])
+    target = os.path.join(cfg.table_dir("TF"), TARGET)
+    land(cfg, "TF", "b1", {"c.csv": "FLAG,SEQ,k,v\n" + "".join(f"I,{i},pq{i},one\n" for i in range(1, 6))})
+    run_ok(cfg, "TF")
+    land(cfg, "TF", "b2", {"c.csv": "FLAG,SEQ,k,v\n" + "".join(f"I,{100 + i},wz{i},two\n" for i in range(1, 6))})
+    run_ok(cfg, "TF")
+    kept = _unreadable([_file_holding(target, "k", "pq1"), _file_holding(target, "k", "wz1")])
+    land(cfg, "TF", "b3", {"c.csv": "FLAG,SEQ,k,v,w\nT,50,,,\nI,60,rs1,three,new\n"})  # w: a new column
+    try:
+        outcome = run_ok(cfg, "TF")
+    finally:
+        _put_back(kept)
+    figures = outcome.figures["target"]
+    assert (figures["inserts"], figures["updates"], figures["deletes"]) == (1, 0, 5)
+    rows = target_rows(cfg, "TF")
+    assert {r["k"]: (r["v"], r["w"]) for r in rows} == {"rs1": ("three", "new")} | {
+        f"wz{i}": ("two", None) for i in range(1, 6)}
+
+
+def test_a_truncate_on_a_table_with_a_change_feed_records_each_row_it_deletes(spark, workdir):
+    """With the change data feed, the truncate is a MERGE of its own before the batch's: the feed
+    records a delete of every row it takes, those of keys the batch does not hold too, and the
+    batch's changes above it as inserts; no key value and no ordering key goes into a commit."""
+    from cdc_assets.engine import target_versions
+    from cdc_assets_tests.support.warehouse import target_version
+
+    cfg = write_config(workdir, [_table([], change_feed=True)])
+    land(cfg, "TR", "batch-1", {"orders.jsonl": lines(*BATCHES[0][0])})
+    run_ok(cfg, "TR")
+    start = target_version(cfg, "TR") + 1
+    land(cfg, "TR", "batch-2", {"orders.jsonl": lines(*BATCHES[1][0])})
+    outcome = run_ok(cfg, "TR")
+    assert values(target_rows(cfg, "TR"), "id", "v") == BATCHES[1][1]
+    assert outcome.figures["target"]["deletes"] == 4  # ids 1 to 4, then 3 inserted again above it
+    feed = target_versions.changes("TR", cfg.table_dir("TR"), start).to_pylist()
+    assert sorted((r["_change_type"], r["id"], r["v"]) for r in feed) == [
+        ("delete", 1, "a"), ("delete", 2, "a"), ("delete", 3, "a"), ("delete", 4, "a"),
+        ("insert", 3, "above"), ("insert", 5, "a")]
+    from deltalake import DeltaTable
+
+    from cdc_assets.engine.tables import TARGET, path
+    [truncate_at] = [r["_cdc_order"] for r in delta_rows(cfg, "TR", "changes") if r["_cdc_op"] == "T"]
+    assert not [h for h in DeltaTable(path(cfg.table_dir("TR"), TARGET)).history() if truncate_at in repr(h)]
+    land(cfg, "TR", "batch-3", {"orders.jsonl": lines(*BATCHES[2][0])})
+    run_ok(cfg, "TR")
+    assert values(target_rows(cfg, "TR"), "id", "v") == BATCHES[2][1]
