@@ -156,10 +156,12 @@ def _file_holding(target: str, column: str, value) -> str:
     return next(uri for uri in DeltaTable(target).file_uris() if value in pq.read_table(uri, columns=[column])[column].to_pylist())
 
 
-def test_a_truncate_drops_a_file_ranking_below_it_unread_and_leaves_one_above_it_unread(workdir):
+@pytest.mark.parametrize("new_column", [False, True], ids=["same-columns", "new-column"])
+def test_a_truncate_drops_a_file_ranking_below_it_unread_and_leaves_one_above_it_unread(workdir, new_column):
     """A truncate rewrites file by file: a file whose ordering keys all rank at or below it, and that
     holds none of the batch's keys, goes whole from its statistics; a file whose ordering keys all
-    rank above it is not a file the truncate touches. Neither is opened (both are made unreadable)."""
+    rank above it is not a file the truncate touches. Neither is opened (both are made unreadable).
+    A batch bringing a new column too has the column added first, and goes file by file the same."""
     import os
 
     from cdc_assets.engine.tables import TARGET
@@ -175,42 +177,21 @@ def test_a_truncate_drops_a_file_ranking_below_it_unread_and_leaves_one_above_it
     run_ok(cfg, "TF")
     below, above = _file_holding(target, "k", "pq1"), _file_holding(target, "k", "wz1")
     assert below != above
-    kept = {}
-    for f in (below, above):
-        with open(f, "rb") as fh:
-            kept[f] = fh.read()
-        with open(f, "wb") as fh:
-            fh.write(b"not parquet" * 100)
-    land(cfg, "TF", "b3", {"c.csv": "FLAG,SEQ,k,v\nT,50,,\nI,60,rs1,three\n"})  # a new key outside both files
+    kept = _unreadable([below, above])
+    # a new key outside both files (and a value of a new column w)
+    land(cfg, "TF", "b3", {"c.csv": "FLAG,SEQ,k,v,w\nT,50,,,\nI,60,rs1,three,new\n" if new_column else
+                           "FLAG,SEQ,k,v\nT,50,,\nI,60,rs1,three\n"})
     try:
         outcome = run_ok(cfg, "TF")
     finally:
-        for f, data in kept.items():
-            with open(f, "wb") as fh:
-                fh.write(data)
+        _put_back(kept)
     figures = outcome.figures["target"]
     assert (figures["inserts"], figures["updates"], figures["deletes"]) == (1, 0, 5)
     assert figures["files_removed"] == 1
-    assert values(target_rows(cfg, "TF"), "k", "v") == {"rs1": "three"} | {f"wz{i}": "two" for i in range(1, 6)}
-
-
-def test_a_truncate_that_cuts_more_rows_than_an_apply_in_process_takes_runs_on_spark(spark, workdir, monkeypatch):
-    """The rows a truncate reads row by row (a file ranking partly above it) count against the
-    in-process apply's limit, as a batch's rows do: past it, the apply runs on Spark executors; a
-    truncate that takes whole files from their statistics reads no row and stays in this process."""
-    monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", "4")
-    cfg = write_config(workdir, [_table([])])
-    land(cfg, "TR", "batch-1", {"orders.jsonl": lines(*[pg("c", 100 + 10 * i, i, "a") for i in range(1, 4)],
-                                                      *[pg("c", 600 + 10 * i, i, "a") for i in range(4, 7)])})
-    run_ok(cfg, "TR")
-    land(cfg, "TR", "batch-2", {"orders.jsonl": lines(pg("t", 500), pg("c", 700, 9, "b"))})
-    outcome = run_ok(cfg, "TR")  # one file of six rows, three of them above the truncate
-    assert outcome.figures["target"].get("applied_on") == "spark"
-    assert values(target_rows(cfg, "TR"), "id", "v") == {4: "a", 5: "a", 6: "a", 9: "b"}
-    land(cfg, "TR", "batch-3", {"orders.jsonl": lines(pg("t", 800), pg("c", 900, 10, "c"))})
-    outcome = run_ok(cfg, "TR")  # every row ranks below it: files taken whole
-    assert outcome.figures["target"].get("applied_on") != "spark"
-    assert values(target_rows(cfg, "TR"), "id", "v") == {10: "c"}
+    rows = target_rows(cfg, "TF")
+    assert values(rows, "k", "v") == {"rs1": "three"} | {f"wz{i}": "two" for i in range(1, 6)}
+    if new_column:
+        assert values(rows, "k", "w") == {"rs1": "new"} | {f"wz{i}": None for i in range(1, 6)}
 
 
 def _unreadable(files: list[str]) -> dict[str, bytes]:
@@ -230,34 +211,23 @@ def _put_back(kept: dict[str, bytes]) -> None:
             fh.write(data)
 
 
-def test_a_truncate_in_a_batch_with_a_new_column_opens_no_file_it_takes_whole_or_does_not_reach(workdir):
-    """A batch bringing a new column and a truncate: the column is added and the truncate goes file
-    by file as in any batch, instead of reading every key of the table for a MERGE: a file ranking
-    at or below it goes from its statistics and one ranking above it is not opened."""
-    import os
-
-    from cdc_assets.engine.tables import TARGET
-
-    cfg = write_config(workdir, [{"name": "TF", "keys": ["k"], "format": "changeset",
-                                  "columns": {"k": "string", "v": "string"},
-                                  "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],
-                                              "truncates": ["T"], "sequence_by": ["SEQ"]}}])
-    target = os.path.join(cfg.table_dir("TF"), TARGET)
-    land(cfg, "TF", "b1", {"c.csv": "FLAG,SEQ,k,v\n" + "".join(f"I,{i},pq{i},one\n" for i in range(1, 6))})
-    run_ok(cfg, "TF")
-    land(cfg, "TF", "b2", {"c.csv": "FLAG,SEQ,k,v\n" + "".join(f"I,{100 + i},wz{i},two\n" for i in range(1, 6))})
-    run_ok(cfg, "TF")
-    kept = _unreadable([_file_holding(target, "k", "pq1"), _file_holding(target, "k", "wz1")])
-    land(cfg, "TF", "b3", {"c.csv": "FLAG,SEQ,k,v,w\nT,50,,,\nI,60,rs1,three,new\n"})  # w: a new column
-    try:
-        outcome = run_ok(cfg, "TF")
-    finally:
-        _put_back(kept)
-    figures = outcome.figures["target"]
-    assert (figures["inserts"], figures["updates"], figures["deletes"]) == (1, 0, 5)
-    rows = target_rows(cfg, "TF")
-    assert {r["k"]: (r["v"], r["w"]) for r in rows} == {"rs1": ("three", "new")} | {
-        f"wz{i}": ("two", None) for i in range(1, 6)}
+def test_a_truncate_that_cuts_more_rows_than_an_apply_in_process_takes_runs_on_spark(spark, workdir, monkeypatch):
+    """The rows a truncate reads row by row (a file ranking partly above it) count against the
+    in-process apply's limit, as a batch's rows do: past it, the apply runs on Spark executors; a
+    truncate that takes whole files from their statistics reads no row and stays in this process."""
+    monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", "4")
+    cfg = write_config(workdir, [_table([])])
+    land(cfg, "TR", "batch-1", {"orders.jsonl": lines(*[pg("c", 100 + 10 * i, i, "a") for i in range(1, 4)],
+                                                      *[pg("c", 600 + 10 * i, i, "a") for i in range(4, 7)])})
+    run_ok(cfg, "TR")
+    land(cfg, "TR", "batch-2", {"orders.jsonl": lines(pg("t", 500), pg("c", 700, 9, "b"))})
+    outcome = run_ok(cfg, "TR")  # one file of six rows, three of them above the truncate
+    assert outcome.figures["target"].get("applied_on") == "spark"
+    assert values(target_rows(cfg, "TR"), "id", "v") == {4: "a", 5: "a", 6: "a", 9: "b"}
+    land(cfg, "TR", "batch-3", {"orders.jsonl": lines(pg("t", 800), pg("c", 900, 10, "c"))})
+    outcome = run_ok(cfg, "TR")  # every row ranks below it: files taken whole
+    assert outcome.figures["target"].get("applied_on") != "spark"
+    assert values(target_rows(cfg, "TR"), "id", "v") == {10: "c"}
 
 
 def test_a_truncate_on_a_table_with_a_change_feed_records_each_row_it_deletes(spark, workdir):
@@ -287,3 +257,18 @@ def test_a_truncate_on_a_table_with_a_change_feed_records_each_row_it_deletes(sp
     land(cfg, "TR", "batch-3", {"orders.jsonl": lines(*BATCHES[2][0])})
     run_ok(cfg, "TR")
     assert values(target_rows(cfg, "TR"), "id", "v") == BATCHES[2][1]
+
+
+def test_a_soft_delete_tables_truncate_flags_the_same_rows_with_and_without_a_change_feed(spark, workdir):
+    """A soft-delete table's truncate flags the rows it takes (rule 12): as its own MERGE where the
+    change data feed is on, file by file where it is not, with the same rows either way."""
+    tables = [{**_table([], deletes="soft", change_feed=True), "name": "FEED"}, {**_table([], deletes="soft")}]
+    cfg = write_config(workdir, tables)
+    for n, (events, _) in enumerate(BATCHES, start=1):
+        for name in ("FEED", "TR"):
+            land(cfg, name, f"batch-{n}", {"orders.jsonl": lines(*events)})
+            run_ok(cfg, name)
+        shown = [sorted(map(repr, target_rows(cfg, name, source_only=False))) for name in ("FEED", "TR")]
+        assert shown[0] == shown[1], n
+        assert {r["id"] for r in target_rows(cfg, "TR", source_only=False) if not r["_cdc_deleted"]} == set(
+            BATCHES[n - 1][1]), n
