@@ -653,10 +653,9 @@ def _truncate_reads_many(table_dir: str, table: TableConfig, dt_: DeltaTable, ap
                         f"SELECT min(_cdc_order) AS lo, max(_cdc_order) AS o FROM t WHERE _cdc_key = "
                         f"{delta.sql_text(TRUNCATE_KEY)} AND _cdc_batch_seq > {int(applied)} AND _cdc_batch_seq <= "
                         f"{int(reached)}")
-    truncate = found["o"][0].as_py() if found is not None and found.num_rows else None
-    if truncate is None:
+    if found is None or not found.num_rows or found["o"][0].as_py() is None:
         return False
-    rows = rewrite.rows_read_for(dt_, truncate, table.soft_deletes)
+    rows = rewrite.rows_read_for(dt_, found["o"][0].as_py(), table.soft_deletes)
     if combine.combines(table) and (table.partial_updates or _leaves_columns_out(table_dir, reached)):
         # each key whose row ranks above the lowest pending truncate is combined again from its
         # history (`_combined_winners`): its row may hold a column only a change the truncate cuts carried
