@@ -594,7 +594,8 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> ApplyResult:
         # first, and the file-by-file rewrite takes the batch; a change data feed's truncate is a
         # MERGE of its own, whose change files record each row it takes.
         if delta.records_change_feed(dt_):
-            dt_, truncated = truncate_merge(target_path, dt_, m.truncate, table.soft_deletes)
+            dt_, truncated = truncate_merge(target_path, dt_, m.truncate, table.soft_deletes,
+                                            props if source.num_rows == 0 else None)
         else:
             dt_ = add_columns(target_path, dt_, source.drop_columns(["_cdc_apply"]).schema)
     if rewrite.applies(dt_, source):

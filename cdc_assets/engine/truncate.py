@@ -13,8 +13,9 @@ which take delta-rs' MERGE. For them:
   neither the truncate's ordering key nor any key value goes into the commit (a MERGE's condition
   is written there; this one names columns only).
 
-Neither commit carries the apply's watermark: a run stopped after one of them applies its batches
-again, and the truncate then finds nothing more to take.
+Neither commit carries the apply's watermark (unless the truncate's MERGE is the apply's only
+commit): a run stopped after one of them applies its batches again, and the truncate then finds
+nothing more to take.
 """
 from __future__ import annotations
 
@@ -42,12 +43,15 @@ def add_columns(target_path: str, dt_: DeltaTable, columns: pa.Schema) -> DeltaT
     return delta.load(target_path)
 
 
-def truncate_merge(target_path: str, dt_: DeltaTable, truncate: str, soft: bool) -> tuple[DeltaTable, int]:
+def truncate_merge(target_path: str, dt_: DeltaTable, truncate: str, soft: bool,
+                   props: delta.CommitProperties | None = None) -> tuple[DeltaTable, int]:
     """Delete every target row ranking at or below `truncate` (in a soft-delete table, flag it
     deleted, rule 12) by a MERGE of its own, so that the change data feed records each; the table
-    as it is then, and how many rows it deleted (or flagged)."""
+    as it is then, and how many rows it deleted (or flagged). `props`: the apply's own commit
+    properties, when this MERGE is its only commit (the batch holds nothing else to merge)."""
     source = pa.table({ORDER: pa.array([truncate], pa.string())})
-    props = delta.CommitProperties(custom_metadata={"cdc.step": STEP_TRUNCATE, "cdc.truncate": "true"})
+    if props is None:
+        props = delta.CommitProperties(custom_metadata={"cdc.step": STEP_TRUNCATE, "cdc.truncate": "true"})
     merge = dt_.merge(source, f"t.{ORDER} <= s.{ORDER}", source_alias="s", target_alias="t", streamed_exec=True,
                       commit_properties=props)
     if soft:

@@ -257,6 +257,12 @@ def test_a_truncate_on_a_table_with_a_change_feed_records_each_row_it_deletes(sp
     land(cfg, "TR", "batch-3", {"orders.jsonl": lines(*BATCHES[2][0])})
     run_ok(cfg, "TR")
     assert values(target_rows(cfg, "TR"), "id", "v") == BATCHES[2][1]
+    # a batch of a truncate alone: its MERGE is the apply's one commit, which records the batch applied
+    land(cfg, "TR", "batch-4", {"orders.jsonl": lines(pg("t", 2000))})
+    run_ok(cfg, "TR")
+    assert target_rows(cfg, "TR") == []
+    last = target_versions.versions(cfg.table_dir("TR"))[-1]
+    assert (last.kind, last.batch, last.rows_deleted) == ("apply", 4, 3)
 
 
 def test_a_soft_delete_tables_truncate_flags_the_same_rows_with_and_without_a_change_feed(spark, workdir):
