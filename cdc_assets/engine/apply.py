@@ -16,7 +16,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
-from ..core import names
 from ..core import target as shape
 from ..core.changes import DELETE, REFILL, TRUNCATE, TRUNCATE_KEY, UPSERT
 from ..core.config import Config, TableConfig
@@ -25,13 +24,11 @@ from ..core.values import STRING
 from . import combine, delta, faults, rewrite, spark_apply, storage
 from .ingest import column_types
 from .merge_source import (
-    FLAG,
     MERGE_ON_KEY,
     MergeSource,
     every_column,
     leaves_columns_out,
     merge_source,
-    truncated_deletes,
 )
 from .settings import settings
 from .spark import session_of
@@ -39,6 +36,7 @@ from .step_results import ApplyResult
 from .table_layout import BASE, STAGING, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
 from .target_build import build, widen
 from .target_typing import ROWS_PER_FILE, as_target_types, existing_columns, flagged_columns, target_frame
+from .truncate import add_columns, truncate_merge
 
 
 def apply_pending(spark, cfg: Config, table: TableConfig) -> ApplyResult:
@@ -110,6 +108,16 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> ApplyResult:
     # A truncate can change any row: the commit says so (a BigQuery publish then sends the whole target).
     marks = {"from_batch": applied + 1, **({"truncate": "true"} if m.truncate else {})}
     props = delta.commit_props(TARGET, reached, marks)
+    truncated = 0  # rows a truncate's own MERGE deleted (or flagged)
+    if m.truncate and not rewrite.applies(dt_, source):
+        # A truncate never reads the whole table's keys (engine/truncate.py): a new column is added
+        # first, and the file-by-file rewrite takes the batch; a change data feed's truncate is a
+        # MERGE of its own, whose change files record each row it takes.
+        if delta.records_change_feed(dt_):
+            dt_, truncated = truncate_merge(target_path, dt_, m.truncate, table.soft_deletes,
+                                            props if source.num_rows == 0 else None)
+        else:
+            dt_ = add_columns(target_path, dt_, source.drop_columns(["_cdc_apply"]).schema)
     if rewrite.applies(dt_, source):
         done = rewrite.rewrite(target_path, dt_, source, table.partition_by,
                                lambda figures: delta.commit_props(TARGET, reached, {**marks, **figures}),
@@ -121,12 +129,8 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> ApplyResult:
         # derives from the source's values, into the commit's operationParameters, so a key
         # range there would put key values in the Delta log's commit info (streamed_exec
         # derives none). It reads every target file's keys.
-        if m.truncate:
-            source = truncated_deletes(dt_, m.truncate, source, soft=table.soft_deletes)
         merge = dt_.merge(source, MERGE_ON_KEY, source_alias="s", target_alias="t", merge_schema=True,
                           streamed_exec=True, commit_properties=props)
-        if table.soft_deletes:
-            merge = merge.when_matched_update({names.datafusion(shape.DELETED): "true"}, f"s._cdc_apply = '{FLAG}'")
         result = merge \
             .when_matched_delete(f"s._cdc_apply = '{DELETE}' AND s._cdc_order > t._cdc_order") \
             .when_matched_update(every_column(source, except_cols=["_cdc_apply"]),
@@ -138,7 +142,7 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> ApplyResult:
         inserts, updates, deletes = (result.get(f"num_target_rows_{n}", 0) for n in ("inserted", "updated", "deleted"))
     faults.point("target.committed")
     return _applied_figures(table, target_path, applied, reached, pending.num_rows, winners.num_rows,
-                            (inserts, updates, deletes), files_before, version_before, t0, on_spark)
+                            (inserts, updates, deletes + truncated), files_before, version_before, t0, on_spark)
 
 
 def _switched_to_hard(dt_: DeltaTable, table: TableConfig) -> bool:
@@ -172,10 +176,17 @@ def _truncate_reads_many(table_dir: str, table: TableConfig, dt_: DeltaTable, ap
     if table.format != "debezium-json" and not table.options.get("truncates"):
         return False
     found = delta.query(path(table_dir, STAGING),
-                        f"SELECT max(_cdc_order) AS o FROM t WHERE _cdc_key = {delta.sql_text(TRUNCATE_KEY)} "
-                        f"AND _cdc_batch_seq > {int(applied)} AND _cdc_batch_seq <= {int(reached)}")
-    truncate = found["o"][0].as_py() if found is not None and found.num_rows else None
-    return truncate is not None and rewrite.rows_read_for(dt_, truncate, table.soft_deletes) > settings().local_apply_rows
+                        f"SELECT min(_cdc_order) AS lo, max(_cdc_order) AS o FROM t WHERE _cdc_key = "
+                        f"{delta.sql_text(TRUNCATE_KEY)} AND _cdc_batch_seq > {int(applied)} AND _cdc_batch_seq <= "
+                        f"{int(reached)}")
+    if found is None or not found.num_rows or found["o"][0].as_py() is None:
+        return False
+    rows = rewrite.rows_read_for(dt_, found["o"][0].as_py(), table.soft_deletes)
+    if combine.combines(table) and (table.partial_updates or leaves_columns_out(table_dir, reached)):
+        # each key whose row ranks above the lowest pending truncate is combined again from its
+        # history (`_combined_winners`): its row may hold a column only a change the truncate cuts carried
+        rows += rewrite.rows_above(dt_, found["lo"][0].as_py())
+    return rows > settings().local_apply_rows
 
 
 def _apply_on_spark(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, applied: int, reached: int,

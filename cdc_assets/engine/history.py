@@ -36,6 +36,7 @@ from .combine import combines, marked
 from .ingest import column_types
 from .merge_source import every_column, key_range
 from .records import read_committed_records, read_records
+from .settings import settings
 from .spark import session_of
 from .step_results import HistoryResult
 from .table_layout import BASE, CHANGES, HISTORY, TARGET, path
@@ -121,6 +122,10 @@ def update(spark, cfg: Config, table: TableConfig) -> HistoryResult:
         # A column's type changed (it widened, or the target typed it): the history is rewritten
         # once with that type, new batches included.
         return _timed(_build(spark, cfg, table, dt_, through, columns, step="retype"), t0)
+    if new_truncates and _live_versions(history_path, new_truncates) > settings().local_apply_rows:
+        # A truncate closes every version live at it, which may be every key's: more than an update
+        # in this process takes, and the history is built again by Spark's executors.
+        return _timed(_build(spark, cfg, table, dt_, through, columns, step="truncate"), t0)
     typed = _typed(new, columns)
     keys = sorted(set(pc.unique(typed["_cdc_key"]).to_pylist()) | _live_at(history_path, new_truncates))
     in_range = None if new_truncates else key_range(typed, table, columns)
@@ -205,17 +210,28 @@ def _truncates(table_dir: str, table: TableConfig, through: int) -> tuple[versio
     return tuple(versions.Truncate(str(o), b, e) for o, b, e in zip(*text))
 
 
+def _live_where(orders: list[str]) -> str:
+    """SQL: a version live at any of `orders` (new truncates: each closes those versions)."""
+    at = [delta.sql_text(o) for o in orders]
+    return f"{versions.OPERATION} <> 'delete' AND (" + " OR ".join(
+        f"({versions.VALID_FROM} < {a} AND ({versions.VALID_TO} IS NULL OR {versions.VALID_TO} > {a}))"
+        for a in at) + ")"
+
+
+def _live_versions(history_path: str, orders: list[str]) -> int:
+    """How many versions are live at any of `orders`: counted by delta-rs' query engine, which
+    streams the files (those whose `valid_from` statistics rank above every order skipped)."""
+    found = delta.query(history_path, f"SELECT count(*) AS n FROM t WHERE {_live_where(orders)}")
+    return int(found["n"][0].as_py() or 0) if found is not None and found.num_rows else 0
+
+
 def _live_at(history_path: str, orders: list[str]) -> set[str]:
-    """The keys with a live version at any of `orders` (new truncates: each closes those versions)."""
-    keys: set[str] = set()
-    for order in orders:
-        at = delta.sql_text(order)
-        found = delta.query(history_path, f"SELECT DISTINCT _cdc_key FROM t WHERE {versions.OPERATION} <> 'delete' "
-                                          f"AND {versions.VALID_FROM} < {at} AND ({versions.VALID_TO} IS NULL OR "
-                                          f"{versions.VALID_TO} > {at})")
-        if found is not None:
-            keys.update(str(k) for k in found.column(0).to_pylist())
-    return keys
+    """The keys with a live version at any of `orders`: at most settings.local_apply_rows of them
+    (`update` takes a larger truncate to Spark)."""
+    if not orders:
+        return set()
+    found = delta.query(history_path, f"SELECT DISTINCT _cdc_key FROM t WHERE {_live_where(orders)}")
+    return {str(k) for k in found.column(0).to_pylist()} if found is not None else set()
 
 
 def _gone(existing: pa.Table, rows: pa.Table) -> pa.Table:

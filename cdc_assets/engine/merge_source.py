@@ -20,7 +20,7 @@ from ..core import target as shape
 from ..core.changes import DELETE, REFILL, TRUNCATE, TRUNCATE_KEY, UPSERT
 from ..core.config import TableConfig
 from ..core.values import DATE, DOUBLE, INT, LONG, STRING, Misfit, convert, decimal_parts, decode_row, same
-from . import combine, delta, storage
+from . import combine, delta
 from .ingest import column_types
 from .records import read_committed_records, read_records
 from .stage import latest_of_batch
@@ -159,9 +159,12 @@ def _combined_winners(table_dir: str, table: TableConfig, dt_: DeltaTable, pendi
 
 
 def _keys_above(dt_: DeltaTable, order: str) -> set[str]:
-    """The keys of the target rows ranking above `order` (one pass over two columns), through delta-rs'
-    query engine: an Arrow dataset filter over a partitioned table compares each file's partition
-    values, which delta-rs gives as string views, with plain strings, and Arrow has no kernel for that."""
+    """The keys of the target rows ranking above `order`, a pending truncate's: every one, not only
+    the batch's, since a row may hold a column only a change the truncate cuts carried. At most
+    settings.local_apply_rows of them (`_truncate_reads_many` sends more to Spark). Through delta-rs'
+    query engine, which skips the files ranking at or below `order` by their statistics: an Arrow
+    dataset filter over a partitioned table compares each file's partition values, which delta-rs
+    gives as string views, with plain strings, and Arrow has no kernel for that."""
     rows = delta.query(dt_, f"SELECT _cdc_key FROM t WHERE _cdc_order > {delta.sql_text(order)}")
     return set(rows["_cdc_key"].to_pylist())
 
@@ -227,9 +230,6 @@ def _greatest(*orders: str | None) -> str | None:
     return max((o for o in orders if o is not None), default=None)
 
 
-FLAG = "F"  # a MERGE source row that only sets `_cdc_deleted` (a soft-delete table's truncated row)
-
-
 def with_flags(rows: pa.Table, floor: str | None) -> pa.Table:
     """A soft-delete table's MERGE rows: each an upsert of its row image (a REFILL stays one),
     `_cdc_deleted` set when its change (`_cdc_op`, dropped) is a delete or ranks at or below the
@@ -240,33 +240,6 @@ def with_flags(rows: pa.Table, floor: str | None) -> pa.Table:
     rows = rows.set_column(rows.schema.get_field_index(shape.DELETED), shape.DELETED, deleted)
     applies = pc.if_else(pc.equal(rows["_cdc_apply"], REFILL), REFILL, pa.scalar(UPSERT, pa.string()))
     return rows.set_column(rows.schema.get_field_index("_cdc_apply"), "_cdc_apply", applies).drop_columns(["_cdc_op"])
-
-
-def truncated_deletes(dt_: DeltaTable, truncate: str, source: pa.Table, soft: bool = False) -> pa.Table:
-    """`source` (MERGE rows, `_cdc_apply` saying upsert or delete) with the truncate `truncate`
-    laid over it as deletes, for delta-rs' MERGE: a delete row, at the truncate's ordering key,
-    for each target row ranking at or below it whose key the source lacks; a source delete
-    ranking below the truncate takes the truncate's ordering key (the row it meets is gone
-    either way: by the delete, or by the truncate when the row ranks between the two). In a
-    soft-delete table the rows are kept: each gets a FLAG row instead, which sets its `_cdc_deleted`."""
-    import pyarrow.dataset as ds
-
-    fs, paths = storage.arrow_paths(dt_.file_uris())
-    schema = pa.schema([pa.field("_cdc_key", pa.string()), pa.field("_cdc_order", pa.string())])
-    cut = ds.dataset(paths, format="parquet", schema=schema, filesystem=fs).to_table(columns=["_cdc_key", "_cdc_order"]) \
-        if paths else schema.empty_table()
-    cut = cut.filter(pc.less_equal(cut["_cdc_order"], truncate))
-    cut = cut.filter(pc.invert(pc.is_in(cut["_cdc_key"], value_set=source["_cdc_key"])))
-    op = FLAG if soft else DELETE
-    raise_to = pc.and_(pc.equal(source["_cdc_apply"], DELETE), pc.less(source["_cdc_order"], truncate))
-    source = source.set_column(source.schema.get_field_index("_cdc_order"), "_cdc_order",
-                               pc.if_else(raise_to, pa.scalar(truncate, pa.string()), source["_cdc_order"]))
-    n = cut.num_rows
-    deletes = pa.table({f.name: cut["_cdc_key"] if f.name == "_cdc_key" else
-                        pa.array([truncate] * n, f.type) if f.name == "_cdc_order" else
-                        pa.array([op] * n, f.type) if f.name == "_cdc_apply" else pa.nulls(n, f.type)
-                        for f in source.schema}, schema=source.schema)
-    return pa.concat_tables([source, deletes])
 
 
 def _literal(value, type_: str) -> str | None:

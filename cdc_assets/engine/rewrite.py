@@ -104,6 +104,16 @@ def rows_read_for(dt_: DeltaTable, truncate: str, soft: bool = False) -> int | f
     return sum(math.inf if a["rows"] is None else a["rows"] for a in reached if soft or not _cut_whole(a, truncate))
 
 
+def rows_above(dt_: DeltaTable, order: str) -> int | float:
+    """At most how many target rows rank above `order`: the rows of every file whose `_cdc_order`
+    statistics reach above it (every file without them), from the log alone."""
+    actions = pa.table(dt_.get_add_actions(flatten=True))
+    names = actions.column_names
+    highs = actions[f"max.{ORDER}"].to_pylist() if f"max.{ORDER}" in names else [None] * actions.num_rows
+    counts = actions["num_records"].to_pylist() if "num_records" in names else [None] * actions.num_rows
+    return sum(math.inf if n is None else n for h, n in zip(highs, counts) if h is None or h > order)
+
+
 def _location(table_path: str, action: dict) -> str:
     # get_add_actions gives paths URI-encoded once more than the files' names
     return storage.join(table_path, unquote(action["path"]))

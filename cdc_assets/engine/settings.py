@@ -52,7 +52,8 @@ class Settings:
     local_apply_rows: int = _knob(
         1_000_000, "LOCAL_APPLY_ROWS",
         "An incremental apply of at most this many staged changes (a snapshot batch: of a table of at most this "
-        "many rows; a truncate: of at most this many rows in the files it cuts in part) runs in the run's own "
+        "many rows; a truncate: of at most this many rows in the files it cuts in part, on a partial-update "
+        "table also the rows ranking above it, and in the history the versions it closes) runs in the run's own "
         "process; a larger one on Spark executors. 0 sends every one to Spark.", _whole_number, "1,000,000")
     local_build_rows: int = _knob(
         10_000_000, "LOCAL_BUILD_ROWS",

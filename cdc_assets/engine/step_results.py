@@ -31,7 +31,7 @@ class HistoryResult(Figures):
     nothing_new: bool | None = None
     history_batch: int | None = None  # the last batch the history holds
     batches: str | None = None  # an update's "first..last"
-    built: str | None = None  # a build's kind: build, retype or rebuild
+    built: str | None = None  # a build's kind: build, retype, rebuild, or truncate (one closing many versions)
     changes_read: int | None = None
     truncates_read: int | None = None
     keys_touched: int | None = None

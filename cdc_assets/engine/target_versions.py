@@ -26,13 +26,15 @@ RESTORE = "restore"
 
 # What each kind of commit is, in the words of the domain.
 _KINDS = {TARGET: "apply", "rebuild": "rebuild", "widen": "widen", RESTORE: RESTORE, "compaction": "compaction",
-          "zorder": "zorder", "vacuum": "vacuum", "properties": "properties"}
+          "zorder": "zorder", "vacuum": "vacuum", "properties": "properties",
+          # an apply's own steps before its commit (engine/truncate.py)
+          "truncate": "truncate", "columns": "columns"}
 # The kinds of commit that applied batches, and those of maintenance: cdc_assets' own (cdc.step),
 # or delta-rs' operation when another tool compacted or vacuumed the target.
 APPLY_KINDS = ("first build", "build", "apply")
 MAINTENANCE_KINDS = ("compaction", "zorder", "vacuum", "optimize", "vacuum start", "vacuum end")
 # Commits that remove no data file; any other commit without a removed-files figure may have.
-_REMOVE_NONE = ("properties", "set tblproperties", "vacuum", "vacuum start", "vacuum end")
+_REMOVE_NONE = ("properties", "columns", "set tblproperties", "vacuum", "vacuum start", "vacuum end")
 
 
 class TargetVersionError(TerminalError, ValueError):

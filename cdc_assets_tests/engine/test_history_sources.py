@@ -250,3 +250,27 @@ def test_a_rebuild_keeps_a_placeholder_beside_a_non_finite_double(spark, workdir
     assert [v[:3] for v in versions_by_key(history_rows(cfg, "NF"), "a")[1]] == [
         ("insert", False, "a1"), ("update", False, "a1"), ("update", True, "a1")]
     assert_rebuild_agrees(spark, cfg, "NF")
+
+
+def test_a_truncate_closing_more_versions_than_an_update_here_takes_builds_the_history_on_spark(spark, workdir,
+                                                                                                  monkeypatch):
+    """A truncate closes every version live at it, which may be every key's: past the size of an
+    update in this process (settings.local_apply_rows), the history is built again by Spark's
+    executors, with the versions an update gives; a truncate closing fewer is an update."""
+    monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", "3")
+    cfg = write_config(workdir, [{"name": "TR", "keys": ["id"], "format": "debezium-json", "history": True}])
+    run_batches(cfg, "TR", [[pg("c", 100 + i, {"id": i, "v": "a"}) for i in range(1, 6)]])
+    land(cfg, "TR", "batch-2", {"a.jsonl": jsonl([pg("t", 500), pg("c", 600, {"id": 1, "v": "b"})])})
+    out = run_ok(cfg, "TR")
+    assert out.figures["history"]["built"] == "truncate"  # five versions live at it
+    rows = history_rows(cfg, "TR")
+    assert_linked(rows)
+    assert versions_by_key(rows, "v") == {
+        1: [("insert", False, "a"), ("delete", False, None), ("insert", True, "b")],
+        **{i: [("insert", False, "a"), ("delete", False, None)] for i in range(2, 6)}}
+    land(cfg, "TR", "batch-3", {"a.jsonl": jsonl([pg("t", 700)])})
+    out = run_ok(cfg, "TR")
+    assert out.figures["history"].get("built") is None and out.figures["history"]["keys_touched"] == 1
+    assert versions_by_key(history_rows(cfg, "TR"), "v")[1] == [("insert", False, "a"), ("delete", False, None),
+                                                                ("insert", False, "b"), ("delete", False, None)]
+    assert_rebuild_agrees(spark, cfg, "TR")

@@ -153,3 +153,28 @@ def test_a_late_change_fills_a_column_the_target_does_not_have_yet(spark, workdi
     land(cfg, "LATE", "b2", {"e.jsonl": jsonl([pg("c", {"id": 1, "doc": "long text", "v": "old"}, 1000)])})
     run_ok(cfg, "LATE")
     assert by_key(target_rows(cfg, "LATE"), "id") == {(1,): {"id": 1, "doc": "long text", "v": "new"}}
+
+
+def test_a_late_truncate_below_more_rows_than_an_apply_here_takes_combines_them_on_spark(spark, workdir, monkeypatch):
+    """A truncate arriving after changes above it ends what each key's row took from changes below
+    it, whatever keys the batch holds: every row ranking above it is combined again from its key's
+    history. Past the rows an apply in this process takes, that runs on Spark's executors; a
+    truncate ranking above every row reads none of them and stays here."""
+    monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", "4")
+    table = {"name": "PT", "keys": ["k"], "format": "changeset", "partial_updates": True,
+             "columns": {"a": "long", "b": "long"},
+             "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],
+                         "truncates": ["T"], "sequence_by": ["SEQ"]}}
+    cfg = write_config(workdir, [table])
+    land(cfg, "PT", "b1", {"c.jsonl": jsonl([cs("I", k, k, a=k, b=k) for k in range(1, 7)]
+                                            + [cs("U", 20 + k, k, a=20 + k) for k in range(1, 7)])})
+    run_ok(cfg, "PT")
+    assert {r["k"]: (r["a"], r["b"]) for r in target_rows(cfg, "PT")} == {k: (20 + k, k) for k in range(1, 7)}
+    land(cfg, "PT", "b2", {"c.jsonl": jsonl([cs("T", 10, 0)])})  # below every row: six rows to combine again
+    outcome = run_ok(cfg, "PT")
+    assert outcome.figures["target"]["applied_on"].startswith("spark")
+    assert {r["k"]: (r["a"], r["b"]) for r in target_rows(cfg, "PT")} == {k: (20 + k, None) for k in range(1, 7)}
+    land(cfg, "PT", "b3", {"c.jsonl": jsonl([cs("T", 30, 0), cs("I", 31, 7, a=31)])})  # above every row
+    outcome = run_ok(cfg, "PT")
+    assert outcome.figures["target"].get("applied_on") is None
+    assert {r["k"]: (r["a"], r["b"]) for r in target_rows(cfg, "PT")} == {7: (31, None)}

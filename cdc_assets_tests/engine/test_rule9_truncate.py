@@ -158,10 +158,13 @@ def _file_holding(target: str, column: str, value) -> str:
     return next(uri for uri in DeltaTable(target).file_uris() if value in pq.read_table(uri, columns=[column])[column].to_pylist())
 
 
-def test_a_truncate_drops_a_file_ranking_below_it_unread_and_leaves_one_above_it_unread(workdir, spark_when_needed):
+@pytest.mark.parametrize("new_column", [False, True], ids=["same-columns", "new-column"])
+def test_a_truncate_drops_a_file_ranking_below_it_unread_and_leaves_one_above_it_unread(workdir, spark_when_needed,
+                                                                                     new_column):
     """A truncate rewrites file by file: a file whose ordering keys all rank at or below it, and that
     holds none of the batch's keys, goes whole from its statistics; a file whose ordering keys all
-    rank above it is not a file the truncate touches. Neither is opened (both are made unreadable)."""
+    rank above it is not a file the truncate touches. Neither is opened (both are made unreadable).
+    A batch bringing a new column too has the column added first, and goes file by file the same."""
     import os
 
     from cdc_assets.engine.table_layout import TARGET
@@ -177,22 +180,37 @@ def test_a_truncate_drops_a_file_ranking_below_it_unread_and_leaves_one_above_it
     take_and_apply(spark_when_needed, cfg, "TF")
     below, above = _file_holding(target, "k", "pq1"), _file_holding(target, "k", "wz1")
     assert below != above
+    kept = _unreadable([below, above])
+    # a new key outside both files (and a value of a new column w)
+    land(cfg, "TF", "b3", {"c.csv": "FLAG,SEQ,k,v,w\nT,50,,,\nI,60,rs1,three,new\n" if new_column else
+                           "FLAG,SEQ,k,v\nT,50,,\nI,60,rs1,three\n"})
+    try:
+        applied = take_and_apply(spark_when_needed, cfg, "TF")
+    finally:
+        _put_back(kept)
+    assert (applied.inserts, applied.updates, applied.deletes) == (1, 0, 5)
+    assert applied.files_removed == 1
+    rows = target_rows(cfg, "TF")
+    assert values(rows, "k", "v") == {"rs1": "three"} | {f"wz{i}": "two" for i in range(1, 6)}
+    if new_column:
+        assert values(rows, "k", "w") == {"rs1": "new"} | {f"wz{i}": None for i in range(1, 6)}
+
+
+def _unreadable(files: list[str]) -> dict[str, bytes]:
+    """Overwrite `files` with bytes no Parquet reader takes; their contents, to put back."""
     kept = {}
-    for f in (below, above):
+    for f in files:
         with open(f, "rb") as fh:
             kept[f] = fh.read()
         with open(f, "wb") as fh:
             fh.write(b"not parquet" * 100)
-    land(cfg, "TF", "b3", {"c.csv": "FLAG,SEQ,k,v\nT,50,,\nI,60,rs1,three\n"})  # a new key outside both files
-    try:
-        applied = take_and_apply(spark_when_needed, cfg, "TF")
-    finally:
-        for f, data in kept.items():
-            with open(f, "wb") as fh:
-                fh.write(data)
-    assert (applied.inserts, applied.updates, applied.deletes) == (1, 0, 5)
-    assert applied.files_removed == 1
-    assert values(target_rows(cfg, "TF"), "k", "v") == {"rs1": "three"} | {f"wz{i}": "two" for i in range(1, 6)}
+    return kept
+
+
+def _put_back(kept: dict[str, bytes]) -> None:
+    for f, data in kept.items():
+        with open(f, "wb") as fh:
+            fh.write(data)
 
 
 def test_a_truncate_that_cuts_more_rows_than_an_apply_in_process_takes_runs_on_spark(spark, workdir, monkeypatch):
@@ -212,3 +230,53 @@ def test_a_truncate_that_cuts_more_rows_than_an_apply_in_process_takes_runs_on_s
     outcome = run_ok(cfg, "TR")  # every row ranks below it: files taken whole
     assert outcome.figures["target"].get("applied_on") != "spark"
     assert values(target_rows(cfg, "TR"), "id", "v") == {10: "c"}
+
+
+def test_a_truncate_on_a_table_with_a_change_feed_records_each_row_it_deletes(spark, workdir):
+    """With the change data feed, the truncate is a MERGE of its own before the batch's: the feed
+    records a delete of every row it takes, those of keys the batch does not hold too, and the
+    batch's changes above it as inserts; no key value and no ordering key goes into a commit."""
+    from cdc_assets.engine import target_versions
+    from cdc_assets_tests.support.warehouse import target_version
+
+    cfg = write_config(workdir, [_table([], change_feed=True)])
+    land(cfg, "TR", "batch-1", {"orders.jsonl": lines(*BATCHES[0][0])})
+    run_ok(cfg, "TR")
+    start = target_version(cfg, "TR") + 1
+    land(cfg, "TR", "batch-2", {"orders.jsonl": lines(*BATCHES[1][0])})
+    outcome = run_ok(cfg, "TR")
+    assert values(target_rows(cfg, "TR"), "id", "v") == BATCHES[1][1]
+    assert outcome.figures["target"]["deletes"] == 4  # ids 1 to 4, then 3 inserted again above it
+    feed = target_versions.changes("TR", cfg.table_dir("TR"), start).to_pylist()
+    assert sorted((r["_change_type"], r["id"], r["v"]) for r in feed) == [
+        ("delete", 1, "a"), ("delete", 2, "a"), ("delete", 3, "a"), ("delete", 4, "a"),
+        ("insert", 3, "above"), ("insert", 5, "a")]
+    from deltalake import DeltaTable
+
+    from cdc_assets.engine.table_layout import TARGET, path
+    [truncate_at] = [r["_cdc_order"] for r in delta_rows(cfg, "TR", "changes") if r["_cdc_op"] == "T"]
+    assert not [h for h in DeltaTable(path(cfg.table_dir("TR"), TARGET)).history() if truncate_at in repr(h)]
+    land(cfg, "TR", "batch-3", {"orders.jsonl": lines(*BATCHES[2][0])})
+    run_ok(cfg, "TR")
+    assert values(target_rows(cfg, "TR"), "id", "v") == BATCHES[2][1]
+    # a batch of a truncate alone: its MERGE is the apply's one commit, which records the batch applied
+    land(cfg, "TR", "batch-4", {"orders.jsonl": lines(pg("t", 2000))})
+    run_ok(cfg, "TR")
+    assert target_rows(cfg, "TR") == []
+    last = target_versions.versions(cfg.table_dir("TR"))[-1]
+    assert (last.kind, last.batch, last.rows_deleted) == ("apply", 4, 3)
+
+
+def test_a_soft_delete_tables_truncate_flags_the_same_rows_with_and_without_a_change_feed(spark, workdir):
+    """A soft-delete table's truncate flags the rows it takes (rule 12): as its own MERGE where the
+    change data feed is on, file by file where it is not, with the same rows either way."""
+    tables = [{**_table([], deletes="soft", change_feed=True), "name": "FEED"}, {**_table([], deletes="soft")}]
+    cfg = write_config(workdir, tables)
+    for n, (events, _) in enumerate(BATCHES, start=1):
+        for name in ("FEED", "TR"):
+            land(cfg, name, f"batch-{n}", {"orders.jsonl": lines(*events)})
+            run_ok(cfg, name)
+        shown = [sorted(map(repr, target_rows(cfg, name, source_only=False))) for name in ("FEED", "TR")]
+        assert shown[0] == shown[1], n
+        assert {r["id"] for r in target_rows(cfg, "TR", source_only=False) if not r["_cdc_deleted"]} == set(
+            BATCHES[n - 1][1]), n
