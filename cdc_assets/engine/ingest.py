@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import os
 import time
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -238,7 +239,7 @@ def _images_of(values: dict[str, pa.Table]):
     return image
 
 
-def in_arrival_order(records: pa.Table, batch_files: list[str]) -> pa.Table:
+def in_arrival_order(records: pa.Table, batch_files: Sequence[str]) -> pa.Table:
     """The records in the order they arrived: by file (as the batch lists them), then line."""
     files = pc.fill_null(pc.index_in(records["_cdc_file"], value_set=pa.array(batch_files, pa.string())), 0)
     arrival = pc.sort_indices(pa.table({"file": files, "line": records["_cdc_line"]}),  # a stable sort

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 
 import pyarrow as pa
 
@@ -144,10 +145,12 @@ def _slice() -> int:
     """The slice (partition) of the batch a task holds: slices are numbered in arrival order."""
     from pyspark import TaskContext
 
-    return TaskContext.get().partitionId()
+    context = TaskContext.get()
+    assert context is not None, "called outside a Spark task"
+    return context.partitionId()
 
 
-def _widened(types: dict, batch_files: list[str], stored_ops: tuple[str, ...]):
+def _widened(types: dict, batch_files: Sequence[str], stored_ops: tuple[str, ...]):
     """Phase one: each slice's copy of the ledger, widened over its rows in arrival order."""
     schema = pa.schema([("slice", pa.int64()), ("types", pa.string())])
 
