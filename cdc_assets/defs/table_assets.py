@@ -22,7 +22,7 @@ from ..core.config import Config, TableConfig
 from ..core.formats import SNAPSHOT
 from ..core.plan import Ingest
 from ..core.postgres import is_postgresql, parse_source
-from ..engine import apply, gcs, ingest, rekey, snapshot, stage, status, target_build
+from ..engine import apply, gcs, rekey, snapshot, spark_ingest, stage, status, target_build
 from ..engine.landing import Batch, registered
 from ..engine.lock import table_lock
 from ..engine.partitions import staged_partition_keys
@@ -130,16 +130,17 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
         with gcs.provided(storage_client) if storage_client is not None else contextlib.nullcontext():
             def ingest_exact():
                 rekey.ensure_exact(cfg, table)  # a warehouse keyed by an earlier release says so first
-                take = snapshot.ingest_batch if table.format == SNAPSHOT else ingest.ingest_batch
+                take = snapshot.ingest_batch if table.format == SNAPSHOT else spark_ingest.ingest_batch
                 return take(spark, cfg, table, batch, log=context.log.warning)
 
             figures = _write(context, table_dir, f"{table.name}/changes {batch.id}", ingest_exact)
         metadata = {**as_metadata(figures.to_metadata()), **table_metadata("changes", figures.changes_new)}
         return dg.MaterializeResult(asset_key=names.key("changes"), metadata=metadata)
 
-    def stage_batch(context: dg.AssetExecutionContext, batch: Batch):
+    def stage_batch(context: dg.AssetExecutionContext, batch: Batch, pyspark: CdcSparkResource):
+        spark = lambda: spark_session(pyspark)  # noqa: E731 - a small batch never starts Spark
         figures = _write(context, table_dir, f"{table.name}/staging {batch.id}",
-                         lambda: stage.stage_batch(cfg, table, batch))
+                         lambda: stage.stage_batch(cfg, table, batch, spark))
         _register_target_partitions(context, cfg, table)
         metadata = {**as_metadata(figures.to_metadata()), **table_metadata("staging", figures.staged)}
         # the materialization first: a check that cannot be evaluated fails the step, not the batch's record
@@ -154,7 +155,7 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
         if names.key("changes") in context.selected_asset_keys:
             yield take_batch(context, batch, pyspark, storage_client)
         if names.key("staging") in context.selected_asset_keys:
-            yield from stage_batch(context, batch)
+            yield from stage_batch(context, batch, pyspark)
 
     batch_assets = dg.multi_asset(
         name=names.key(BATCH_STEP).to_python_identifier(), partitions_def=batches, pool=names.pool,

@@ -1,4 +1,4 @@
-"""Batch -> `changes` (+ `quarantine`): parse in Spark workers, drop re-deliveries."""
+"""Batch -> `changes` (+ `quarantine`) in the run's own process: parse, drop re-deliveries, admit types."""
 from __future__ import annotations
 
 import dataclasses
@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import os
 import time
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,10 +31,8 @@ from ..core.typed_changes import TypedFile, read_by_column, read_typed_change_fi
 from ..core.values import STRING, UNSET_KEY, decode_image, decode_row, encode_row, key_text
 from . import delta, faults, gcs
 from .landing import Batch, file_size, inside, is_done_or_next, read_file
+from .latest import first_of_each
 from .records import stored_columns
-from .settings import settings
-from .spark import session_of
-from .stage import first_of_each
 from .step_results import ChangesResult
 from .table_layout import BASE, CHANGES, QUARANTINE, QUARANTINE_FIELDS, SEEN, path
 
@@ -240,16 +239,21 @@ def _images_of(values: dict[str, pa.Table]):
     return image
 
 
+def in_arrival_order(records: pa.Table, batch_files: Sequence[str]) -> pa.Table:
+    """The records in the order they arrived: by file (as the batch lists them), then line."""
+    files = pc.fill_null(pc.index_in(records["_cdc_file"], value_set=pa.array(batch_files, pa.string())), 0)
+    arrival = pc.sort_indices(pa.table({"file": files, "line": records["_cdc_line"]}),  # a stable sort
+                              sort_keys=[("file", "ascending"), ("line", "ascending")])
+    return records.take(arrival)
+
+
 def admit_types(new: pa.Table, types: dict, batch: Batch, landing: str,
                 values: dict[str, pa.Table] | None = None,
                 stored_ops: tuple[str, ...] = (UPSERT,)) -> tuple[pa.Table, list[dict], pa.Table]:
     """Split the batch's new changes into those whose values fit the column types (which they
     widen, in arrival order), with their row images, and rejections for those that cannot
     widen them. `values`: the source columns of typed files, whose records have no `_cdc_row`."""
-    files = pc.fill_null(pc.index_in(new["_cdc_file"], value_set=pa.array(batch.files, pa.string())), 0)
-    arrival = pc.sort_indices(pa.table({"file": files, "line": new["_cdc_line"]}),  # a stable sort
-                              sort_keys=[("file", "ascending"), ("line", "ascending")])
-    in_order = new.take(arrival)
+    in_order = in_arrival_order(new, batch.files)
     rows = in_order.select(["_cdc_row", "_cdc_file", "_cdc_line"]).to_pylist()
     keep, rejects, texts = [True] * len(rows), [], {}
     reasons, images = admit_rows(types, in_order, is_text_source, _images_of(values or {}), stored_ops)
@@ -285,9 +289,9 @@ def stored_changes(records: pa.Table, images: list[dict], ledger: dict, stored: 
     return records
 
 
-# A batch whose files hold at most this many bytes is parsed in this process, by the same code
-# Spark's tasks run: a job on Spark costs seconds even when warm, and a small batch then never
-# starts Spark at all. Larger batches are parsed by Spark tasks in parallel.
+# A batch whose files hold at most `local_parse_bytes` is taken in this process, parsed by the
+# same code Spark's tasks run: a job on Spark costs seconds even when warm, and a small batch then
+# never starts Spark at all. A larger batch is taken by Spark's tasks end to end (spark_ingest.py).
 
 
 def _bytes_of(files: list[dict]) -> int:
@@ -300,16 +304,12 @@ def _bytes_of(files: list[dict]) -> int:
     return total
 
 
-def parse_batch(spark, table: TableConfig, files: list[dict], root: str,
+def parse_batch(table: TableConfig, files: list[dict], root: str,
                 text_columns: tuple[str, ...] = ()) -> tuple[pa.Table, dict[str, pa.Table]]:
-    """Every record of a batch's files, parsed (rejections have `_cdc_reason`): batch-sized;
+    """Every record of a batch's files, parsed in this process (rejections have `_cdc_reason`);
     and the source columns of the files read column by column (`core.typed_changes`), whose
-    records have no `_cdc_row`. `spark`: a session, or a function that starts one; called
-    only for a large batch."""
+    records have no `_cdc_row`."""
     schema = delta.arrow_schema(PARSED_FIELDS)
-    if _bytes_of(files) > settings().local_parse_bytes:
-        return parse_files(session_of(spark), table, files, root=root, text_columns=text_columns).toArrow() \
-            .cast(schema), {}
     parts, values, by_record = [], {}, []
     for f in files:
         typed = _typed_file(table, f, root, schema)
@@ -339,7 +339,7 @@ def _typed_file(table: TableConfig, f: dict, root: str, schema: pa.Schema) -> Ty
                                   file_index=f["file_index"], schema=schema)
 
 
-def _first_of_each_event(good: pa.Table) -> tuple[pa.Table, pa.Table]:
+def first_of_each_event(good: pa.Table) -> tuple[pa.Table, pa.Table]:
     """Records with an event id, the first by ordering key of each id; and those without one."""
     has_id = pc.is_valid(good["_cdc_event_id"])
     return first_of_each(good.filter(has_id), "_cdc_event_id", "ascending"), good.filter(pc.invert(has_id))
@@ -379,14 +379,23 @@ def seen_event_ids(changes_path: str, seen_path: str, events: pa.Table) -> pa.Ar
     return pc.filter(ids, pc.is_in(ids, value_set=found_ids))
 
 
-def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None) -> ChangesResult:
-    """Commit the batch's distinct changes and its rejected records; a second call does nothing.
-    `spark`: a session, or a function that starts one when the batch is large enough to need it."""
-    t0 = time.time()
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """What taking a batch starts from, wherever it is taken."""
+    table_dir: str
+    changes_path: str
+    landing: str
+    files: list[dict]  # the parser's work list
+    types: dict[str, str]  # the table's column types so far
+    text_columns: tuple[str, ...]
+
+
+def prepare(cfg: Config, table: TableConfig, batch: Batch) -> Prepared | None:
+    """The batch's files and the table's column types; None when its changes are committed."""
     table_dir = cfg.table_dir(table.name)
     changes_path = path(table_dir, CHANGES)
     if is_done_or_next(table.name, changes_path, CHANGES, batch):
-        return ChangesResult(already_committed=True)
+        return None
     landing = cfg.landing_dir(table.name)
     files = [{"path": os.path.join(landing, f), "file": f, "file_index": i, "batch_seq": batch.seq,
               "batch_id": batch.id} for i, f in enumerate(batch.files)]
@@ -394,14 +403,31 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
     # A column earlier batches made text stays text: its CSV values keep their spelling, so a
     # key reads the same in every batch.
     text_columns = tuple(c for c, t in plain(types).items() if t == STRING)
-    parsed, values = parse_batch(spark, table, files, root=landing, text_columns=text_columns)
+    return Prepared(table_dir, changes_path, landing, files, types, text_columns)
+
+
+def ingest_batch(cfg: Config, table: TableConfig, batch: Batch, log=None) -> ChangesResult:
+    """Commit the batch's distinct changes and its rejected records, in this process; a second
+    call does nothing (spark_ingest.ingest_batch sends a large batch to Spark instead)."""
+    t0 = time.time()
+    given = prepare(cfg, table, batch)
+    if given is None:
+        return ChangesResult(already_committed=True)
+    return ingest_prepared(given, table, batch, log, t0)
+
+
+def ingest_prepared(given: Prepared, table: TableConfig, batch: Batch, log, t0: float) -> ChangesResult:
+    table_dir, changes_path, landing, files, types = (given.table_dir, given.changes_path, given.landing,
+                                                      given.files, given.types)
+    text_columns = given.text_columns
+    parsed, values = parse_batch(table, files, root=landing, text_columns=text_columns)
     records_read = parsed.num_rows
     faults.point("changes.parsed")
     rejected = pc.is_valid(parsed["_cdc_reason"])
     good = parsed.filter(pc.invert(rejected)).select([n for n, _ in TYPED_FIELDS])
     unreadable = parsed.filter(rejected).select([c for c, _ in REJECT_FIELDS])
     # At-least-once delivery: an event id seen in this batch or any earlier one counts once.
-    with_id, without_id = _first_of_each_event(good)
+    with_id, without_id = first_of_each_event(good)
     seen = seen_event_ids(changes_path, path(table_dir, SEEN), with_id)
     if len(seen):
         with_id = with_id.filter(pc.invert(pc.is_in(with_id["_cdc_event_id"], value_set=seen)))
@@ -414,9 +440,13 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
     taken = ChangesResult(files=len(files), records_read=records_read, changes_new=new.num_rows,
                           duplicates_skipped=records_read - unreadable.num_rows - distinct_rows.num_rows,
                           quarantined=n_rejected)
-    version = delta.append(changes_path, new, CHANGES, batch.seq,
-                           {**taken.to_metadata(), "column_types": json.dumps(types)})
+    version = delta.append(changes_path, new, CHANGES, batch.seq, changes_metadata(taken, types))
     return finish_changes(changes_path, taken, version, t0)
+
+
+def changes_metadata(taken: ChangesResult, types: dict[str, str]) -> dict:
+    """What a batch's `changes` commit records beside its step mark: its figures and the column types."""
+    return {**taken.to_metadata(), "column_types": json.dumps(types)}
 
 
 def finish_changes(changes_path: str, taken: ChangesResult, version: int, t0: float) -> ChangesResult:

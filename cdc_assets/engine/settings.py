@@ -48,13 +48,16 @@ class Settings:
     local_parse_bytes: int = _knob(
         32 * 2**20, "LOCAL_PARSE_BYTES",
         "A batch's files (or an export's) of at most this many bytes are parsed in the run's own process; "
-        "larger ones by Spark tasks. 0 sends every one to Spark.", _whole_number, "32 MiB")
+        "larger ones by Spark tasks, which then also drop a change batch's re-deliveries, admit its column types "
+        "and write its `changes` (the run's process holds only rejections, counts and column types). 0 sends "
+        "every one to Spark.", _whole_number, "32 MiB")
     local_apply_rows: int = _knob(
         1_000_000, "LOCAL_APPLY_ROWS",
         "An incremental apply of at most this many staged changes (a snapshot batch: of a table of at most this "
         "many rows; a truncate: of at most this many rows in the files it cuts in part, on a partial-update "
         "table also the rows ranking above it, and in the history the versions it closes) runs in the run's own "
-        "process; a larger one on Spark executors. 0 sends every one to Spark.", _whole_number, "1,000,000")
+        "process; a larger one on Spark executors. A batch of more changes than this (counted from the `changes` "
+        "log's statistics) is staged by Spark tasks. 0 sends every one to Spark.", _whole_number, "1,000,000")
     local_build_rows: int = _knob(
         10_000_000, "LOCAL_BUILD_ROWS",
         "An import, a first build, a rebuild or a whole-table key check of at most this many rows runs in the "

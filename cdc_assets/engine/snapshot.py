@@ -346,7 +346,7 @@ def _state_on_spark(session, table_dir: str, table: TableConfig, dt_: DeltaTable
     frames = []
     if dt_ is not None:
         schema = spark_apply._plain_schema(pa.schema(dt_.schema().to_arrow()))
-        files = spark_apply._files(path(table_dir, TARGET), dt_)
+        files = spark_apply.files_of(path(table_dir, TARGET), dt_)
         rows = spark_apply.read(session, files, list(range(len(files))), schema).drop(spark_apply.FILE)
         soft = SOFT_DELETED in schema.names
         from .spark import map_in_arrow

@@ -25,9 +25,9 @@ from ..core.changes import TRUNCATE, TRUNCATE_KEY, UPSERT
 from ..core.config import TableConfig
 from ..core.target import DELETED
 from . import delta, spark_files, storage
+from .latest import latest_per_key
 from .settings import settings
 from .spark import map_in_arrow
-from .stage import latest_per_key
 from .table_layout import STAGING, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
 
 # An incremental apply of at most this many pending staged rows (counted from the staging
@@ -67,7 +67,7 @@ class _File:
     rows: int  # from the statistics (0 without them)
 
 
-def _files(table_path: str, dt_) -> list[_File]:
+def files_of(table_path: str, dt_) -> list[_File]:
     actions = pa.table(dt_.get_add_actions(flatten=True))
     columns = actions.column_names
     lows = actions[f"min.{KEY}"].to_pylist() if f"min.{KEY}" in columns else [None] * actions.num_rows
@@ -267,7 +267,7 @@ def apply(spark, table: TableConfig, table_dir: str, dt_, applied: int, reached:
         stored = delta.rows_with_keys(tomb_dt, TOMBSTONE_FIELDS, [TRUNCATE_KEY]) if tomb_dt is not None else None
         before = stored["_cdc_order"].to_pylist() if stored is not None else []
         floor = max(before + ([truncate] if truncate else []), default="")
-        tomb_files = _files(tomb_path, tomb_dt)
+        tomb_files = files_of(tomb_path, tomb_dt)
         tombs = read(spark, tomb_files, candidates(winners, tomb_files), delta.arrow_schema(TOMBSTONE_FIELDS)) \
             .select(F.col(KEY), F.col(ORDER).alias("_t_order"), F.col(FILE).alias("_t_file")).cache()
         # An upsert older than its key's tombstone, or than a truncate, is stale (rule 2): it never
@@ -285,7 +285,7 @@ def apply(spark, table: TableConfig, table_dir: str, dt_, applied: int, reached:
             _tombstones(tomb_path, tomb_dt, tomb_files, tombs, winners, reached, rows_per_file)
 
         schema = _plain_schema(pa.schema(dt_.schema().to_arrow()))
-        files = _files(target_path, dt_)
+        files = files_of(target_path, dt_)
         # a truncate can take a row of any file
         ids = list(range(len(files))) if truncate else candidates(live, files)
         old = read(spark, files, ids, pa.schema([schema.field(KEY), schema.field(ORDER)]

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from cdc_assets.core.formats import parse_file
-from cdc_assets.engine import ingest
+from cdc_assets.engine import spark_ingest
 from cdc_assets_tests.support.config import settings_of, write_config
 from cdc_assets_tests.support.landing import land
 from cdc_assets_tests.support.runs import MARKS, run_ok
@@ -43,7 +43,7 @@ def test_each_row_group_of_a_parquet_change_file_gives_its_changes_with_the_file
 def test_a_change_file_of_many_row_groups_gives_the_same_target_and_quarantine_on_either_parser(
         spark, workdir, monkeypatch, parser):
     if parser == "spark":
-        settings_of(monkeypatch, ingest, local_parse_bytes=-1)
+        settings_of(monkeypatch, spark_ingest, local_parse_bytes=-1)
     cfg = write_config(workdir, [{"name": "RG", "keys": ["id"], "format": "changeset", "options": CHANGESET}])
     land(cfg, "RG", "batch-1", {"c.parquet": change_file()})
     run_ok(cfg, "RG")

@@ -244,11 +244,11 @@ def test_the_fresh_read_and_the_reconciliation_see_the_same_doubles(workdir, cap
 
 
 def test_the_spark_apply_keeps_the_same_doubles_and_nan_keys(spark, workdir, monkeypatch):
-    from cdc_assets.engine import ingest
+    from cdc_assets.engine import spark_ingest
 
     monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", "0")  # every build and apply on Spark executors
     monkeypatch.setenv("CDC_ASSETS_LOCAL_BUILD_ROWS", "0")
-    settings_of(monkeypatch, ingest, local_parse_bytes=0)
+    settings_of(monkeypatch, spark_ingest, local_parse_bytes=0)
     (workdir / "base.parquet").write_bytes(parquet(edge_table()))
     cfg = write_config(workdir, [
         {"name": "SP", "keys": ["id"], "format": "changeset", "options": CHANGESET, "columns": {"d": "double"},

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_assets.engine import ingest
+from cdc_assets.engine import spark_ingest
 from cdc_assets_tests.emulators import GCS_BUCKET as BUCKET
 from cdc_assets_tests.emulators import put
 from cdc_assets_tests.support.config import settings_of, write_config
@@ -26,7 +26,7 @@ def gcs_config(workdir, name: str):
 @pytest.mark.parametrize("by_spark", [False, True], ids=["read-by-the-run", "read-by-spark-workers"])
 def test_a_gcs_landing_takes_datastream_objects_at_any_depth(spark, workdir, gcs_bucket, monkeypatch, by_spark):
     if by_spark:
-        settings_of(monkeypatch, ingest, local_parse_bytes=0)  # every batch parsed by Spark tasks
+        settings_of(monkeypatch, spark_ingest, local_parse_bytes=0)  # every batch parsed by Spark tasks
     cfg = gcs_config(workdir, "ORDERS")
     folder = "datastream/ORDERS/2024/01/01/10/00"
     put(gcs_bucket, f"{folder}/part-1.jsonl", jsonl([

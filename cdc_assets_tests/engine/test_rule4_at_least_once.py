@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from cdc_assets.engine import ingest, maintenance
+from cdc_assets.engine import maintenance, spark_ingest
 from cdc_assets.engine.maintenance import maintain
 from cdc_assets_tests.support.config import settings_of, write_config
 from cdc_assets_tests.support.landing import jsonl, land
@@ -27,7 +27,7 @@ def versions(cfg, table):
 def test_same_event_in_several_files_and_a_later_batch_counts_once(spark, workdir, monkeypatch, parser):
     # A small batch is parsed in the run's own process, a large one by Spark tasks: both count once.
     if parser == "spark":
-        settings_of(monkeypatch, ingest, local_parse_bytes=-1)
+        settings_of(monkeypatch, spark_ingest, local_parse_bytes=-1)
     cfg = write_config(workdir, [{"name": "DUP", "keys": ["id"], "format": "datastream-json"}])
     e1 = mysql("INSERT", {"id": 1, "v": "inserted"}, 1, 10)
     e2 = mysql("UPDATE", {"id": 1, "v": "updated"}, 1, 20)

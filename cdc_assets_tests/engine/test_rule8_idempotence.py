@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from cdc_assets.engine.apply import apply_pending
 from cdc_assets.engine.base_import import import_base
-from cdc_assets.engine.ingest import ingest_batch
 from cdc_assets.engine.landing import register_new_batch, registered
+from cdc_assets.engine.spark_ingest import ingest_batch
 from cdc_assets.engine.stage import stage_batch
 from cdc_assets.engine.target_build import rebuild
 from cdc_assets_tests.support.config import write_config

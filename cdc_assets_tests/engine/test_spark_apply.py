@@ -11,7 +11,7 @@ import pyarrow.csv as pa_csv
 import pytest
 from deltalake import DeltaTable
 
-from cdc_assets.engine import apply, base_import, ingest
+from cdc_assets.engine import apply, base_import, spark_ingest
 from cdc_assets_tests.support.config import settings_of, write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql
@@ -68,7 +68,7 @@ def feed(spark, workdir, name: str, partition_by: list[str], with_base: bool, on
     monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", str(limit))
     monkeypatch.setenv("CDC_ASSETS_LOCAL_BUILD_ROWS", str(limit))  # a whole build (the new column's) on Spark too
     settings_of(monkeypatch, base_import, local_parse_bytes=limit)
-    settings_of(monkeypatch, ingest, local_parse_bytes=10**9)
+    settings_of(monkeypatch, spark_ingest, local_parse_bytes=10**9)
     if on_spark:
         def no_batch_on_the_driver(*_a, **_k):
             raise AssertionError("the pending batch was read into the run's own process")

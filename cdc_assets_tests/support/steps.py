@@ -14,7 +14,7 @@ def take_and_apply(spark, cfg: Config, table: str) -> ApplyResult:
     staged batches applied to `target`; the blocking checks must pass (each batch's counts add
     up, each key the apply touched is in the target once). `spark`: the test's session, or a
     function that starts one."""
-    from cdc_assets.engine import apply, base_import, checks, ingest, snapshot, stage
+    from cdc_assets.engine import apply, base_import, checks, snapshot, spark_ingest, stage
     from cdc_assets.engine.landing import register_new_batch, registered
 
     t = cfg.table(table)
@@ -22,10 +22,10 @@ def take_and_apply(spark, cfg: Config, table: str) -> ApplyResult:
     register_new_batch(cfg.landing_dir(table), table_dir)
     if t.base_snapshot:
         base_import.import_base(spark, cfg, t)
-    take = snapshot.ingest_batch if t.format == SNAPSHOT else ingest.ingest_batch
+    take = snapshot.ingest_batch if t.format == SNAPSHOT else spark_ingest.ingest_batch
     for batch in registered(table_dir):
         take(spark, cfg, t, batch)
-        stage.stage_batch(cfg, t, batch)
+        stage.stage_batch(cfg, t, batch, spark)
         accounted = checks.batch_accounting(cfg, t, batch.seq)
         assert accounted.adds_up, (batch.id, accounted)
     applied = apply.apply_pending(spark, cfg, t)

@@ -1,0 +1,123 @@
+"""A batch above CDC_ASSETS_LOCAL_PARSE_BYTES is parsed, deduplicated, admitted and stored by Spark
+tasks, and staged by them when its changes exceed CDC_ASSETS_LOCAL_APPLY_ROWS: for the same feed it
+gives the same `changes`, `staging`, quarantine and target as the in-process path, value for value,
+while the run's own process never holds the batch's records."""
+from __future__ import annotations
+
+import json
+import os
+
+from deltalake import DeltaTable
+
+from cdc_assets.engine import spark_ingest
+from cdc_assets_tests.support.config import settings_of, write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import mysql
+from cdc_assets_tests.support.runs import MARKS, run_ok
+
+pytestmark = MARKS
+
+BULK = 120  # inserts in the second batch's second file: more records than anything the driver may collect
+COLLECTED_AT_MOST = 16
+# A new column's first value is a JSON integer, later ones JSON text, each in another of the slices
+# the Spark path admits one after another (ROWS_PER_SLICE below): arrival order makes the column an
+# integer one and quarantines both texts, where the slice of the first text, admitted on its own,
+# would have made the column text, and the last text fit it.
+NOTES = {0: 7, 50: "seven", 100: "eight"}
+
+
+def batches() -> list[dict[str, str]]:
+    """A first batch; then a batch of three files with an event delivered twice within it (in two
+    files, the second copy later in arrival order), an event the first batch already holds, a value
+    that cannot fit its column (JSON text in an integer column: quarantined), an amount that widens
+    the column to decimal numbers, new columns (one whose later value cannot fit its first), deletes,
+    a key changed twice, and a bad line."""
+    first = [mysql("INSERT", {"id": i, "amount": i * 10, "region": "eu" if i % 2 else "us"}, 1, i, uuid=f"b1-{i}")
+             for i in range(1, 9)]
+    again = mysql("UPDATE", {"id": 2, "amount": 22, "region": "us"}, 1, 22, uuid="b2-dup")
+    second = {
+        "part-1.jsonl": jsonl([mysql("UPDATE", {"id": 1, "amount": 11, "region": "eu"}, 1, 20, uuid="b2-1"),
+                               again,
+                               first[2],  # re-delivered from the first batch
+                               mysql("DELETE", {"id": 3, "region": "eu"}, 1, 23, uuid="b2-3"),
+                               mysql("UPDATE", {"id": 4, "amount": "lots", "region": "us"}, 1, 24, uuid="b2-4"),
+                               mysql("UPDATE", {"id": 5, "amount": 5.5, "region": "eu"}, 1, 25, uuid="b2-5"),
+                               mysql("UPDATE", {"id": 5, "amount": 55, "region": "eu"}, 1, 26, uuid="b2-6")])
+        + '{"not json\n',
+        "part-2.jsonl": jsonl([mysql("INSERT", {"id": 100 + i, "amount": i, "region": "us", "extra": f"x{i}",
+                                                **({"note": NOTES[i]} if i in NOTES else {})}, 2, i,
+                                     uuid=f"b2-bulk-{i}") for i in range(BULK)]),
+        "part-3.jsonl": jsonl([again, mysql("DELETE", {"id": 7, "region": "eu"}, 3, 1, uuid="b2-7")]),
+    }
+    return [{"part-1.jsonl": jsonl(first)}, second]
+
+
+def rows_of(table_path: str, drop=()) -> list[dict]:
+    data = DeltaTable(table_path).to_pyarrow_table()
+    rows = [{k: v for k, v in r.items() if k not in drop} for r in data.to_pylist()]
+    return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))
+
+
+def watch_the_driver(spark, monkeypatch) -> list[tuple[int, set[str]]]:
+    """The row count and columns of every result the run's own process takes from Spark."""
+    frame_class = type(spark.range(1))
+    taken: list[tuple[int, set[str]]] = []
+
+    def counted(name):
+        original = getattr(frame_class, name)
+
+        def take(self, *a, **k):
+            out = original(self, *a, **k)
+            taken.append((out.num_rows if hasattr(out, "num_rows") else len(out), set(self.columns)))
+            return out
+        return take
+    for name in ("toArrow", "collect", "toPandas"):
+        monkeypatch.setattr(frame_class, name, counted(name))
+    return taken
+
+
+def feed(workdir, on_spark: bool, spark, monkeypatch):
+    monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", "0" if on_spark else str(10**9))
+    settings_of(monkeypatch, spark_ingest, local_parse_bytes=0 if on_spark else 10**9)
+    monkeypatch.setattr(spark_ingest, "ROWS_PER_SLICE", 25)  # the second batch in several slices
+    taken = watch_the_driver(spark, monkeypatch) if on_spark else []
+    (workdir / "landing").mkdir(parents=True)
+    cfg = write_config(workdir, [{"name": "T", "keys": ["id"], "format": "datastream-json"}])
+    figures = []
+    for n, files in enumerate(batches(), 1):
+        land(cfg, "T", f"batch-{n}", files)
+        outcome = run_ok(cfg, "T")
+        figures.append((outcome.figures["changes"], outcome.figures["staging"]))
+    monkeypatch.undo()
+    table_dir = cfg.table_dir("T")
+    tables = {step: rows_of(os.path.join(table_dir, step), drop=("quarantined_at",) if step == "quarantine" else ())
+              for step in ("changes", "staging", "quarantine", "target")}
+    return tables, figures, taken
+
+
+# what differs by who wrote the files, not by what they hold
+PLACES = ("seconds", "delta_version", "compacted")
+
+
+def test_a_batch_on_spark_equals_the_one_in_process(spark, tmp_path, monkeypatch):
+    local, local_figures, _ = feed(tmp_path / "local", False, spark, monkeypatch)
+    on_spark, spark_figures, taken = feed(tmp_path / "spark", True, spark, monkeypatch)
+    for step in ("changes", "staging", "quarantine", "target"):
+        assert local[step] == on_spark[step], step
+    for n, (mine, theirs) in enumerate(zip(local_figures, spark_figures), 1):
+        for a, b in zip(mine, theirs):
+            differ = {k: (a.get(k), b.get(k)) for k in set(a) | set(b) if k not in PLACES and a.get(k) != b.get(k)}
+            assert not differ, (n, differ)
+    # the run's own process took no change records, only small results: the rejected records,
+    # column types, counts and bounds, file ids, written files' figures
+    assert taken and not [t for t in taken if {"_cdc_key", "_cdc_row"} & t[1]], taken
+    assert max(n for n, _ in taken) <= COLLECTED_AT_MOST, taken
+    changes = [r for r in local["changes"] if r["_cdc_batch_seq"] == 2]
+    # key 1, the event delivered twice (once), 3's delete, 5 twice; the bulk but its text notes; 7's delete
+    assert len(changes) == 5 + BULK - 2 + 1
+    reasons = sorted(r["_cdc_reason"] for r in local["quarantine"])
+    assert len(reasons) == 4 and any("'amount'" in r for r in reasons), reasons
+    assert len([r for r in reasons if "'note'" in r]) == 2, reasons
+    target = {r["id"]: r for r in local["target"]}
+    assert 3 not in target and 7 not in target and target[5]["amount"] == 55 and target[2]["amount"] == 22
+    assert target[100]["extra"] == "x0" and target[100]["note"] == 7 and target[4]["amount"] == 40 and 150 not in target and 200 not in target
