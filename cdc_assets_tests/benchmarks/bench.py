@@ -1283,6 +1283,8 @@ def parse_args(argv=None):
     ap.add_argument("--driver-memory", default="2g", help="the Spark Connect server's driver memory (warm runs)")
     ap.add_argument("--run-driver-memory", help="cdc.yaml spark.driver.memory of the runs' own Spark (import, cold "
                                                 "apply), with spark.driver.maxResultSize 64m (default: the product's)")
+    ap.add_argument("--executor-memory", help="cdc.yaml spark.executor.memory of the runs' own Spark on a cluster "
+                                              "(--master; the issue caps the drivers, not the executors)")
     ap.add_argument("--master", help="the Spark master of the product's runs and of the Connect server, for "
                     "example spark://127.0.0.1:7077 (cdc_assets_tests.benchmarks.cluster start); default local[2]")
     ap.add_argument("--replot", metavar="CSV", help="only redraw bench_apply.png from an earlier bench.csv (first argument)")
@@ -1307,6 +1309,8 @@ def run(args, echo=print) -> list[Result]:
         os.environ["CDC_ASSETS_SPARK_MASTER"] = args.master  # the runs and the Connect server inherit it
     run_spark = {"spark.driver.memory": args.run_driver_memory, "spark.driver.maxResultSize": "64m"} \
         if getattr(args, "run_driver_memory", None) else None
+    if getattr(args, "executor_memory", None):
+        run_spark = {**(run_spark or {}), "spark.executor.memory": args.executor_memory}
     bench = Bench(work, seed=args.seed, step_timeout=args.step_timeout, modes=args.modes, echo=echo,
                   driver_memory=args.driver_memory, run_spark=run_spark)
     results: list[Result] = []
