@@ -14,7 +14,7 @@ from ..core.figures import Figures
 from ..core.formats import parse_snapshot
 from ..core.ordering import origin
 from ..core.target import DELETED
-from . import delta, key_spans, postgres_reconcile, spark_files, storage
+from . import delta, key_spans, postgres_reconcile, spark_apply, spark_files, storage
 from .settings import settings
 from .table_layout import CHANGES, CHANGES_TRIM, QUARANTINE, STAGING, STAGING_TRIM, TARGET, path
 
@@ -45,7 +45,11 @@ def key_uniqueness(cfg: Config, table: TableConfig, spark=None) -> KeyUniqueness
     if dt is None:
         return NO_KEYS
     commit = {k[4:]: v for k, v in delta.last_commit(dt).items() if k.startswith("cdc.")}
-    if commit.get("step") != TARGET or commit.get("build") == "full" or "from_batch" not in commit:
+    incremental = commit.get("step") == TARGET and commit.get("build") != "full" and "from_batch" in commit
+    # A batch too big for this process (a catch-up the executors applied) is checked as a build
+    # is: its keys, millions of them, never come here.
+    if not incremental or (spark is not None and spark_apply.pending_rows(table_dir, int(commit["from_batch"]) - 1)
+                           > settings().local_apply_rows):
         rows = delta.file_stats(dt)[2]
         if key_spans.keys_unique_by_order(dt, table.keys, spark):  # files in key order: nothing to count
             return KeyUniqueness(rows=rows, keys_checked=rows, duplicate_keys=0)

@@ -11,6 +11,7 @@ import pyarrow.csv as pa_csv
 import pytest
 from deltalake import DeltaTable
 
+from cdc_assets.core.config import load_config
 from cdc_assets.engine import apply, base_import, spark_ingest
 from cdc_assets_tests.support.config import settings_of, write_config
 from cdc_assets_tests.support.landing import jsonl, land
@@ -112,3 +113,20 @@ def test_an_apply_on_spark_equals_the_one_in_process(spark, tmp_path, monkeypatc
     assert target[4]["region"] == "eu" and target[6]["extra"] == "x" and target[11]["extra"] == "y"
     assert {r["_cdc_key"] for r in local["tombstones"]} == {json.dumps([k]) for k in ("5", "7", "99")}
     assert len(local["quarantine"]) == 1
+
+
+def test_after_an_apply_on_spark_the_key_check_reads_no_batch_of_keys_into_the_runs_process(spark, tmp_path,
+                                                                                           monkeypatch):
+    """A catch-up's keys are a batch of millions: the check after it proves or counts every key on
+    the executors, as after a build, instead of reading the batch's keys and the target's key column
+    into the run's own process."""
+    from cdc_assets.engine import checks, delta
+
+    feed(spark, tmp_path, "T", [], True, True, monkeypatch)
+    cfg = load_config(str(tmp_path / "cdc.yaml"))
+
+    def no_keys_on_the_driver(*_a, **_k):
+        raise AssertionError("the batch's keys were read into the run's own process")
+    monkeypatch.setattr(delta, "rows_with_keys", no_keys_on_the_driver)
+    unique = checks.key_uniqueness(cfg, cfg.table("T"), spark=lambda: spark)
+    assert (unique.rows, unique.keys_checked, unique.duplicate_keys) == (9, 9, 0)
