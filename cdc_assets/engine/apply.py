@@ -36,7 +36,7 @@ from .step_results import ApplyResult
 from .table_layout import BASE, STAGING, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
 from .target_build import build, widen
 from .target_typing import ROWS_PER_FILE, as_target_types, existing_columns, flagged_columns, target_frame
-from .truncate import add_columns, truncate_merge
+from .truncate import STEP_COLUMNS, truncate_merge
 
 
 def apply_pending(spark, cfg: Config, table: TableConfig) -> ApplyResult:
@@ -117,7 +117,7 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> ApplyResult:
             dt_, truncated = truncate_merge(target_path, dt_, m.truncate, table.soft_deletes,
                                             props if source.num_rows == 0 else None)
         else:
-            dt_ = add_columns(target_path, dt_, source.drop_columns(["_cdc_apply"]).schema)
+            dt_ = delta.add_columns(target_path, dt_, source.drop_columns(["_cdc_apply"]).schema, STEP_COLUMNS)
     if rewrite.applies(dt_, source):
         done = rewrite.rewrite(target_path, dt_, source, table.partition_by,
                                lambda figures: delta.commit_props(TARGET, reached, {**marks, **figures}),

@@ -39,6 +39,20 @@ def load(path: str, version: int | None = None) -> DeltaTable:
     return DeltaTable(path, version=version, storage_options=storage.delta_options(path))
 
 
+def add_columns(path: str, dt: DeltaTable, columns: pa.Schema, step: str | None = None) -> DeltaTable:
+    """The table with every field of `columns` it lacks added (nullable, at the end, as a schema
+    merge adds them), in a version of its own without rows (marked as `step`'s when given); the
+    table as it is then. delta-rs commits written files only under the table's own schema."""
+    from deltalake.schema import Field
+
+    have = set(dt.schema().to_arrow().names)
+    new = [Field.from_arrow(f.with_nullable(True)) for f in columns if f.name not in have]
+    if not new:
+        return dt
+    dt.alter.add_columns(new, commit_properties=CommitProperties(custom_metadata={"cdc.step": step}) if step else None)
+    return load(path)
+
+
 def open_table(path: str | DeltaTable) -> DeltaTable | None:
     """The table at `path`, or None without one; a DeltaTable given is that snapshot, as it is."""
     if isinstance(path, DeltaTable):

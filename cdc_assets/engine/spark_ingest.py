@@ -250,21 +250,6 @@ def _stored_task(ledger: dict, stored: dict[str, str], out: pa.Schema):
     return run
 
 
-def _add_columns(table_path: str, dt_, schema: pa.Schema):
-    """The table with `schema`'s columns it lacks added (as `delta.append`'s schema merge adds them)."""
-    if dt_ is None:
-        return dt_
-    have = set(pa.schema(dt_.schema().to_arrow()).names)
-    missing = [f for f in schema if f.name not in have]
-    if not missing:
-        return dt_
-    from deltalake import Schema
-
-    table = delta.load(table_path)
-    table.alter.add_columns(list(Schema.from_arrow(pa.schema(missing)).fields))
-    return delta.load(table_path)
-
-
 def rows_written(adds: list) -> int:
     """The rows of written files, from their statistics."""
     return sum(json.loads(a.stats)["numRecords"] for a in adds)
@@ -279,7 +264,8 @@ def commit_written(table_path: str, step: str, batch_seq: int, schema: pa.Schema
         if delta.txn_version(dt_, step) >= batch_seq:
             raise CommitConflict(f"{table_path}: another writer committed {step} batch {batch_seq} first")
         # A new typed column is added before the rows that fill it: a version with no rows.
-        dt_ = _add_columns(table_path, dt_, schema)
+        if dt_ is not None:
+            dt_ = delta.add_columns(table_path, dt_, schema)
         faults.point(f"{step}.before_commit")
         final = spark_files.commit(table_path, dt_, schema, adds, [] if dt_ is not None else None, (),
                                    delta.commit_props(step, batch_seq, metadata))

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import pyarrow as pa
 from deltalake import DeltaTable
-from deltalake.schema import Field
 
 from ..core import names
 from ..core import target as shape
@@ -30,17 +29,6 @@ from . import delta
 ORDER = "_cdc_order"
 # What the commits before an apply's own are, for a reader of the target's history.
 STEP_COLUMNS, STEP_TRUNCATE = "columns", "truncate"
-
-
-def add_columns(target_path: str, dt_: DeltaTable, columns: pa.Schema) -> DeltaTable:
-    """The target with every field of `columns` it lacks added (nullable, at the end, as a MERGE's
-    schema evolution adds them); the table as it is then."""
-    have = set(dt_.schema().to_arrow().names)
-    new = [Field.from_arrow(f.with_nullable(True)) for f in columns if f.name not in have]
-    if new:
-        dt_.alter.add_columns(new, commit_properties=delta.CommitProperties(
-            custom_metadata={"cdc.step": STEP_COLUMNS}))
-    return delta.load(target_path)
 
 
 def truncate_merge(target_path: str, dt_: DeltaTable, truncate: str, soft: bool,
