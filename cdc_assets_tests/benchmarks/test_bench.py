@@ -88,6 +88,20 @@ def test_compare_finds_missing_and_extra_ids():
     assert c["differences"] == "1 ids missing from the product, 1 extra"
 
 
+def test_compare_paths_reads_a_range_of_ids_at_a_time_and_finds_a_difference_in_a_later_one(tmp_path):
+    rows = [dict(ROWS[0], id=i) for i in range(10)]
+    write_deltalake(str(tmp_path / "want"), _ref(rows))
+    write_deltalake(str(tmp_path / "same"), _ref(rows[::-1]))
+    write_deltalake(str(tmp_path / "got"), _ref(rows[:7] + [dict(rows[7], status="paid")] + rows[9:]))
+    same = bench.compare_paths(str(tmp_path / "same"), str(tmp_path / "want"), step=3)
+    assert same["ids_equal"] and same["values_equal"] and same["rows_product"] == 10
+    c = bench.compare_paths(str(tmp_path / "got"), str(tmp_path / "want"), step=3)
+    assert not c["ids_equal"] and c["rows_product"] == 9 and c["rows_reference"] == 10
+    assert c["differences"] == "1 ids missing from the product, 0 extra"
+    c = bench.compare_paths(str(tmp_path / "got"), str(tmp_path / "want"), step=8)  # the difference is in 0..7
+    assert not c["values_equal"] and "status: 1 rows differ (id 7" in c["differences"]
+
+
 def test_root_cause_names_the_java_error_not_dagsters_wrapper():
     out = ("dagster._core.errors.DagsterExecutionStepExecutionError: Error occurred while executing op \"BENCH__base\":\n"
            "py4j.protocol.Py4JJavaError: An error occurred while calling o123.collectToPython.\n"
