@@ -62,7 +62,8 @@ KEYS: tuple[Key, ...] = (
         "The columns that order a key's changes, compared in turn; ties go by arrival."),
     Key("tables[].partition_by", NAMES, "none", "The target's partition columns."),
     Key("tables[].base_snapshot", "a file or folder (relative to cdc.yaml)", "none",
-        "A source export the table starts from; its rows rank below every change."),
+        "A source export the table starts from; its rows rank below every change. A Parquet export, or a local "
+        "CSV export whose every column `columns:` declares, is read column by column (much faster than row by row)."),
     Key("tables[].reconcile_with", "a file or folder (relative to cdc.yaml)", "none",
         "An export the `reconciles_with_source` check compares the target with."),
     Key("tables[].columns", "a mapping of column names to types", "the files' own types, else inferred",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -161,15 +161,18 @@ def _line_orders(template: bytes, line_at: Sequence[int], lines: np.ndarray) -> 
 
 def export_batch(data: pa.Table, first_line: int, keys: Sequence[str], partition_by: Sequence[str], file_name: str,
                  columns: dict[str, str], arrow_type: ArrowType, batch_seq: int = 0, batch_id: str = "base",
-                 file_index: int = 0) -> pa.RecordBatch:
+                 file_index: int = 0, rejected: Mapping[int, str] | None = None,
+                 raw_of: Callable[[list[int]], list[str]] | None = None) -> pa.RecordBatch:
     """Rows of an export (lines first_line+1 ...) as base records (batch 0), or as the records
     of file `file_index` of a `format: snapshot` batch; a row without a key value is a rejection
-    naming the key column, as when the export is read row by row."""
+    naming the key column, as when the export is read row by row. `rejected`: rows already
+    refused, with why; `raw_of`: the text a rejected row is quarantined with (default: the row as
+    JSON)."""
     n = data.num_rows
     schema = record_schema(columns, arrow_type)
     declared = declared_types(data.schema)
-    reasons: dict[int, str] = {}  # row -> why it is rejected (few, usually none)
-    typed = {c: _declared_column(data.column(c), c, t, arrow_type, reasons) if c in declared
+    reasons: dict[int, str] = dict(rejected or {})  # row -> why it is rejected (few, usually none)
+    typed = {c: declared_column(data.column(c), c, t, arrow_type, reasons) if c in declared
              else _as_column_type(data.column(c).combine_chunks(), t, arrow_type) for c, t in columns.items()}
     lines = np.arange(first_line + 1, first_line + n + 1, dtype=np.int64)
     for k in keys:
@@ -196,15 +199,15 @@ def export_batch(data: pa.Table, first_line: int, keys: Sequence[str], partition
         "_cdc_event_id": constant(None), "_cdc_row": constant(None), "_cdc_partition": string_array(partitions),
         "_cdc_change_type": constant(SNAPSHOT), "_cdc_batch_seq": constant(batch_seq, pa.int64()),
         "_cdc_batch": constant(batch_id), "_cdc_file": constant(file_name), "_cdc_line": pa.array(lines),
-        "_cdc_reason": _at_rows(n, reasons), "_cdc_raw": _at_rows(n, {
+        "_cdc_reason": _at_rows(n, reasons), "_cdc_raw": _at_rows(n, dict(zip(bad, raw_of(bad))) if raw_of else {
             i: json.dumps(data.slice(i, 1).to_pylist()[0], default=str)[:RAW_PREVIEW] for i in bad}),
     }
     arrays = [meta[f.name] if f.name in meta else typed[f.name] for f in schema]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def _declared_column(values: pa.ChunkedArray, name: str, type_: str, arrow_type: ArrowType,
-                     reasons: dict[int, str]) -> pa.Array:
+def declared_column(values: pa.ChunkedArray | pa.Array, name: str, type_: str, arrow_type: ArrowType,
+                    reasons: dict[int, str], reason: str | None = None) -> pa.Array:
     """A text column of another type (formats.DECLARED_TYPE) as that type; a row whose value does
     not fit it is rejected naming the column. Text that is its value's own spelling in Arrow is
     cast by Arrow (`canonical_cast`); the rest goes value by value through `convert`."""
@@ -219,7 +222,7 @@ def _declared_column(values: pa.ChunkedArray, name: str, type_: str, arrow_type:
         try:
             out.append(None if v is None else convert(v, type_))
         except Misfit:
-            reasons.setdefault(i, f"column {name!r} is {type_} at the source; this row's value does not fit it")
+            reasons.setdefault(i, reason or f"column {name!r} is {type_} at the source; this row's value does not fit it")
             out.append(None)
     mask = np.zeros(len(text), dtype=bool)
     mask[slow] = True

@@ -19,6 +19,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
@@ -26,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
+from ..core import csv_export
 from ..core import target as shape
 from ..core.changes import RECORD_FIELDS, REJECT_FIELDS
 from ..core.config import Config, ConfigError, TableConfig
@@ -72,7 +74,9 @@ def import_base(spark, cfg: Config, table: TableConfig, log=None) -> BaseResult:
               "batch_seq": BASE_BATCH, "batch_id": "base"}]
     columns = typed_export_columns(table)
     if columns is not None:
-        return _import_typed(spark, table, table_dir, columns, log, t0)
+        typed = _import_typed(spark, table, table_dir, columns, log, t0)
+        if typed is not None:
+            return typed
     if _bytes_of(files) <= settings().local_parse_bytes:
         ledgers, n_rejected, partitions, adds = _import_rows_here(table, table_dir, files, log)
     else:
@@ -131,10 +135,17 @@ SLICE_ROWS = 64 * 1024  # rows per Arrow batch a task hands to Spark
 
 def typed_export_columns(table: TableConfig) -> dict[str, str] | None:
     """The export's column types when it is a readable Parquet file every column of which has
-    one; None sends it down the row-by-row path (which also names an unreadable file)."""
+    one, or a local CSV file every column of which is declared (`csv_export.export_columns`);
+    None sends it down the row-by-row path (which also names an unreadable file)."""
     export = table.base_snapshot
-    if table.rename or export is None or not export.lower().endswith(".parquet"):
+    if table.rename or export is None:
         return None  # columns are renamed record by record
+    if export.lower().endswith(".csv"):
+        header = _csv_header(export)
+        return None if header is None else \
+            csv_export.export_columns(header, table.columns or {}, table.keys, table.partition_by)
+    if not export.lower().endswith(".parquet"):
+        return None
     try:
         schema = pq.read_schema(export)
     except Exception:  # noqa: BLE001 - the row-by-row path quarantines it with its reason
@@ -162,6 +173,39 @@ def _export_slices(file_path: str) -> list[dict]:
     return out
 
 
+def _csv_header(file_path: str) -> list[str] | None:
+    if not os.path.isfile(file_path):
+        return None  # an export in an object store is read row by row
+    with open(file_path, "rb") as fh:
+        return csv_export.header_of(fh.readline().rstrip(b"\n"))
+
+
+CSV_SLICE_BYTES = 32 * 2**20  # bytes of a CSV export a task reads: whole lines, from a line's start
+_SAMPLE_BYTES = 2**16
+
+
+def _csv_slices(file_path: str) -> tuple[list[dict], int]:
+    """The lines after a CSV export's header as task slices (byte ranges that start and end at
+    a line's start), and an estimate of its rows (from the length of its first lines)."""
+    size = os.path.getsize(file_path)
+    with open(file_path, "rb") as fh:
+        start = len(fh.readline())
+        sample = fh.read(_SAMPLE_BYTES)
+        bounds = [start]
+        at = start + CSV_SLICE_BYTES
+        while at < size:
+            fh.seek(at)
+            at += len(fh.readline())  # to the start of the next line
+            if at < size:
+                bounds.append(at)
+            at += CSV_SLICE_BYTES
+    bounds.append(size)
+    per_line = len(sample) / max(1, sample.count(b"\n")) if sample else 1
+    slices = [{"path": file_path, "row_group": i, "start": a, "rows": b - a}
+              for i, (a, b) in enumerate(zip(bounds, bounds[1:])) if b > a]
+    return slices, round((size - start) / per_line)
+
+
 _READING = threading.Lock()
 
 
@@ -181,14 +225,17 @@ def _read_row_group(file_path: str, modified: int, row_group: int, columns: tupl
 TASK_RESULT_FIELDS = (("kind", "string"), ("text", "string")) + REJECT_FIELDS
 
 
-def _export_tasks(table: TableConfig, columns: dict[str, str], folder: str):
+def _export_tasks(table: TableConfig, columns: dict[str, str], folder: str, header: list[str] | None = None):
     """What each Spark task runs on its slices of the export: typed base records, written by
     the task itself as a Parquet file in `folder`. The task hands Spark only what is small: the
-    file's name, its rejections and its partition values (rows never cross into the JVM)."""
+    file's name, its rejections and its partition values (rows never cross into the JVM).
+    `header`: the export is CSV with these columns (its slices: CSV_LISTING); a task also names
+    the columns holding a value, and says "decline" for a slice the column reader does not take."""
     keys, partition_by, file_name = list(table.keys), list(table.partition_by), os.path.basename(_export_path(table))
     file_schema = base_schema(columns, shape.arrow_type)
     out_schema = delta.arrow_schema(TASK_RESULT_FIELDS)
     settings = storage.settings()  # a warehouse in an object store: each task writes its file there
+    declared_order = list(table.columns or {})
 
     def small(kind: str, text: str | None = None, reject: dict | None = None) -> dict:
         return {"kind": kind, "text": text, **(reject or {})}
@@ -196,6 +243,9 @@ def _export_tasks(table: TableConfig, columns: dict[str, str], folder: str):
     def run(batches):
         for listing in batches:
             for f in listing.to_pylist():
+                if header is not None:
+                    yield from csv_slice(f)
+                    continue
                 pf = pq.ParquetFile(f["path"])
                 first = sum(pf.metadata.row_group(g).num_rows for g in range(f["row_group"])) + f["start"]
                 data = _row_group(f["path"], os.stat(f["path"]).st_mtime_ns, f["row_group"], tuple(columns)) \
@@ -203,8 +253,27 @@ def _export_tasks(table: TableConfig, columns: dict[str, str], folder: str):
                 for at in range(0, max(data.num_rows, 1), FILE_ROWS):
                     yield write_file(data.slice(at, FILE_ROWS), f["row_group"], f["start"] + at, first + at)
 
-    def write_file(data: pa.Table, row_group: int, start: int, first: int) -> pa.RecordBatch:
-        """One base file of the export's rows `data` (lines first+1 ...), and what Spark is handed of it."""
+    def csv_slice(f: dict):
+        assert header is not None
+        with open(f["path"], "rb") as fh:
+            fh.seek(f["start"])
+            raw = fh.read(f["length"])
+        text = csv_export.read_text_columns(raw, header)
+        if text is None:
+            yield pa.RecordBatch.from_pylist([small("decline")], schema=out_schema)
+            return
+        data, misfits = csv_export.typed_columns(text, columns, declared_order, shape.arrow_type)
+        valued = csv_export.non_null_columns(data, misfits)
+        for at in range(0, max(data.num_rows, 1), FILE_ROWS):
+            part = {i - at: why for i, why in misfits.items() if at <= i < at + FILE_ROWS}
+            yield write_file(data.slice(at, FILE_ROWS), f["slice"], at, f["first_line"] + at, part,
+                             lambda rows, at=at: csv_export.line_texts(raw, [at + i for i in rows]))
+        yield pa.RecordBatch.from_pylist([small("column", c) for c in valued], schema=out_schema)
+
+    def write_file(data: pa.Table, row_group: int, start: int, first: int, rejected: dict[int, str] | None = None,
+                   raw_of=None) -> pa.RecordBatch:
+        """One base file of the export's rows `data` (lines first+1 ...), and what Spark is handed of it;
+        `rejected` and `raw_of`: as export_batch takes them, for the rows of `data`."""
         target = storage.join(folder, f"part-{row_group:05d}-{start:012d}-{uuid.uuid4().hex}.parquet")
         out: list[dict] = []
         partitions: set[str] = set()
@@ -212,8 +281,10 @@ def _export_tasks(table: TableConfig, columns: dict[str, str], folder: str):
         with fs.open_output_stream(target_path) as stream, pq.ParquetWriter(
                 stream, file_schema, use_dictionary=spark_files.dictionary_columns(file_schema, data)) as writer:
             for at in range(0, max(data.num_rows, 1), SLICE_ROWS):
+                part = {i - at: why for i, why in (rejected or {}).items() if at <= i < at + SLICE_ROWS}
                 batch = export_batch(data.slice(at, SLICE_ROWS), first + at, keys, partition_by,
-                                     file_name, columns, shape.arrow_type)
+                                     file_name, columns, shape.arrow_type, rejected=part,
+                                     raw_of=_shifted(raw_of, at) if raw_of else None)
                 bad = pc.is_valid(batch.column("_cdc_reason"))
                 for r in batch.filter(bad).select([n for n, _ in REJECT_FIELDS]).to_pylist():
                     out.append(small("reject", reject=r))
@@ -227,31 +298,85 @@ def _export_tasks(table: TableConfig, columns: dict[str, str], folder: str):
     return run
 
 
-LISTING = pa.schema([("path", pa.string()), ("row_group", pa.int32()), ("start", pa.int64()), ("rows", pa.int64())])
+def _shifted(raw_of: Callable[[list[int]], list[str]], by: int) -> Callable[[list[int]], list[str]]:
+    """`raw_of` for the rows of a slice starting at row `by`."""
+    return lambda rows: raw_of([by + i for i in rows])
 
 
-def _run_tasks(spark, table: TableConfig, columns: dict[str, str], folder: str, slices: list[dict]) -> pa.Table:
-    """The export tasks' results: Spark runs them for a large export; a small one (at most
-    settings.local_build_rows rows) runs them in this process, one thread per core (Arrow and
-    Parquet work without the interpreter lock), so that Spark is not started for it."""
-    task = _export_tasks(table, columns, folder)
-    if sum(s["rows"] for s in slices) > settings().local_build_rows:
-        listing = session_of(spark).createDataFrame(slices, "path string, row_group int, start long, rows long")
-        return listing.repartition(max(1, min(len(slices), MAX_TASKS))) \
-            .mapInArrow(task, delta.spark_schema(TASK_RESULT_FIELDS)).toArrow()
+def _csv_line_counts(slices: list[dict]):
+    """A task counting the line breaks of each CSV slice it is handed: where each slice's lines start."""
+    out = delta.arrow_schema(LINE_BREAKS)
+
+    def run(batches):
+        for listing in batches:
+            for f in listing.to_pylist():
+                with open(f["path"], "rb") as fh:
+                    fh.seek(f["start"])
+                    n = fh.read(f["length"]).count(b"\n")
+                yield pa.RecordBatch.from_pylist([{"slice": f["slice"], "breaks": n}], schema=out)
+    return run
+
+
+LISTING = (("path", "string"), ("row_group", "long"), ("start", "long"), ("rows", "long"))
+# A CSV export's slice: bytes start .. start+length, whose first line follows line first_line
+CSV_LISTING = (("path", "string"), ("slice", "long"), ("start", "long"), ("length", "long"), ("first_line", "long"))
+LINE_BREAKS = (("slice", "long"), ("breaks", "long"))
+
+
+def _run_tasks(spark, task, slices: list[dict], listing: tuple, out: tuple, rows: int) -> pa.Table:
+    """`task`'s results over the export's slices: Spark runs them for a large export; a small one
+    (at most settings.local_build_rows rows) runs them in this process, one thread per core (Arrow
+    and Parquet work without the interpreter lock), so that Spark is not started for it."""
+    if rows > settings().local_build_rows:
+        frame = session_of(spark).createDataFrame(slices, delta.spark_schema(listing))
+        return frame.repartition(max(1, min(len(slices), MAX_TASKS))) \
+            .mapInArrow(task, delta.spark_schema(out)).toArrow()
+    schema = delta.arrow_schema(listing)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        parts = pool.map(lambda s: list(task([pa.RecordBatch.from_pylist([s], schema=LISTING)])), slices)
-        return pa.Table.from_batches([b for bs in parts for b in bs], schema=delta.arrow_schema(TASK_RESULT_FIELDS))
+        parts = pool.map(lambda s: list(task([pa.RecordBatch.from_pylist([s], schema=schema)])), slices)
+        return pa.Table.from_batches([b for bs in parts for b in bs], schema=delta.arrow_schema(out))
 
 
-def _import_typed(spark, table: TableConfig, table_dir: str, columns: dict[str, str], log, t0: float) -> BaseResult:
+def _written(spark, table: TableConfig, columns: dict[str, str], folder: str) -> tuple[pa.Table, set[str]] | None:
+    """The export tasks' results, and the columns holding a value (all of them, for Parquet); None
+    when a CSV export has a stretch the column reader does not take (nothing is then kept)."""
+    export = _export_path(table)
+    out = TASK_RESULT_FIELDS
+    if not export.lower().endswith(".csv"):
+        slices = _export_slices(export)
+        return _run_tasks(spark, _export_tasks(table, columns, folder), slices, LISTING, out,
+                          sum(s["rows"] for s in slices)), set(columns)
+    header = _csv_header(export)
+    assert header is not None
+    slices, rows = _csv_slices(export)
+    count = _csv_line_counts(slices)
+    listing = [{"path": s["path"], "slice": s["row_group"], "start": s["start"], "length": s["rows"], "first_line": 0}
+               for s in slices]
+    breaks = dict(zip(*_run_tasks(spark, count, listing, CSV_LISTING, LINE_BREAKS, rows).to_pydict().values()))
+    line = 1  # the header's
+    for s in listing:
+        s["first_line"], line = line, line + breaks[s["slice"]]
+    results = _run_tasks(spark, _export_tasks(table, columns, folder, header), listing, CSV_LISTING, out, rows)
+    kinds = results.column("kind")
+    if pc.any(pc.equal(kinds, "decline")).as_py():
+        return None
+    return results, set(results.filter(pc.equal(kinds, "column")).column("text").to_pylist())
+
+
+def _import_typed(spark, table: TableConfig, table_dir: str, columns: dict[str, str], log, t0: float
+                  ) -> BaseResult | None:
+    """The import of a typed export; None (nothing written) for a CSV export the column reader
+    does not take."""
     base_path = path(table_dir, BASE)
-    slices = _export_slices(_export_path(table))
     folder = spark_files.new_folder(base_path)
     if not storage.is_remote(folder):
         os.makedirs(folder)
     try:
-        results = _run_tasks(spark, table, columns, folder, slices)
+        written = _written(spark, table, columns, folder)
+        if written is None:
+            storage.remove_tree(folder)
+            return None
+        results, valued = written
         kinds = results.column("kind")
         rejected = results.filter(pc.equal(kinds, "reject")).select([n for n, _ in REJECT_FIELDS])
         n_rejected = quarantine(table, table_dir, rejected.cast(delta.arrow_schema(REJECT_FIELDS)), BASE_BATCH, log)
@@ -263,7 +388,8 @@ def _import_typed(spark, table: TableConfig, table_dir: str, columns: dict[str, 
         storage.remove_tree(folder)
         raise
     rows = sum(json.loads(a.stats)["numRecords"] for a in adds)
-    types = {c: STRICT + t for c, t in columns.items()}  # the export's own schema says them
+    # the export's own schema says them; a CSV column holding no value has no type yet, as when read row by row
+    types = {c: STRICT + t for c, t in columns.items() if c in valued}
     imported = BaseResult(rows_read=rows + n_rejected, rows=rows, quarantined=n_rejected, files=len(adds),
                           typed_columns=len(columns))
     props = delta.commit_props(BASE, BASE_BATCH, {**imported.to_metadata(), "column_types": json.dumps(types),
