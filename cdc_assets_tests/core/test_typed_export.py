@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdc_assets.core.target import arrow_type
-from cdc_assets.core.typed_export import _declared_column
+from cdc_assets.core.typed_export import declared_column
 from cdc_assets.core.values import Misfit, convert
 
 TYPES = ["int", "long", "double", "decimal(12,2)", "decimal(38,10)", "decimal(3,0)", "date", "string", "boolean",
@@ -35,7 +35,7 @@ def by_value(texts: list[str | None], type_: str) -> tuple[list, set[int]]:
 
 def check(texts: list[str | None], type_: str) -> None:
     reasons: dict[int, str] = {}
-    got = _declared_column(pa.chunked_array([pa.array(texts, pa.string())]), "c", type_, arrow_type, reasons)
+    got = declared_column(pa.chunked_array([pa.array(texts, pa.string())]), "c", type_, arrow_type, reasons)
     values, bad = by_value(texts, type_)
     want = pa.array(values, arrow_type(type_)).to_pylist()  # as the column stores them (a decimal has no -0)
     assert got.type == arrow_type(type_)
