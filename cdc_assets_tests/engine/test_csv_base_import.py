@@ -8,8 +8,8 @@ from decimal import Decimal
 import pytest
 from deltalake import DeltaTable
 
-from cdc_assets.engine import base_import, delta, ingest, settings
-from cdc_assets_tests.support.config import write_config
+from cdc_assets.engine import base_import, delta, ingest
+from cdc_assets_tests.support.config import settings_of, write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql
 from cdc_assets_tests.support.steps import take_and_apply
@@ -90,8 +90,11 @@ def test_a_csv_export_with_a_line_break_in_a_value_is_read_row_by_row(spark_when
         [{"id": 1, "name": "two\nlines"}, {"id": 2, "name": "b"}]
 
 
-def test_a_csv_export_read_in_slices_numbers_its_lines_across_them(spark_when_needed, tmp_path, monkeypatch):
+@pytest.mark.parametrize("where", ["here", "spark"])
+def test_a_csv_export_read_in_slices_numbers_its_lines_across_them(spark_when_needed, tmp_path, monkeypatch, where):
     monkeypatch.setattr(base_import, "CSV_SLICE_BYTES", 64)  # a slice of about two lines
+    if where == "spark":  # the slices' lines counted, and the slices read, by Spark's tasks
+        settings_of(monkeypatch, base_import, local_build_rows=0)
     (tmp_path / "landing").mkdir()
     path = tmp_path / "e.csv"
     lines = [f"{i},n{i},{i}.25,2024-01-01,{i},x," for i in range(1, 40)]
@@ -106,4 +109,3 @@ def test_a_csv_export_read_in_slices_numbers_its_lines_across_them(spark_when_ne
     base = DeltaTable(os.path.join(cfg.table_dir("T"), "base")).to_pyarrow_table()
     assert sorted(zip(base["_cdc_line"].to_pylist(), base["id"].to_pylist())) == \
         [(i + 1, i) for i in range(1, 40) if i != 31]
-    assert settings.settings().local_build_rows >= 39  # read in this process, by threads
