@@ -54,7 +54,7 @@ def export_columns(header: Sequence[str], declared: Mapping[str, str], keys: Seq
 # A field that opens with a quote and ends with one, its inner quotes doubled; or a field with no
 # quote at all. Lines made only of such fields are parsed alike by Python's `csv` and by Arrow.
 _FIELD = r'(?:"(?:[^"\r\x00]|"")*"|[^",\r\x00]*)'
-_PLAIN_LINE = rf"^{_FIELD}(?:,{_FIELD})*\r?$"
+_PLAIN_LINE = rf"^{_FIELD}(?:,{_FIELD})*\r?\n?$"  # a line with its line break
 # Python's `csv` refuses a field longer than this (csv.field_size_limit()); such a line is left to it
 FIELD_LIMIT = 131_072
 
@@ -65,15 +65,14 @@ def read_text_columns(data: bytes, header: Sequence[str]) -> pa.Table | None:
     another number of fields than the header, or quotes a part of a field."""
     if not data:
         return pa.table({h: pa.array([], pa.string()) for h in header})
-    body = data[:-1] if data.endswith(b"\n") else data
-    lines = pa.array(body.split(b"\n"), pa.binary())
+    lines = _lines(data)
     try:
         text = lines.cast(pa.string())  # fails on bytes that are not UTF-8
     except pa.ArrowInvalid:
         return None
     if not pc.all(pc.match_substring_regex(text, _PLAIN_LINE)).as_py() \
-            or pc.any(pc.match_substring_regex(text, r"^\r?$")).as_py() \
-            or pc.max(pc.binary_length(lines)).as_py() > FIELD_LIMIT:
+            or pc.any(pc.match_substring_regex(text, r"^\r?\n?$")).as_py() \
+            or pc.max(pc.binary_length(lines)).as_py() > FIELD_LIMIT + 1:
         return None
     import pyarrow.csv as pacsv
 
@@ -90,6 +89,14 @@ def read_text_columns(data: bytes, header: Sequence[str]) -> pa.Table | None:
         return None
     return pa.table({h: pc.if_else(pc.equal(col, ""), pa.scalar(None, pa.string()), col)
                      for h, col in zip(header, table.columns)})
+
+
+def _lines(data: bytes) -> pa.Array:
+    """Each line of `data` with its line break, as one binary array over the same bytes."""
+    breaks = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == ord("\n")) + 1
+    ends = breaks if breaks.size and breaks[-1] == len(data) else np.append(breaks, len(data))
+    offsets = np.concatenate([[0], ends]).astype(np.int64)
+    return pa.Array.from_buffers(pa.large_binary(), len(ends), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def line_texts(data: bytes, rows: Sequence[int]) -> list[str]:
