@@ -186,11 +186,10 @@ _SAMPLE_BYTES = 2**16
 
 def _csv_slices(file_path: str) -> tuple[list[dict], int]:
     """The lines after a CSV export's header as task slices (byte ranges that start and end at
-    a line's start), and an estimate of its rows (from the length of its first lines)."""
+    a line's start), and an estimate of its rows from the lines at its start, middle and end."""
     size = os.path.getsize(file_path)
     with open(file_path, "rb") as fh:
         start = len(fh.readline())
-        sample = fh.read(_SAMPLE_BYTES)
         bounds = [start]
         at = start + CSV_SLICE_BYTES
         while at < size:
@@ -199,6 +198,10 @@ def _csv_slices(file_path: str) -> tuple[list[dict], int]:
             if at < size:
                 bounds.append(at)
             at += CSV_SLICE_BYTES
+        sample = b""
+        for where in (start, (start + size) // 2, max(start, size - _SAMPLE_BYTES)):
+            fh.seek(where)
+            sample += fh.read(_SAMPLE_BYTES)
     bounds.append(size)
     per_line = len(sample) / max(1, sample.count(b"\n")) if sample else 1
     slices = [{"path": file_path, "row_group": i, "start": a, "rows": b - a}
@@ -352,7 +355,10 @@ def _written(spark, table: TableConfig, columns: dict[str, str], folder: str) ->
     count = _csv_line_counts(slices)
     listing = [{"path": s["path"], "slice": s["row_group"], "start": s["start"], "length": s["rows"], "first_line": 0}
                for s in slices]
-    breaks = dict(zip(*_run_tasks(spark, count, listing, CSV_LISTING, LINE_BREAKS, rows).to_pydict().values()))
+    # Counting line breaks costs a read of the file; this process reads twice the rows it would
+    # parse itself, so that an estimate a little high does not send an export of its size to Spark.
+    breaks = dict(zip(*_run_tasks(spark, count, listing, CSV_LISTING, LINE_BREAKS, rows // 2).to_pydict().values()))
+    rows = sum(breaks.values())
     line = 1  # the header's
     for s in listing:
         s["first_line"], line = line, line + breaks[s["slice"]]
