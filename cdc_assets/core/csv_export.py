@@ -101,6 +101,8 @@ def _lines(data: bytes) -> pa.Array:
 
 def line_texts(data: bytes, rows: Sequence[int]) -> list[str]:
     """The text of the given records of `data` (0-based), as the row reader quarantines a line."""
+    if not rows:
+        return []
     lines = data.split(b"\n")
     return [lines[i].decode("utf-8").rstrip("\r") for i in rows]
 

@@ -199,7 +199,7 @@ def export_batch(data: pa.Table, first_line: int, keys: Sequence[str], partition
         "_cdc_event_id": constant(None), "_cdc_row": constant(None), "_cdc_partition": string_array(partitions),
         "_cdc_change_type": constant(SNAPSHOT), "_cdc_batch_seq": constant(batch_seq, pa.int64()),
         "_cdc_batch": constant(batch_id), "_cdc_file": constant(file_name), "_cdc_line": pa.array(lines),
-        "_cdc_reason": _at_rows(n, reasons), "_cdc_raw": _at_rows(n, dict(zip(bad, raw_of(bad))) if raw_of else {
+        "_cdc_reason": _at_rows(n, reasons), "_cdc_raw": _at_rows(n, dict(zip(bad, raw_of(bad))) if raw_of and bad else {
             i: json.dumps(data.slice(i, 1).to_pylist()[0], default=str)[:RAW_PREVIEW] for i in bad}),
     }
     arrays = [meta[f.name] if f.name in meta else typed[f.name] for f in schema]
