@@ -19,6 +19,7 @@ import csv
 import datetime as dt
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -211,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
     os.makedirs(args.out, exist_ok=True)
-    command = "python -m cdc_assets_tests.benchmarks.imports " + " ".join(argv)
+    command = "python -m cdc_assets_tests.benchmarks.imports " + shlex.join(argv)
     with open(os.path.join(args.out, "imports.csv"), "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=[*asdict(results[0]), "ratio"] if results else ["rows"])
         w.writeheader()
