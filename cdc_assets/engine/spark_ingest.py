@@ -194,7 +194,7 @@ def _admit_task(starts: dict[int, dict], batch: Batch, landing: str, stored_ops:
     return run
 
 
-def _admitted(parts, types: dict, batch: Batch, landing: str, stored_ops):
+def _admitted(parts, types: dict, batch: Batch, landing: str, stored_ops, upstream=()):
     """The batch's changes admitted to the column types exactly as in arrival order: (the
     slices' output, the column types after the whole batch).
 
@@ -202,11 +202,14 @@ def _admitted(parts, types: dict, batch: Batch, landing: str, stored_ops):
     first by joining the earlier slices' own widenings (phase one), then checked: where a
     slice ends with other types than the next one started from, the slices after it are
     admitted again from what it ended with. Every slice then started from the types the whole
-    batch before it leads to, which is the in-process path's arrival-order widening."""
+    batch before it leads to, which is the in-process path's arrival-order widening.
+    `upstream`: cached frames `parts` is computed from, released once `parts` is cached."""
     from pyspark.sql import functions as F
 
     own = {int(r[0]): json.loads(r[1]) for r in parts.mapInArrow(_widened(types, batch.files, stored_ops),
                                                                  "slice long, types string").collect()}
+    for frame in upstream:  # `parts` is cached now: a task holds at most the slices and what they become
+        frame.unpersist()
     order = sorted(own)
     starts: dict[int, dict] = {}
 
@@ -327,16 +330,19 @@ def ingest_on_spark(spark, table: TableConfig, table_dir: str, batch: Batch, fil
         parts = _persisted(distinct.repartitionByRange(max(1, min(MAX_TASKS, -(-n_distinct // ROWS_PER_SLICE))),
                                                        F.substring(F.col("_cdc_order"), -ARRIVAL_CHARS, ARRIVAL_CHARS)))
         frames.append(parts)
-        admitted, ledger = _admitted(parts, types, batch, landing, stored_ops)
+        admitted, ledger = _admitted(parts, types, batch, landing, stored_ops, upstream=(parsed, firsts))
         frames.append(admitted)
+        parts.unpersist()  # `admitted` is cached: the slices are read again only if it is lost
         misfits = _small(admitted.where(F.col("_cdc_reason").isNotNull()), REJECT_FIELDS)
         columns = _typed_columns(ledger, stored)
         out = pa.schema(list(delta.arrow_schema(RECORD_FIELDS)) + [pa.field(c, arrow_type(t)) for c, t in columns.items()])
-        rows = _persisted(admitted.where(F.col("_cdc_reason").isNull() & F.col(LEDGER).isNull())
-                          .select(*[F_col(c) for c, _ in RECORD_FIELDS])
-                          .mapInArrow(_stored_task(ledger, stored, out), _struct(out)))
-        frames.append(rows)
+        rows = (admitted.where(F.col("_cdc_reason").isNull() & F.col(LEDGER).isNull())
+                .select(*[F_col(c) for c, _ in RECORD_FIELDS])
+                .mapInArrow(_stored_task(ledger, stored, out), _struct(out)))
         new_columns = [c for c in columns if c not in stored]
+        if new_columns:  # read twice: counted for the new columns that hold values, then written
+            rows = _persisted(rows)
+            frames.append(rows)
         present = rows.agg(F.lit(0), *[F.count(F_col(c)) for c in new_columns]).first()[1:] if new_columns else []
         # a new column only when some typed change has a value there (as `stored_changes` adds one)
         dropped = {c for c, n in zip(new_columns, present) if not n}
@@ -372,17 +378,13 @@ def stage_on_spark(spark, table: TableConfig, table_dir: str, batch: Batch) -> t
     files, ids = _files_reaching(changes_path, "_cdc_batch_seq", batch.seq, batch.seq)
     if not ids:
         raise OutOfOrder(f"table {table.name}: batch {batch.id} has no committed changes yet")
-    changes = _persisted(spark_apply.read(spark, files, ids, schema).drop(spark_apply.FILE)
-                         .where(F.col("_cdc_batch_seq") == batch.seq))
-    try:
-        n_changes = changes.count()
-        staged = changes.repartition("_cdc_key").mapInArrow(_whole(schema, lambda rows: staged_records(rows, table)),
-                                                            _struct(schema))
-        staging_path = path(table_dir, STAGING)
-        adds = spark_files.write_files(staged, staging_path)
-        n_staged = rows_written(adds)
-        counts = {"changes": n_changes, "staged": n_staged, "superseded_in_batch": n_changes - n_staged}
-        return counts, commit_written(staging_path, STAGING, batch.seq, spark_files.arrow_schema_of(staged), adds,
-                                      counts)
-    finally:
-        changes.unpersist()
+    # Not cached: the count reads one column of the batch's files, the staging reads them once.
+    changes = spark_apply.read(spark, files, ids, schema).drop(spark_apply.FILE).where(F.col("_cdc_batch_seq") == batch.seq)
+    n_changes = changes.count()
+    staged = changes.repartition("_cdc_key").mapInArrow(_whole(schema, lambda rows: staged_records(rows, table)),
+                                                        _struct(schema))
+    staging_path = path(table_dir, STAGING)
+    adds = spark_files.write_files(staged, staging_path)
+    n_staged = rows_written(adds)
+    counts = {"changes": n_changes, "staged": n_staged, "superseded_in_batch": n_changes - n_staged}
+    return counts, commit_written(staging_path, STAGING, batch.seq, spark_files.arrow_schema_of(staged), adds, counts)
