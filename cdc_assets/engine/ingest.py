@@ -314,7 +314,8 @@ def stored_changes(records: pa.Table, images: list[dict], ledger: dict, stored: 
 # never starts Spark at all. A larger batch is taken by Spark's tasks end to end (spark_ingest.py).
 
 
-def _bytes_of(files: list[dict]) -> int:
+def batch_bytes(files: list[dict]) -> int:
+    """The bytes a batch's files hold (`local_parse_bytes` decides where they are parsed)."""
     total = 0
     for f in files:
         try:
