@@ -82,9 +82,9 @@ def read_typed_row_group(fmt: str, options: ChangesetOptions, keys: Sequence[str
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(source)
-        first = sum(pf.metadata.row_group(g).num_rows for g in range(row_group))
-        table = pf.read_row_group(row_group)
+        with pq.ParquetFile(source) as pf:
+            first = sum(pf.metadata.row_group(g).num_rows for g in range(row_group))
+            table = pf.read_row_group(row_group)
     except Exception:  # noqa: BLE001 - the record-at-a-time reader quarantines it with its reason
         return None
     return typed_change_records(table, options, keys, name, declared, partition_by, batch_seq=batch_seq,

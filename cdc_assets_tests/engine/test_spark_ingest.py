@@ -143,18 +143,24 @@ def feed(workdir, on_spark: bool, spark, monkeypatch, table: dict | None = None,
 PLACES = ("seconds", "delta_version", "compacted")
 
 
-def test_a_batch_on_spark_equals_the_one_in_process(spark, tmp_path, monkeypatch):
-    local, local_figures, _ = feed(tmp_path / "local", False, spark, monkeypatch)
-    on_spark, spark_figures, taken = feed(tmp_path / "spark", True, spark, monkeypatch)
+def both_ways(spark, tmp_path, monkeypatch, table: dict | None = None, landed=batches):
+    """The feed in process and on Spark: the same tables and figures, and the run's own process
+    took no change records from Spark, only small results (the rejected records, column types,
+    counts and bounds, file ids, written files' figures). The tables, and what it took."""
+    local, local_figures, _ = feed(tmp_path / "local", False, spark, monkeypatch, table, landed)
+    on_spark, spark_figures, taken = feed(tmp_path / "spark", True, spark, monkeypatch, table, landed)
     for step in ("changes", "staging", "quarantine", "target"):
         assert local[step] == on_spark[step], step
     for n, (mine, theirs) in enumerate(zip(local_figures, spark_figures), 1):
         for a, b in zip(mine, theirs):
             differ = {k: (a.get(k), b.get(k)) for k in set(a) | set(b) if k not in PLACES and a.get(k) != b.get(k)}
             assert not differ, (n, differ)
-    # the run's own process took no change records, only small results: the rejected records,
-    # column types, counts and bounds, file ids, written files' figures
     assert taken and not [t for t in taken if {"_cdc_key", "_cdc_row"} & t[1]], taken
+    return local, taken
+
+
+def test_a_batch_on_spark_equals_the_one_in_process(spark, tmp_path, monkeypatch):
+    local, taken = both_ways(spark, tmp_path, monkeypatch)
     assert max(n for n, _ in taken) <= COLLECTED_AT_MOST, taken
     changes = [r for r in local["changes"] if r["_cdc_batch_seq"] == 2]
     # key 1, the event delivered twice (once), 3's delete, 5 twice; the bulk but its text notes; 7's delete
@@ -175,15 +181,7 @@ def test_a_parquet_change_set_on_spark_equals_the_one_in_process(spark, tmp_path
     for name, data in changeset_batches()[1].items():
         if name in ("part-1.parquet", "part-3.parquet"):
             assert pq.ParquetFile(io.BytesIO(data)).metadata.num_row_groups > 1, name
-    local, local_figures, _ = feed(tmp_path / "local", False, spark, monkeypatch, table, changeset_batches)
-    on_spark, spark_figures, taken = feed(tmp_path / "spark", True, spark, monkeypatch, table, changeset_batches)
-    for step in ("changes", "staging", "quarantine", "target"):
-        assert local[step] == on_spark[step], step
-    for n, (mine, theirs) in enumerate(zip(local_figures, spark_figures), 1):
-        for a, b in zip(mine, theirs):
-            differ = {k: (a.get(k), b.get(k)) for k in set(a) | set(b) if k not in PLACES and a.get(k) != b.get(k)}
-            assert not differ, (n, differ)
-    assert taken and not [t for t in taken if {"_cdc_key", "_cdc_row"} & t[1]], taken
+    local, _ = both_ways(spark, tmp_path, monkeypatch, table, changeset_batches)
     # 1's update, 2's update once, 3's delete, the bulk; part-3's 45 updates and 7's delete
     assert len([r for r in local["changes"] if r["_cdc_batch_seq"] == 2]) == 3 + 50 + 46
     lines = sorted((r["_cdc_file"], r["_cdc_line"]) for r in local["quarantine"])
