@@ -5,8 +5,13 @@ partition text and the content event id of every change can be computed a column
 time instead of a record at a time. The records are exactly those `formats.parse_file`
 and `changes.to_record` make of the same file (a property test holds the two side by side),
 except that the row image is not written as JSON: the file's values travel beside the
-records (`TypedFile.values`, row i holding line i + 1) and become a JSON image only for a
-change that cannot be stored in typed columns.
+records (`TypedFile.values`, row i holding the file's i-th line read) and become a JSON image
+only for a change that cannot be stored in typed columns. Spark's tasks, which carry records
+alone, ask for the images too (`images=True`): they are joined a column at a time, the text
+`values.encode_row` gives each row.
+
+A big file is read a row group at a time (`read_typed_row_group`), so that a task holds one row
+group's records; lines still count from the file's first row.
 
 A file takes the record-at-a-time path instead when any of its records would be rejected
 (a null key, an unknown op), when a column has no column type of its own (nested values,
@@ -38,8 +43,8 @@ _encode_text = json.encoder.encode_basestring  # json.dumps(text, ensure_ascii=F
 
 @dataclass
 class TypedFile:
-    records: pa.Table  # the parsed records (ingest.PARSED_FIELDS), `_cdc_row` null
-    values: pa.Table   # the source columns of each record, in the file's order, line i + 1 at row i
+    records: pa.Table  # the parsed records (ingest.PARSED_FIELDS), `_cdc_row` null unless images were asked for
+    values: pa.Table   # the source columns of each record, in the order of `records`
 
 
 def read_by_column(fmt: str, name: str) -> bool:
@@ -50,9 +55,9 @@ def read_by_column(fmt: str, name: str) -> bool:
 
 def read_typed_change_file(fmt: str, options: ChangesetOptions, keys: Sequence[str], name: str, data: bytes,
                            declared: dict[str, str] | None, partition_by: Sequence[str], *, batch_seq: int, batch_id: str, file_index: int,
-                           schema: pa.Schema) -> TypedFile | None:
+                           schema: pa.Schema, images: bool = False) -> TypedFile | None:
     """The file's records computed column by column, or None when the file must be read
-    record by record (see the module's docstring)."""
+    record by record (see the module's docstring). `images`: with each record's row image."""
     if not read_by_column(fmt, name):
         return None
     import pyarrow.parquet as pq
@@ -62,7 +67,29 @@ def read_typed_change_file(fmt: str, options: ChangesetOptions, keys: Sequence[s
     except Exception:  # noqa: BLE001 - the record-at-a-time reader quarantines it with its reason
         return None
     return typed_change_records(table, options, keys, name, declared, partition_by, batch_seq=batch_seq,
-                                batch_id=batch_id, file_index=file_index, schema=schema)
+                                batch_id=batch_id, file_index=file_index, schema=schema, images=images)
+
+
+def read_typed_row_group(fmt: str, options: ChangesetOptions, keys: Sequence[str], name: str, source: str | io.IOBase,
+                         row_group: int, declared: dict[str, str] | None, partition_by: Sequence[str], *,
+                         batch_seq: int, batch_id: str, file_index: int, schema: pa.Schema,
+                         images: bool = False) -> TypedFile | None:
+    """One row group of a Parquet change file (`source`: its path or an open file) as
+    `read_typed_change_file` reads a whole file: the records of the lines it holds, or None
+    when they must be read record by record. Only that row group is read."""
+    if not read_by_column(fmt, name):
+        return None
+    import pyarrow.parquet as pq
+
+    try:
+        with pq.ParquetFile(source) as pf:
+            first = sum(pf.metadata.row_group(g).num_rows for g in range(row_group))
+            table = pf.read_row_group(row_group)
+    except Exception:  # noqa: BLE001 - the record-at-a-time reader quarantines it with its reason
+        return None
+    return typed_change_records(table, options, keys, name, declared, partition_by, batch_seq=batch_seq,
+                                batch_id=batch_id, file_index=file_index, schema=schema, first_line=first + 1,
+                                images=images)
 
 
 def _usable(table: pa.Table) -> bool:
@@ -87,7 +114,9 @@ def _plain_column(column: pa.ChunkedArray) -> pa.Array:
 
 def typed_change_records(table: pa.Table, options: ChangesetOptions, keys: Sequence[str], name: str,
                          declared: dict[str, str] | None, partition_by: Sequence[str], *,
-                         batch_seq: int, batch_id: str, file_index: int, schema: pa.Schema) -> TypedFile | None:
+                         batch_seq: int, batch_id: str, file_index: int, schema: pa.Schema, first_line: int = 1,
+                         images: bool = False) -> TypedFile | None:
+    """`table`'s rows as records of lines `first_line` on (see `read_typed_change_file`)."""
     op_column, sequence_by = options["op_column"], list(options.get("sequence_by", []))
     if not _usable(table) or op_column not in table.column_names:
         return None
@@ -109,10 +138,13 @@ def typed_change_records(table: pa.Table, options: ChangesetOptions, keys: Seque
     key_text = string_array(key_texts([values.column(k) for k in keys]))
     # "|" + ordering.arrival(batch_seq, file_index, line): the line is its last 16 hex digits
     head = "|" + ordering.arrival(batch_seq, file_index, 0)[:-16]
-    arrivals = pa.array([f"{head}{line:016x}" for line in range(1, n + 1)], pa.string())
+    lines = range(first_line, first_line + n)
+    arrivals = pa.array([f"{head}{line:016x}" for line in lines], pa.string())
     orders = pc.binary_join_element_wise(ordering.CHANGE_TIER, source_orders, arrivals, "")
     op_array = pa.array(ops, pa.string())
-    event_ids = _content_ids(key_text, op_array, source_orders, values) if sequence_by else pa.nulls(n, pa.string())
+    members = _members(values) if sequence_by or images else {}
+    event_ids = (_content_ids(key_text, op_array, source_orders, _object([members[c] for c in sorted(members)], n))
+                 if sequence_by else pa.nulls(n, pa.string()))
     file_types = {f.name: t for f in table.schema if (t := arrow_column_type(f.type))}
     types = {**(declared or {}), **file_types}
     partitions = string_array(key_texts([values.column(c) if c in values.column_names else pa.nulls(n)
@@ -123,10 +155,11 @@ def typed_change_records(table: pa.Table, options: ChangesetOptions, keys: Seque
 
     record = {
         "_cdc_key": key_text, "_cdc_op": op_array, "_cdc_order": orders, "_cdc_event_id": event_ids,
-        "_cdc_row": pa.nulls(n, pa.string()), "_cdc_partition": partitions,
+        "_cdc_row": _object(list(members.values()), n) if images else pa.nulls(n, pa.string()),
+        "_cdc_partition": partitions,
         "_cdc_change_type": pa.array(flags, pa.string()), "_cdc_batch_seq": constant(batch_seq, pa.int64()),
         "_cdc_batch": constant(batch_id), "_cdc_file": constant(name),
-        "_cdc_line": pa.array(range(1, n + 1), pa.int64()),
+        "_cdc_line": pa.array(lines, pa.int64()),
         "_cdc_types": constant(json.dumps(types, sort_keys=True) if types else None),
         "_cdc_reason": pa.nulls(n, pa.string()), "_cdc_raw": pa.nulls(n, pa.string()),
     }
@@ -166,12 +199,22 @@ def _json_texts(column: pa.Array) -> pa.Array:
     return pa.array(texts, pa.string())
 
 
-def _content_ids(keys: pa.Array, ops: pa.Array, source_orders: pa.Array, values: pa.Table) -> pa.Array:
-    """`changes.content_id` of every record: sha1 of [key text, op, source order, the sorted row image]."""
-    names = sorted(values.column_names)
-    parts = [pc.binary_join_element_wise(_encode_text(c) + ": ", _json_texts(values.column(c).combine_chunks()), "")
-             for c in names]
-    rows = pc.binary_join_element_wise("{", pc.binary_join_element_wise(*parts, ", ") if parts else "", "}", "")
+def _members(values: pa.Table) -> dict[str, pa.Array]:
+    """Each column's `"name": value` member of the rows' JSON images, in the file's column order."""
+    return {c: pc.binary_join_element_wise(_encode_text(c) + ": ", _json_texts(values.column(c).combine_chunks()), "")
+            for c in values.column_names}
+
+
+def _object(members: list[pa.Array], n: int) -> pa.Array:
+    """The rows' JSON objects of these members, in this order (`values.encode_row`'s text)."""
+    if not members:
+        return pa.array(["{}"] * n, pa.string())
+    return pc.binary_join_element_wise("{", pc.binary_join_element_wise(*members, ", "), "}", "")
+
+
+def _content_ids(keys: pa.Array, ops: pa.Array, source_orders: pa.Array, rows: pa.Array) -> pa.Array:
+    """`changes.content_id` of every record: sha1 of [key text, op, source order, the sorted
+    row image (`rows`)]."""
     texts = pc.binary_join_element_wise("[", json_quoted(keys), ", ", json_quoted(ops), ", ",
                                         json_quoted(source_orders), ", ", json_quoted(rows), "]", "")
     return pa.array(["sha1:" + hashlib.sha1(t.encode("utf-8")).hexdigest() for t in texts.to_pylist()], pa.string())

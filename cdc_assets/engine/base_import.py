@@ -38,8 +38,8 @@ from .ingest import (
     LEDGER,
     MAX_TASKS,
     PARSED_FIELDS,
-    _bytes_of,
     _parse_partition,
+    batch_bytes,
     parse_files,
     quarantine,
     rejected_rows,
@@ -77,7 +77,7 @@ def import_base(spark, cfg: Config, table: TableConfig, log=None) -> BaseResult:
         typed = _import_typed(spark, table, table_dir, columns, log, t0)
         if typed is not None:
             return typed
-    if _bytes_of(files) <= settings().local_parse_bytes:
+    if batch_bytes(files) <= settings().local_parse_bytes:
         ledgers, n_rejected, partitions, adds = _import_rows_here(table, table_dir, files, log)
     else:
         ledgers, n_rejected, partitions, adds = _import_rows_on_spark(session_of(spark), table, table_dir, files, log)

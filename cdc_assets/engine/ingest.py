@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import io
 import json
 import os
 import time
@@ -27,7 +28,7 @@ from ..core.config import Config, TableConfig
 from ..core.errors import TerminalError
 from ..core.formats import SNAPSHOT, parquet_row_group, parse_file, parse_snapshot, raw_line
 from ..core.schema import admit, admit_columns, is_text_source, joined, plain
-from ..core.typed_changes import TypedFile, read_by_column, read_typed_change_file
+from ..core.typed_changes import TypedFile, read_by_column, read_typed_change_file, read_typed_row_group
 from ..core.values import STRING, UNSET_KEY, decode_image, decode_row, encode_row, key_text
 from . import delta, faults, gcs
 from .landing import Batch, file_size, inside, is_done_or_next, read_file
@@ -47,22 +48,37 @@ class UnreadableFile(TerminalError):
 
 
 def read_landed(file_path: str, root: str | None) -> bytes:
-    if root and os.path.islink(file_path) and os.path.isdir(file_path):
-        raise UnreadableFile("a link to a folder: its files are not read (land them under their own names)")
-    if root and not inside(file_path, root):
-        raise UnreadableFile(f"the file links outside the landing area ({os.path.realpath(file_path)}); it was not read")
+    _may_read(file_path, root)
     try:
         return read_file(file_path)
     except OSError as e:
         raise UnreadableFile(f"cannot read the file: {e.strerror or e}") from None
 
 
+def _may_read(file_path: str, root: str | None) -> None:
+    """UnreadableFile when the landed file is one the parser must not read."""
+    if root and os.path.islink(file_path) and os.path.isdir(file_path):
+        raise UnreadableFile("a link to a folder: its files are not read (land them under their own names)")
+    if root and not inside(file_path, root):
+        raise UnreadableFile(f"the file links outside the landing area ({os.path.realpath(file_path)}); it was not read")
+
+
+def _landed_source(file_path: str, root: str | None) -> str | io.IOBase:
+    """A landed file to read in parts (a Parquet row group): a local file by its path, so that
+    only the part is read; an object store's by its bytes."""
+    _may_read(file_path, root)
+    if gcs.is_gcs(file_path):
+        return io.BytesIO(read_landed(file_path, root))
+    return file_path
+
+
 def _parse_partition(table: TableConfig, snapshot: bool, root: str | None, text_columns: tuple[str, ...] = (),
-                     ledger: dict[str, str] | None = None):
+                     ledger: dict[str, str] | None = None, by_column: bool = False):
     """The function Spark runs on each slice of the file list: files -> records or rejections.
     `snapshot`: the files are the base export. A `format: snapshot` table's batch is read as an
     export too, its rows ranked by batch (rule 11), its column types admitted from `ledger` (the
-    table's so far)."""
+    table's so far). `by_column`: a change file (or row group) the column reader takes
+    (`core.typed_changes`) is read by it, its records the same as read record by record."""
     schema = delta.arrow_schema(PARSED_FIELDS)
     keys, partition_by = list(table.keys), list(table.partition_by)
     batch_export = not snapshot and table.format == SNAPSHOT
@@ -88,6 +104,10 @@ def _parse_partition(table: TableConfig, snapshot: bool, root: str | None, text_
         types: dict = dict(ledger or {})
         for files in batches:
             for f in files.to_pylist():
+                typed = _typed_file(table, f, root, schema, images=True) if by_column and not export else None
+                if typed is not None:
+                    yield from typed.records.to_batches(max_chunksize=5000)
+                    continue
                 try:
                     found = items(f)
                 except UnreadableFile as e:
@@ -136,7 +156,7 @@ def parse_files(spark, table: TableConfig, files: list[dict], snapshot: bool = F
     frame = spark.createDataFrame(listing, "path string, file string, file_index int, batch_seq long, "
                                            "batch_id string, row_group int")
     return frame.repartition(max(1, min(len(listing), MAX_TASKS))).mapInArrow(
-        _parse_partition(table, snapshot, root, text_columns, ledger), delta.spark_schema(PARSED_FIELDS))
+        _parse_partition(table, snapshot, root, text_columns, ledger, by_column=True), delta.spark_schema(PARSED_FIELDS))
 
 
 def snapshot_listing(files: list[dict]) -> list[dict]:
@@ -294,7 +314,8 @@ def stored_changes(records: pa.Table, images: list[dict], ledger: dict, stored: 
 # never starts Spark at all. A larger batch is taken by Spark's tasks end to end (spark_ingest.py).
 
 
-def _bytes_of(files: list[dict]) -> int:
+def batch_bytes(files: list[dict]) -> int:
+    """The bytes a batch's files hold (`local_parse_bytes` decides where they are parsed)."""
     total = 0
     for f in files:
         try:
@@ -325,18 +346,24 @@ def parse_batch(table: TableConfig, files: list[dict], root: str,
     return (pa.concat_tables(parts) if parts else schema.empty_table()), values
 
 
-def _typed_file(table: TableConfig, f: dict, root: str, schema: pa.Schema) -> TypedFile | None:
+def _typed_file(table: TableConfig, f: dict, root: str | None, schema: pa.Schema,
+                images: bool = False) -> TypedFile | None:
+    """A change file, or its row group `f["row_group"]`, read column by column; None when it goes
+    record by record. `images`: with each record's row image (`_cdc_row`)."""
     if table.insert_only or table.rename or not read_by_column(table.format, f["file"]):
         # the column reader does not reject updates: an insert_only table's files go record by record;
         # nor does it rename columns
         return None
+    common = {"declared": table.columns, "partition_by": list(table.partition_by), "batch_seq": f["batch_seq"],
+              "batch_id": f["batch_id"], "file_index": f["file_index"], "schema": schema, "images": images}
     try:
+        if f.get("row_group") is not None:
+            return read_typed_row_group(table.format, table.options, list(table.keys), f["file"],
+                                        _landed_source(f["path"], root), f["row_group"], **common)
         data = read_landed(f["path"], root)
     except UnreadableFile:
         return None  # read again, and quarantined, record by record
-    return read_typed_change_file(table.format, table.options, list(table.keys), f["file"], data, table.columns,
-                                  list(table.partition_by), batch_seq=f["batch_seq"], batch_id=f["batch_id"],
-                                  file_index=f["file_index"], schema=schema)
+    return read_typed_change_file(table.format, table.options, list(table.keys), f["file"], data, **common)
 
 
 def first_of_each_event(good: pa.Table) -> tuple[pa.Table, pa.Table]:

@@ -54,8 +54,8 @@ from .ingest import (
     LEDGER,
     MAX_TASKS,
     PARSED_FIELDS,
-    _bytes_of,
     _parse_partition,
+    batch_bytes,
     column_types,
     finish_changes,
     parse_files,
@@ -409,7 +409,7 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
     typed = typed_export(table, files, types, landing)
     records = typed_records(table, typed, settings().local_build_rows) \
         if typed is not None and state_rows <= settings().local_build_rows else None
-    if records is None and (typed is not None or _bytes_of(files) > settings().local_parse_bytes
+    if records is None and (typed is not None or batch_bytes(files) > settings().local_parse_bytes
                             or state_rows > settings().local_apply_rows):
         return _on_spark(session_of(spark), cfg, table, batch, files, types, text_columns, target, applied, log, t0,
                          typed)
@@ -501,7 +501,7 @@ def _on_spark(session, cfg: Config, table: TableConfig, batch: Batch, files: lis
         columns = _state_columns(table_dir, table, target, types)
         state = _state_on_spark(session, table_dir, table, target, applied, batch.seq, columns)
         buckets = max(16, math.ceil(_state_rows(table_dir, target, applied) / BUCKET_ROWS)
-                      + math.ceil(_bytes_of(files) / (16 * 2**20)))
+                      + math.ceil(batch_bytes(files) / (16 * 2**20)))
         deletes_at = deletes_order(batch.seq, len(files)) if files and not keyless else None
         export = good if held is None else good.unionByName(held)
         derived = _derive_on_spark(state, export, columns, table, batch, deletes_at, buckets, typed).cache()

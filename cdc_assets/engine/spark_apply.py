@@ -16,7 +16,6 @@ import dataclasses
 import math
 import re
 import time
-from urllib.parse import unquote
 
 import pyarrow as pa
 
@@ -28,6 +27,7 @@ from . import delta, spark_files, storage
 from .latest import latest_per_key
 from .settings import settings
 from .spark import map_in_arrow
+from .spark_files import TableFile
 from .table_layout import STAGING, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
 
 # An incremental apply of at most this many pending staged rows (counted from the staging
@@ -40,49 +40,19 @@ KEY, ORDER, FILE = "_cdc_key", "_cdc_order", "_cdc_file_id"
 def pending_rows(table_dir: str, applied: int) -> int:
     """At most how many staged rows batches after `applied` hold: the rows of every staging
     file whose `_cdc_batch_seq` statistics reach past it (a file without them counts whole)."""
-    dt_ = delta.snapshot(path(table_dir, STAGING))
-    if dt_ is None:
-        return 0
-    actions = pa.table(dt_.get_add_actions(flatten=True))
-    if actions.num_rows == 0:
-        return 0
-    counts = actions["num_records"].to_pylist()
-    highs = actions["max._cdc_batch_seq"].to_pylist() if "max._cdc_batch_seq" in actions.column_names \
-        else [None] * actions.num_rows
-    return sum(n or 0 for n, hi in zip(counts, highs) if hi is None or hi > applied)
+    return spark_files.rows_reaching(path(table_dir, STAGING), "_cdc_batch_seq", applied + 1)
 
 
 def runs_on_spark(table_dir: str, applied: int) -> bool:
     return pending_rows(table_dir, applied) > settings().local_apply_rows
 
 
-@dataclasses.dataclass
-class _File:
-    """One file of a snapshot, as the driver plans with it."""
-    action: dict  # get_add_actions' row: path, size_bytes
-    uri: str
-    partition: dict  # typed partition values
-    low: str | None  # `_cdc_key` statistics
-    high: str | None
-    rows: int  # from the statistics (0 without them)
+def files_of(table_path: str, dt_) -> list[TableFile]:
+    """The snapshot's files with their `_cdc_key` statistics, as the apply plans with them."""
+    return spark_files.files_of(table_path, dt_, KEY)
 
 
-def files_of(table_path: str, dt_) -> list[_File]:
-    actions = pa.table(dt_.get_add_actions(flatten=True))
-    columns = actions.column_names
-    lows = actions[f"min.{KEY}"].to_pylist() if f"min.{KEY}" in columns else [None] * actions.num_rows
-    highs = actions[f"max.{KEY}"].to_pylist() if f"max.{KEY}" in columns else [None] * actions.num_rows
-    parts = {c[len("partition."):]: actions[c].to_pylist() for c in columns if c.startswith("partition.")}
-    counts = actions["num_records"].to_pylist()
-    out = []
-    for n, row in enumerate(actions.select(["path", "size_bytes"]).to_pylist()):
-        # get_add_actions gives paths URI-encoded once more than the files' names
-        out.append(_File(row, storage.join(table_path, unquote(row["path"])), {c: v[n] for c, v in parts.items()},
-                         lows[n], highs[n], counts[n] or 0))
-    return out
-
-
-def _holding(files: list[_File]):
+def _holding(files: list[TableFile]):
     """What each task runs on a slice of keys: the ids of the files whose `_cdc_key` range
     holds one of them (a file's bounds are truncated outward, so a range never misses a key)."""
     ranged = [(i, f.low, f.high) for i, f in enumerate(files) if f.low is not None and f.high is not None]
@@ -100,7 +70,7 @@ def _holding(files: list[_File]):
     return run
 
 
-def candidates(keys_frame, files: list[_File]) -> list[int]:
+def candidates(keys_frame, files: list[TableFile]) -> list[int]:
     """The ids of the files that can hold a key of `keys_frame` (its `_cdc_key` column): the
     keys stay on the executors, only file ids come back."""
     unranged = [i for i, f in enumerate(files) if f.low is None or f.high is None]
@@ -110,7 +80,7 @@ def candidates(keys_frame, files: list[_File]) -> list[int]:
     return sorted(set(unranged) | {r[0] for r in found})
 
 
-def _reader(files: list[_File], ids: list[int], schema: pa.Schema, settings: dict):
+def _reader(files: list[TableFile], ids: list[int], schema: pa.Schema, settings: dict):
     """What each task runs on a slice of file ids: the files' rows in `schema` (partition
     columns from the log's typed values, a column a file lacks as nulls), each with its file id."""
     chosen = {i: (files[i].uri, files[i].partition) for i in ids}
@@ -146,7 +116,7 @@ def _reader(files: list[_File], ids: list[int], schema: pa.Schema, settings: dic
 _SPARK_SPELLS = re.compile(r"/[A-Za-z0-9_.=/-]*")
 
 
-def read(spark, files: list[_File], ids: list[int], schema: pa.Schema):
+def read(spark, files: list[TableFile], ids: list[int], schema: pa.Schema):
     """The rows of files `ids` as a DataFrame of `schema` plus each row's file id, read by the
     executors (the driver sends file names only)."""
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -166,7 +136,7 @@ def read(spark, files: list[_File], ids: list[int], schema: pa.Schema):
     return out
 
 
-def _read_natively(spark, files: list[_File], ids: list[int], with_file: pa.Schema):
+def _read_natively(spark, files: list[TableFile], ids: list[int], with_file: pa.Schema):
     """Spark's Parquet reader on local files, each row given its file's id and partition values
     (the log's typed values) through a join with the list of files on the path Spark reports."""
     from pyspark.sql import functions as F
@@ -224,7 +194,7 @@ def _write(rows, table_path: str, partition_by: list[str], n_rows: int, rows_per
         rows.unpersist()
 
 
-def _removes(files: list[_File], ids: list[int]) -> list:
+def _removes(files: list[TableFile], ids: list[int]) -> list:
     now = int(time.time() * 1000)
     return [spark_files.remove_action(files[i].action, files[i].partition, now) for i in ids]
 
@@ -348,7 +318,7 @@ def apply(spark, table: TableConfig, table_dir: str, dt_, applied: int, reached:
                 frame.unpersist()
 
 
-def _tombstones(tomb_path: str, tomb_dt, files: list[_File], tombs, winners, reached: int,
+def _tombstones(tomb_path: str, tomb_dt, files: list[TableFile], tombs, winners, reached: int,
                 rows_per_file: int) -> None:
     """The tombstones after these winners, as the in-process apply merges them: a newer delete
     (or truncate) updates (or adds) its key's ordering key, a newer upsert removes the tombstone."""

@@ -7,6 +7,7 @@ data passes through the driver.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -36,6 +37,56 @@ NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 # makes a reader scan the file rather than skip it (never wrong, only slower).
 _STAT_TYPES = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string, pa.types.is_large_string,
                pa.types.is_date32)
+
+
+@dataclasses.dataclass
+class TableFile:
+    """One file of a snapshot, as the driver plans with it."""
+    action: dict  # get_add_actions' row: path, size_bytes
+    uri: str
+    partition: dict  # typed partition values
+    low: object  # the statistics of the column the files are listed by (None without them)
+    high: object
+    rows: int  # from the statistics (0 without them)
+
+    def reaches(self, lo, hi=None) -> bool:
+        """Whether its statistics range meets [lo, hi] (`hi` None: no upper end); a file without
+        them may hold anything."""
+        return self.low is None or self.high is None or ((hi is None or self.low <= hi) and self.high >= lo)
+
+
+def files_of(table_path: str, dt_: DeltaTable, column: str) -> list[TableFile]:
+    """The snapshot's files with their `column` statistics: the one reader of the log's add
+    actions the Spark steps plan with."""
+    actions = pa.table(dt_.get_add_actions(flatten=True))
+    columns = actions.column_names
+    lows = actions[f"min.{column}"].to_pylist() if f"min.{column}" in columns else [None] * actions.num_rows
+    highs = actions[f"max.{column}"].to_pylist() if f"max.{column}" in columns else [None] * actions.num_rows
+    parts = {c[len("partition."):]: actions[c].to_pylist() for c in columns if c.startswith("partition.")}
+    counts = actions["num_records"].to_pylist() if actions.num_rows else []
+    out = []
+    for n, row in enumerate(actions.select(["path", "size_bytes"]).to_pylist()):
+        # get_add_actions gives paths URI-encoded once more than the files' names
+        out.append(TableFile(row, storage.join(table_path, unquote(row["path"])), {c: v[n] for c, v in parts.items()},
+                             lows[n], highs[n], counts[n] or 0))
+    return out
+
+
+def files_reaching(table_path: str, column: str, lo, hi=None) -> tuple[list[TableFile], list[int]]:
+    """A table's files (listed by `column`) and the ids of those whose `column` statistics reach
+    [lo, hi]; none when the table does not exist."""
+    dt_ = delta.snapshot(table_path)
+    if dt_ is None:
+        return [], []
+    files = files_of(table_path, dt_, column)
+    return files, [i for i, f in enumerate(files) if f.reaches(lo, hi)]
+
+
+def rows_reaching(table_path: str, column: str, lo, hi=None) -> int:
+    """At most how many rows hold a `column` value in [lo, hi]: the rows of the files whose
+    statistics reach it."""
+    files, ids = files_reaching(table_path, column, lo, hi)
+    return sum(files[i].rows for i in ids)
 
 
 def write_session_settings(spark) -> None:

@@ -41,9 +41,9 @@ from .delta import CommitConflict
 from .ingest import (
     MAX_TASKS,
     TYPED_FIELDS,
-    _bytes_of,
     admit_rows,
     admit_types,
+    batch_bytes,
     changes_metadata,
     finish_changes,
     first_of_each_event,
@@ -92,22 +92,6 @@ def _persisted(frame):
     return frame.persist(StorageLevel.MEMORY_AND_DISK)
 
 
-def _files_reaching(table_path: str, column: str, lo, hi) -> tuple[list, list[int]]:
-    """A table's files (spark_apply's plan of them) and the ids of those whose `column`
-    statistics reach [lo, hi] (a file without them always does)."""
-    dt_ = delta.snapshot(table_path)
-    if dt_ is None:
-        return [], []
-    files = spark_apply.files_of(table_path, dt_)
-    actions = pa.table(dt_.get_add_actions(flatten=True))
-    names = actions.column_names
-    lows = actions[f"min.{column}"].to_pylist() if f"min.{column}" in names else [None] * len(files)
-    highs = actions[f"max.{column}"].to_pylist() if f"max.{column}" in names else [None] * len(files)
-    ids = [i for i, (low, high) in enumerate(zip(lows, highs))
-           if low is None or high is None or (low <= hi and high >= lo)]
-    return files, ids
-
-
 def _earlier_ids(spark, table_dir: str, lo: str, hi: str):
     """The event ids earlier batches hold with an ordering key in [lo, hi], read by the executors,
     or None when no file can hold one."""
@@ -115,7 +99,7 @@ def _earlier_ids(spark, table_dir: str, lo: str, hi: str):
 
     found = None
     for name in (CHANGES, SEEN):
-        files, ids = _files_reaching(path(table_dir, name), "_cdc_order", lo, hi)
+        files, ids = spark_files.files_reaching(path(table_dir, name), "_cdc_order", lo, hi)
         if not ids:
             continue
         ranged = spark_apply.read(spark, files, ids, delta.arrow_schema(SEEN_FIELDS)) \
@@ -194,7 +178,7 @@ def _admit_task(starts: dict[int, dict], batch: Batch, landing: str, stored_ops:
     return run
 
 
-def _admitted(parts, types: dict, batch: Batch, landing: str, stored_ops):
+def _admitted(parts, types: dict, batch: Batch, landing: str, stored_ops, upstream=()):
     """The batch's changes admitted to the column types exactly as in arrival order: (the
     slices' output, the column types after the whole batch).
 
@@ -202,11 +186,14 @@ def _admitted(parts, types: dict, batch: Batch, landing: str, stored_ops):
     first by joining the earlier slices' own widenings (phase one), then checked: where a
     slice ends with other types than the next one started from, the slices after it are
     admitted again from what it ended with. Every slice then started from the types the whole
-    batch before it leads to, which is the in-process path's arrival-order widening."""
+    batch before it leads to, which is the in-process path's arrival-order widening.
+    `upstream`: cached frames `parts` is computed from, released once `parts` is cached."""
     from pyspark.sql import functions as F
 
     own = {int(r[0]): json.loads(r[1]) for r in parts.mapInArrow(_widened(types, batch.files, stored_ops),
                                                                  "slice long, types string").collect()}
+    for frame in upstream:  # `parts` is cached now: a task holds at most the slices and what they become
+        frame.unpersist()
     order = sorted(own)
     starts: dict[int, dict] = {}
 
@@ -278,10 +265,11 @@ def commit_written(table_path: str, step: str, batch_seq: int, schema: pa.Schema
 
 def _small(frame, fields) -> pa.Table:
     """A frame the caller knows is small (rejections), in this process."""
-    return frame.select(*[F_col(n) for n, _ in fields]).toArrow().cast(delta.arrow_schema(fields))
+    return frame.select(*[_column(n) for n, _ in fields]).toArrow().cast(delta.arrow_schema(fields))
 
 
-def F_col(name: str):
+def _column(name: str):
+    """A column of a frame by its name, quoted for Spark."""
     from pyspark.sql import functions as F
 
     return F.col(names.spark(name))
@@ -296,7 +284,7 @@ def ingest_batch(spark, cfg: Config, table: TableConfig, batch: Batch, log=None)
     given = prepare(cfg, table, batch)
     if given is None:
         return ChangesResult(already_committed=True)
-    if _bytes_of(given.files) <= settings().local_parse_bytes:
+    if batch_bytes(given.files) <= settings().local_parse_bytes:
         return ingest_prepared(given, table, batch, log, t0)
     taken, version = ingest_on_spark(session_of(spark), table, given.table_dir, batch, given.files, given.landing,
                                      given.types, given.text_columns, log)
@@ -319,7 +307,7 @@ def ingest_on_spark(spark, table: TableConfig, table_dir: str, batch: Batch, fil
         records_read = parsed.count()
         faults.point("changes.parsed")
         unreadable = _small(parsed.where(F.col("_cdc_reason").isNotNull()), REJECT_FIELDS)
-        good = parsed.where(F.col("_cdc_reason").isNull()).select(*[F_col(c) for c, _ in TYPED_FIELDS])
+        good = parsed.where(F.col("_cdc_reason").isNull()).select(*[_column(c) for c, _ in TYPED_FIELDS])
         distinct, firsts = _distinct(spark, good, table_dir)
         frames.append(firsts)
         n_distinct = distinct.count()
@@ -327,21 +315,24 @@ def ingest_on_spark(spark, table: TableConfig, table_dir: str, batch: Batch, fil
         parts = _persisted(distinct.repartitionByRange(max(1, min(MAX_TASKS, -(-n_distinct // ROWS_PER_SLICE))),
                                                        F.substring(F.col("_cdc_order"), -ARRIVAL_CHARS, ARRIVAL_CHARS)))
         frames.append(parts)
-        admitted, ledger = _admitted(parts, types, batch, landing, stored_ops)
+        admitted, ledger = _admitted(parts, types, batch, landing, stored_ops, upstream=(parsed, firsts))
         frames.append(admitted)
+        parts.unpersist()  # `admitted` is cached: the slices are read again only if it is lost
         misfits = _small(admitted.where(F.col("_cdc_reason").isNotNull()), REJECT_FIELDS)
         columns = _typed_columns(ledger, stored)
         out = pa.schema(list(delta.arrow_schema(RECORD_FIELDS)) + [pa.field(c, arrow_type(t)) for c, t in columns.items()])
-        rows = _persisted(admitted.where(F.col("_cdc_reason").isNull() & F.col(LEDGER).isNull())
-                          .select(*[F_col(c) for c, _ in RECORD_FIELDS])
-                          .mapInArrow(_stored_task(ledger, stored, out), _struct(out)))
-        frames.append(rows)
+        rows = (admitted.where(F.col("_cdc_reason").isNull() & F.col(LEDGER).isNull())
+                .select(*[_column(c) for c, _ in RECORD_FIELDS])
+                .mapInArrow(_stored_task(ledger, stored, out), _struct(out)))
         new_columns = [c for c in columns if c not in stored]
-        present = rows.agg(F.lit(0), *[F.count(F_col(c)) for c in new_columns]).first()[1:] if new_columns else []
+        if new_columns:  # read twice: counted for the new columns that hold values, then written
+            rows = _persisted(rows)
+            frames.append(rows)
+        present = rows.agg(F.lit(0), *[F.count(_column(c)) for c in new_columns]).first()[1:] if new_columns else []
         # a new column only when some typed change has a value there (as `stored_changes` adds one)
         dropped = {c for c, n in zip(new_columns, present) if not n}
         n_rejected = quarantine(table, table_dir, pa.concat_tables([unreadable, misfits]), batch.seq, log)
-        written = rows.select(*[F_col(c) for c in [n for n, _ in RECORD_FIELDS] + list(columns) if c not in dropped])
+        written = rows.select(*[_column(c) for c in [n for n, _ in RECORD_FIELDS] + list(columns) if c not in dropped])
         adds = spark_files.write_files(written, changes_path)
         taken = ChangesResult(files=len(files), records_read=records_read, changes_new=rows_written(adds),
                               duplicates_skipped=records_read - unreadable.num_rows - n_distinct,
@@ -357,8 +348,7 @@ def ingest_on_spark(spark, table: TableConfig, table_dir: str, batch: Batch, fil
 def batch_rows(table_dir: str, batch_seq: int) -> int:
     """At most how many changes a batch holds in `changes`: the rows of the files whose
     `_cdc_batch_seq` statistics reach it (a compacted file holds other batches too)."""
-    files, ids = _files_reaching(path(table_dir, CHANGES), "_cdc_batch_seq", batch_seq, batch_seq)
-    return sum(files[i].rows for i in ids)
+    return spark_files.rows_reaching(path(table_dir, CHANGES), "_cdc_batch_seq", batch_seq, batch_seq)
 
 
 def stage_on_spark(spark, table: TableConfig, table_dir: str, batch: Batch) -> tuple[dict, int]:
@@ -369,20 +359,16 @@ def stage_on_spark(spark, table: TableConfig, table_dir: str, batch: Batch) -> t
     changes_path = path(table_dir, CHANGES)
     stored = stored_columns(changes_path)
     schema = pa.schema(list(delta.arrow_schema(RECORD_FIELDS)) + [pa.field(c, arrow_type(t)) for c, t in stored.items()])
-    files, ids = _files_reaching(changes_path, "_cdc_batch_seq", batch.seq, batch.seq)
+    files, ids = spark_files.files_reaching(changes_path, "_cdc_batch_seq", batch.seq, batch.seq)
     if not ids:
         raise OutOfOrder(f"table {table.name}: batch {batch.id} has no committed changes yet")
-    changes = _persisted(spark_apply.read(spark, files, ids, schema).drop(spark_apply.FILE)
-                         .where(F.col("_cdc_batch_seq") == batch.seq))
-    try:
-        n_changes = changes.count()
-        staged = changes.repartition("_cdc_key").mapInArrow(_whole(schema, lambda rows: staged_records(rows, table)),
-                                                            _struct(schema))
-        staging_path = path(table_dir, STAGING)
-        adds = spark_files.write_files(staged, staging_path)
-        n_staged = rows_written(adds)
-        counts = {"changes": n_changes, "staged": n_staged, "superseded_in_batch": n_changes - n_staged}
-        return counts, commit_written(staging_path, STAGING, batch.seq, spark_files.arrow_schema_of(staged), adds,
-                                      counts)
-    finally:
-        changes.unpersist()
+    # Not cached: the count reads one column of the batch's files, the staging reads them once.
+    changes = spark_apply.read(spark, files, ids, schema).drop(spark_apply.FILE).where(F.col("_cdc_batch_seq") == batch.seq)
+    n_changes = changes.count()
+    staged = changes.repartition("_cdc_key").mapInArrow(_whole(schema, lambda rows: staged_records(rows, table)),
+                                                        _struct(schema))
+    staging_path = path(table_dir, STAGING)
+    adds = spark_files.write_files(staged, staging_path)
+    n_staged = rows_written(adds)
+    counts = {"changes": n_changes, "staged": n_staged, "superseded_in_batch": n_changes - n_staged}
+    return counts, commit_written(staging_path, STAGING, batch.seq, spark_files.arrow_schema_of(staged), adds, counts)

@@ -5,15 +5,17 @@ that must be rejected is left to that reader, which names it."""
 from __future__ import annotations
 
 import datetime as dt
+import io
 from decimal import Decimal
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdc_assets.core.changes import Change, to_record
 from cdc_assets.core.formats import parse_file
-from cdc_assets.core.typed_changes import read_typed_change_file
+from cdc_assets.core.typed_changes import read_typed_change_file, read_typed_row_group
 from cdc_assets.core.values import decode_row, encode_row, same
 from cdc_assets.engine import delta
 from cdc_assets.engine.ingest import PARSED_FIELDS
@@ -25,9 +27,9 @@ UTC = dt.UTC
 BATCH = {"batch_seq": 7, "batch_id": "batch-0007", "file_index": 3}
 
 
-def by_record(data: bytes, keys, partition_by, options=OPTIONS, declared=None) -> tuple[pa.Table, list]:
+def by_record(data: bytes, keys, partition_by, options=OPTIONS, declared=None, row_group=None) -> tuple[pa.Table, list]:
     records, images = [], []
-    for item in parse_file("changeset", options, keys, "f.parquet", data, declared):
+    for item in parse_file("changeset", options, keys, "f.parquet", data, declared, row_group=row_group):
         if not isinstance(item, Change):
             return None, [item]
         rec = to_record(item, batch_seq=7, batch_id="batch-0007", file_name="f.parquet", file_index=3,
@@ -60,6 +62,10 @@ def assert_same(data: bytes, keys, partition_by, options=OPTIONS, declared=None)
     for a, b in zip(got, images):  # NaN is the same as NaN, -0.0 is not 0.0
         assert a.keys() == b.keys() and all(same(a[c], b[c]) for c in a), (a, b)
     assert [encode_row(r) for r in got] == expected.column("_cdc_row").to_pylist()
+    # Spark's tasks carry the records alone: with their images, they are the record reader's records
+    imaged = read_typed_change_file("changeset", options, keys, "f.parquet", data, declared, partition_by,
+                                    schema=SCHEMA, images=True, **BATCH)
+    assert imaged is not None and imaged.records.to_pylist() == expected.to_pylist()
     return True
 
 
@@ -101,6 +107,32 @@ def test_a_change_set_with_a_record_to_reject_is_left_to_the_record_reader():
     for table in (unknown_op, null_key, nested):
         assert by_column(parquet(table), ["id"], []) is None
     assert by_column(parquet(pa.table({**base, "op": pa.array(["I", "U"])})), ["op"], []) is None
+
+
+def test_each_row_group_of_a_typed_change_set_gives_the_record_readers_records_of_that_row_group():
+    """A task reads one row group: its records, images included, are the record reader's for the
+    same row group, lines counted from the file's first row; a row group holding a record to
+    reject is left to that reader, and the others are still read column by column."""
+    table = pa.table({"id": pa.array([1, 2, 3, None, 5, 6, 7], pa.int64()),
+                      "name": pa.array(["a", None, "ünï", "d", 'q"uote', "f", "g"]),
+                      "amount": pa.array([Decimal("1.50"), None, Decimal("-2.00"), None, Decimal("0.01"),
+                                          Decimal("3.00"), None], pa.decimal128(10, 2)),
+                      "seq": pa.array([1, 2, 3, 4, 5, 6, 7], pa.int64()),
+                      "op": pa.array(["I", "U", "D", "I", "U", "I", "D"])})
+    out = io.BytesIO()
+    pq.write_table(table, out, row_group_size=3)
+    data = out.getvalue()
+    read = []
+    for g in range(3):
+        typed = read_typed_row_group("changeset", OPTIONS, ["id"], "f.parquet", io.BytesIO(data), g, None, ["name"],
+                                     schema=SCHEMA, images=True, **BATCH)
+        expected, rejected = by_record(data, ["id"], ["name"], row_group=g)
+        if g == 1:  # line 4 has no key
+            assert typed is None and expected is None and rejected[0].line == 4
+            continue
+        assert typed is not None and typed.records.to_pylist() == expected.to_pylist()
+        read += typed.records["_cdc_line"].to_pylist()
+    assert read == [1, 2, 3, 7]
 
 
 TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=6) | \
