@@ -276,7 +276,7 @@ def key_range(source: pa.Table, table: TableConfig, columns: dict[str, str], ali
     return f"{column} >= {lo} AND {column} <= {hi}"
 
 
-def every_column(source: pa.Table, except_cols=()) -> dict[str, str]:
+def every_column(source: pa.Table | pa.RecordBatchReader, except_cols=()) -> dict[str, str]:
     """A MERGE's assignment of every source column to the target's column of that name, quoted
     (delta-rs' update_all and insert_all do not quote a name holding a double quote)."""
-    return {names.datafusion(c): "s." + names.datafusion(c) for c in source.column_names if c not in except_cols}
+    return {names.datafusion(c): "s." + names.datafusion(c) for c in source.schema.names if c not in except_cols}

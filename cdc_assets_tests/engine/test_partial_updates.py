@@ -8,10 +8,11 @@ import base64
 
 import pytest
 
-from cdc_assets.engine import target_build
-from cdc_assets_tests.support.config import write_config
+from cdc_assets.engine import apply, target_build, target_versions
+from cdc_assets_tests.support.config import settings_of, write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.runs import MARKS, run_batches, run_ok
+from cdc_assets_tests.support.steps import take_and_apply
 from cdc_assets_tests.support.warehouse import by_key, target_rows
 
 pytestmark = MARKS
@@ -178,3 +179,40 @@ def test_a_late_truncate_below_more_rows_than_an_apply_here_takes_combines_them_
     outcome = run_ok(cfg, "PT")
     assert outcome.figures["target"].get("applied_on") is None
     assert {r["k"]: (r["a"], r["b"]) for r in target_rows(cfg, "PT")} == {7: (31, None)}
+
+
+def test_a_late_truncate_on_a_table_with_a_change_feed_is_combined_on_spark_with_the_same_feed(spark, workdir,
+                                                                                             monkeypatch):
+    """With the change data feed on, a late truncate below more rows than an apply in this process
+    takes goes to Spark's executors too: they combine the rows again and send delta-rs' MERGE only
+    those that change, so the target and its change feed are those of the apply in this process."""
+    table = {"keys": ["k"], "format": "changeset", "partial_updates": True, "change_feed": True,
+             "columns": {"a": "long", "b": "long"},
+             "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],
+                         "truncates": ["T"], "sequence_by": ["SEQ"]}}
+    cfg = write_config(workdir, [{**table, "name": "HERE"}, {**table, "name": "SPARK"}])
+    seen = {}
+    for name, limit in (("HERE", None), ("SPARK", 4)):
+        land(cfg, name, "b1", {"c.jsonl": jsonl([cs("I", k, k, a=k, b=k) for k in range(1, 7)]
+                                                + [cs("U", 20 + k, k, a=20 + k) for k in range(1, 7)])})
+        take_and_apply(spark, cfg, name)
+        start = target_versions.versions(cfg.table_dir(name))[-1].version + 1
+        # below every row: six rows to combine again; one of them updated and one deleted above it
+        land(cfg, name, "b2", {"c.jsonl": jsonl([cs("T", 10, 0), cs("U", 40, 1, a=40), cs("D", 41, 2),
+                                                 cs("I", 42, 8, a=42)])})
+        with monkeypatch.context() as m:
+            if limit is not None:
+                settings_of(m, apply, local_apply_rows=limit)
+            done = take_and_apply(spark, cfg, name)
+        feed = target_versions.changes(name, cfg.table_dir(name), start).to_pylist()
+        seen[name] = (done, sorted((r["_commit_version"] - start, r["_change_type"], r["k"], r["a"], r["b"])
+                                   for r in feed))
+        assert {r["k"]: (r["a"], r["b"]) for r in target_rows(cfg, name)} == {
+            1: (40, None), **{k: (20 + k, None) for k in range(3, 7)}, 8: (42, None)}, name
+    (here, here_feed), (there, there_feed) = seen["HERE"], seen["SPARK"]
+    assert here.applied_on is None and (there.applied_on or "").startswith("spark"), there.applied_on
+    assert there_feed == here_feed
+    assert sorted((kind, k) for _, kind, k, _, _ in here_feed) == sorted(
+        [("delete", 2), ("insert", 8)] + [(kind, k) for k in (1, 3, 4, 5, 6)
+                                          for kind in ("update_preimage", "update_postimage")])
+    assert (there.inserts, there.updates, there.deletes) == (here.inserts, here.updates, here.deletes)
