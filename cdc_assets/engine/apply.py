@@ -28,7 +28,6 @@ from .merge_source import (
     MERGE_ON_KEY,
     MergeSource,
     every_column,
-    leaves_columns_out,
     merge_source,
 )
 from .settings import settings
@@ -81,7 +80,7 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> ApplyResult:
         elif table.change_feed:
             on_spark = "this process: the change data feed's files are written by delta-rs' MERGE"
         elif combine.combines(table) and (table.partial_updates or table.soft_deletes or
-                                           leaves_columns_out(table_dir, reached)):
+                                           combine.leaves_columns_out(table_dir, reached)):
             # Each key's changes are combined column by column, with its earlier ones too (a soft
             # delete keeps the key's last live row, which a late change may set): Spark builds
             # the whole state from staging and base, as a first apply does.
@@ -202,7 +201,7 @@ def _truncate_reads_many(table_dir: str, table: TableConfig, dt_: DeltaTable, ap
 def _combines_above_truncate(table_dir: str, table: TableConfig, reached: int) -> bool:
     """Whether a pending truncate makes the apply combine again every row ranking above it: a
     row may hold a column only a change the truncate cuts carried."""
-    return combine.combines(table) and (table.partial_updates or leaves_columns_out(table_dir, reached))
+    return combine.combines(table) and (table.partial_updates or combine.leaves_columns_out(table_dir, reached))
 
 
 def _apply_feed_on_spark(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, applied: int, reached: int,

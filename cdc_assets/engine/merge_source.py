@@ -115,7 +115,7 @@ def _combined_winners(table_dir: str, table: TableConfig, dt_: DeltaTable, pendi
     if flag:
         late |= {k for k, d in zip(seen["_cdc_key"].to_pylist(), seen[shape.DELETED].to_pylist()) if d}
     pending_cuts = combine.cut_orders(pending)
-    if pending_cuts and (partial or leaves_columns_out(table_dir, reached)):
+    if pending_cuts and (partial or combine.leaves_columns_out(table_dir, reached)):
         late |= _keys_above(dt_, min(pending_cuts))
     fold = wanted - late
     if not fold and not late:
@@ -204,13 +204,6 @@ def _same_row(image: dict, row: dict, columns: dict[str, str]) -> bool:
         return all(same(convert(image.get(c), t), row.get(c)) for c, t in columns.items())
     except Misfit:
         return False
-
-
-def leaves_columns_out(table_dir: str, reached: int) -> bool:
-    """Whether a staged change up to batch `reached` may leave a column out (its image lists some)."""
-    found = delta.query(path(table_dir, STAGING), "SELECT count(*) AS n FROM t WHERE _cdc_batch_seq <= "
-                                                  f"{int(reached)} AND _cdc_row LIKE '%{combine.UNSET_KEY}%'")
-    return found is not None and found.num_rows > 0 and int(found["n"][0].as_py() or 0) > 0
 
 
 def _tombstone_orders(table_dir: str, keys: list[str]) -> dict[str, str]:

@@ -36,6 +36,7 @@ from ..core.schema import STRICT, is_text_source, joined, split
 from ..core.target import arrow_type
 from ..core.values import NULL, decode_row
 from . import delta, faults, gcs, spark_apply, spark_files
+from .combine import UNSET_KEY, left_out_through
 from .combine import staged as staged_records
 from .delta import CommitConflict
 from .ingest import (
@@ -382,7 +383,9 @@ def stage_on_spark(spark, table: TableConfig, table_dir: str, batch: Batch) -> t
         adds = spark_files.write_files(staged, staging_path)
         n_staged = rows_written(adds)
         counts = {"changes": n_changes, "staged": n_staged, "superseded_in_batch": n_changes - n_staged}
+        # the batch's changes: where columns are combined, staging keeps every change that lists some
+        listed = changes.where(F.col("_cdc_row").contains(UNSET_KEY)).limit(1).count() > 0
         return counts, commit_written(staging_path, STAGING, batch.seq, spark_files.arrow_schema_of(staged), adds,
-                                      counts)
+                                      {**counts, **left_out_through(table_dir, batch.seq, listed)})
     finally:
         changes.unpersist()

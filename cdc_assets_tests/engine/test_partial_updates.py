@@ -216,3 +216,51 @@ def test_a_late_truncate_on_a_table_with_a_change_feed_is_combined_on_spark_with
         [("delete", 2), ("insert", 8)] + [(kind, k) for k in (1, 3, 4, 5, 6)
                                           for kind in ("update_preimage", "update_postimage")])
     assert (there.inserts, there.updates, there.deletes) == (here.inserts, here.updates, here.deletes)
+
+
+@pytest.mark.parametrize("on_spark", [False, True], ids=["staged-here", "staged-on-spark"])
+def test_whether_staged_changes_leave_columns_out_follows_the_batches_not_stagings_rows(spark, workdir, monkeypatch,
+                                                                                        on_spark):
+    """Whether a staged change up to a batch leaves a column out (a TOAST placeholder) decides how
+    a truncate combines rows again: staging's commits say so, batch by batch, with the answer a scan
+    of staging's row images gives, and staging's data files are not read for it (made unreadable)."""
+    if on_spark:  # every batch staged by Spark's tasks
+        monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", "0")
+    import glob
+    import os
+
+    from cdc_assets.engine import delta
+    from cdc_assets.engine.combine import leaves_columns_out
+    from cdc_assets.engine.table_layout import STAGING, path
+
+    cfg = write_config(workdir, [{"name": "DOCS", "keys": ["id"], "format": "debezium-json"}])
+    table_dir = cfg.table_dir("DOCS")
+    batches = [[pg("c", {"id": 1, "v": "a", "doc": "long text 1"}, 1000),
+                pg("c", {"id": 2, "v": "a", "doc": "long text 2"}, 1001)],
+               [pg("u", {"id": 1, "v": "b", "doc": UNAVAILABLE}, 2000)],  # a partial row image
+               [{**pg("c", {"id": 9}, 1500), "op": "t", "after": None}, pg("c", {"id": 3, "v": "c", "doc": "x"}, 3000)]]
+    for n, events in enumerate(batches, start=1):
+        land(cfg, "DOCS", f"b{n}", {"e.jsonl": jsonl(events)})
+        take_and_apply(spark, cfg, "DOCS")
+    # the truncate ranks below id 1's update, above the create that carried its doc: the row keeps no doc
+    assert by_key(target_rows(cfg, "DOCS"), "id") == {(1,): {"id": 1, "v": "b", "doc": None},
+                                                      (3,): {"id": 3, "v": "c", "doc": "x"}}
+
+    def scanned(reached: int) -> bool:  # what a scan of every staged row image says
+        found = delta.query(path(table_dir, STAGING), "SELECT count(*) AS n FROM t WHERE _cdc_batch_seq <= "
+                                                      f"{reached} AND _cdc_row LIKE '%_cdc_unset%'")
+        return int(found["n"][0].as_py() or 0) > 0
+
+    expected = [scanned(reached) for reached in (1, 2, 3)]
+    assert expected == [False, True, True]
+    files = glob.glob(os.path.join(table_dir, STAGING, "**", "*.parquet"), recursive=True)
+    kept = {f: open(f, "rb").read() for f in files}
+    try:
+        for f in files:
+            with open(f, "wb") as fh:
+                fh.write(b"not parquet" * 100)
+        assert [leaves_columns_out(table_dir, reached) for reached in (1, 2, 3)] == expected
+    finally:
+        for f, data in kept.items():
+            with open(f, "wb") as fh:
+                fh.write(data)
