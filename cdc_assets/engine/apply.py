@@ -211,6 +211,8 @@ def _apply_feed_on_spark(spark, cfg: Config, table: TableConfig, dt_: DeltaTable
     a first apply does) and compare it with the target, and delta-rs' MERGE, after the truncate's
     own, streams in only the rows that change. The feed records what the apply in this process
     records; nothing table-sized is in this process."""
+    from pyspark.sql import functions as F
+
     table_dir = cfg.table_dir(table.name)
     target_path = path(table_dir, TARGET)
     columns = flagged_columns(shape.target_columns(existing_columns(dt_), [], table.keys, table.partition_by,
@@ -222,8 +224,6 @@ def _apply_feed_on_spark(spark, cfg: Config, table: TableConfig, dt_: DeltaTable
             return dataclasses.replace(widened, seconds=round(time.time() - t0, 2))
         dt_ = delta.load(target_path)
     session = session_of(spark)
-    from pyspark.sql import functions as F
-
     history = SparkHistory(session, table_dir, table, columns, reached)
     try:
         staged = as_target_types(session, path(table_dir, STAGING), columns)
@@ -236,8 +236,8 @@ def _apply_feed_on_spark(spark, cfg: Config, table: TableConfig, dt_: DeltaTable
     finally:
         history.close()
     try:
+        faults.point("target.computed")  # decided; nothing is committed yet
         spark_apply.tombstones_after(session, table_dir, staged, applied, reached, ROWS_PER_FILE)
-        faults.point("target.computed")
         dt_ = delta.keep_change_feed(target_path, dt_, table.change_feed)  # before the MERGEs that it is to record
         files_before, version_before = len(dt_.file_uris()), dt_.version()
         props = delta.commit_props(TARGET, reached, {"from_batch": applied + 1, "truncate": "true"})

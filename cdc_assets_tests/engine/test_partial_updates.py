@@ -181,12 +181,14 @@ def test_a_late_truncate_below_more_rows_than_an_apply_here_takes_combines_them_
     assert {r["k"]: (r["a"], r["b"]) for r in target_rows(cfg, "PT")} == {7: (31, None)}
 
 
+@pytest.mark.parametrize("deletes", ["hard", "soft"])
 def test_a_late_truncate_on_a_table_with_a_change_feed_is_combined_on_spark_with_the_same_feed(spark, workdir,
-                                                                                             monkeypatch):
+                                                                                             monkeypatch, deletes):
     """With the change data feed on, a late truncate below more rows than an apply in this process
     takes goes to Spark's executors too: they combine the rows again and send delta-rs' MERGE only
-    those that change, so the target and its change feed are those of the apply in this process."""
-    table = {"keys": ["k"], "format": "changeset", "partial_updates": True, "change_feed": True,
+    those that change, so the target and its change feed are those of the apply in this process
+    (in a soft-delete table too, whose deleted row stays flagged)."""
+    table = {"keys": ["k"], "format": "changeset", "partial_updates": True, "change_feed": True, "deletes": deletes,
              "columns": {"a": "long", "b": "long"},
              "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],
                          "truncates": ["T"], "sequence_by": ["SEQ"]}}
@@ -207,14 +209,17 @@ def test_a_late_truncate_on_a_table_with_a_change_feed_is_combined_on_spark_with
         feed = target_versions.changes(name, cfg.table_dir(name), start).to_pylist()
         seen[name] = (done, sorted((r["_commit_version"] - start, r["_change_type"], r["k"], r["a"], r["b"])
                                    for r in feed))
-        assert {r["k"]: (r["a"], r["b"]) for r in target_rows(cfg, name)} == {
-            1: (40, None), **{k: (20 + k, None) for k in range(3, 7)}, 8: (42, None)}, name
-    (here, here_feed), (there, there_feed) = seen["HERE"], seen["SPARK"]
+        live = {r["k"]: (r["a"], r["b"]) for r in target_rows(cfg, name, source_only=False)
+                if not r.get("_cdc_deleted")}
+        assert live == {1: (40, None), **{k: (20 + k, None) for k in range(3, 7)}, 8: (42, None)}, name
+        seen[name] += (sorted(map(repr, target_rows(cfg, name, source_only=False))),)
+    (here, here_feed, here_rows), (there, there_feed, there_rows) = seen["HERE"], seen["SPARK"]
     assert here.applied_on is None and (there.applied_on or "").startswith("spark"), there.applied_on
-    assert there_feed == here_feed
+    assert there_feed == here_feed and there_rows == here_rows
+    # a soft delete updates the row it flags
+    gone = [("delete", 2)] if deletes == "hard" else [("update_preimage", 2), ("update_postimage", 2)]
     assert sorted((kind, k) for _, kind, k, _, _ in here_feed) == sorted(
-        [("delete", 2), ("insert", 8)] + [(kind, k) for k in (1, 3, 4, 5, 6)
-                                          for kind in ("update_preimage", "update_postimage")])
+        gone + [("insert", 8)] + [(kind, k) for k in (1, 3, 4, 5, 6) for kind in ("update_preimage", "update_postimage")])
     assert (there.inserts, there.updates, there.deletes) == (here.inserts, here.updates, here.deletes)
 
 
