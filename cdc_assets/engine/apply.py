@@ -14,6 +14,7 @@ import time
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 from deltalake import DeltaTable, write_deltalake
 
 from ..core import target as shape
@@ -21,17 +22,17 @@ from ..core.changes import DELETE, REFILL, TRUNCATE, TRUNCATE_KEY, UPSERT
 from ..core.config import Config, TableConfig
 from ..core.errors import OutOfOrder
 from ..core.values import STRING
-from . import combine, delta, faults, rewrite, spark_apply, storage
+from . import combine, delta, faults, rewrite, spark_apply, spark_files, storage
 from .ingest import column_types
 from .merge_source import (
     MERGE_ON_KEY,
     MergeSource,
     every_column,
-    leaves_columns_out,
     merge_source,
 )
 from .settings import settings
 from .spark import session_of
+from .staged_history import SparkHistory
 from .step_results import ApplyResult
 from .table_layout import BASE, STAGING, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
 from .target_build import build, widen
@@ -70,13 +71,16 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> ApplyResult:
                                    applied_on="a whole build: deletes are hard now")
 
     on_spark = None  # why a batch large enough for Spark is applied in this process
-    if spark_apply.runs_on_spark(table_dir, applied) or _truncate_reads_many(table_dir, table, dt_, applied, reached):
+    many = _truncate_reads_many(table_dir, table, dt_, applied, reached)
+    if spark_apply.runs_on_spark(table_dir, applied) or many:
         if table.insert_only:
             on_spark = "this process: an insert_only table's rows are appended by delta-rs"
+        elif table.change_feed and many and _combines_above_truncate(table_dir, table, reached):
+            return _apply_feed_on_spark(spark, cfg, table, dt_, applied, reached, t0)
         elif table.change_feed:
             on_spark = "this process: the change data feed's files are written by delta-rs' MERGE"
         elif combine.combines(table) and (table.partial_updates or table.soft_deletes or
-                                           leaves_columns_out(table_dir, reached)):
+                                           combine.leaves_columns_out(table_dir, reached)):
             # Each key's changes are combined column by column, with its earlier ones too (a soft
             # delete keeps the key's last live row, which a late change may set): Spark builds
             # the whole state from staging and base, as a first apply does.
@@ -129,20 +133,25 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> ApplyResult:
         # derives from the source's values, into the commit's operationParameters, so a key
         # range there would put key values in the Delta log's commit info (streamed_exec
         # derives none). It reads every target file's keys.
-        merge = dt_.merge(source, MERGE_ON_KEY, source_alias="s", target_alias="t", merge_schema=True,
-                          streamed_exec=True, commit_properties=props)
-        result = merge \
-            .when_matched_delete(f"s._cdc_apply = '{DELETE}' AND s._cdc_order > t._cdc_order") \
-            .when_matched_update(every_column(source, except_cols=["_cdc_apply"]),
-                                 f"(s._cdc_apply = '{UPSERT}' AND s._cdc_order > t._cdc_order) OR "
-                                 f"(s._cdc_apply = '{REFILL}' AND s._cdc_order >= t._cdc_order)") \
-            .when_not_matched_insert(every_column(source, except_cols=["_cdc_apply"]),
-                                     f"s._cdc_apply IN ('{UPSERT}', '{REFILL}')") \
-            .execute()
-        inserts, updates, deletes = (result.get(f"num_target_rows_{n}", 0) for n in ("inserted", "updated", "deleted"))
+        inserts, updates, deletes = _merge(dt_, source, props)
     faults.point("target.committed")
     return _applied_figures(table, target_path, applied, reached, pending.num_rows, winners.num_rows,
                             (inserts, updates, deletes + truncated), files_before, version_before, t0, on_spark)
+
+
+def _merge(dt_: DeltaTable, source, props: delta.CommitProperties) -> tuple[int, int, int]:
+    """delta-rs' MERGE of `source` (target rows, each with `_cdc_apply`; an Arrow table or stream)
+    into the target: the rows it inserted, updated and deleted."""
+    assigned = every_column(source, except_cols=["_cdc_apply"])
+    merge = dt_.merge(source, MERGE_ON_KEY, source_alias="s", target_alias="t", merge_schema=True,
+                      streamed_exec=True, commit_properties=props)
+    result = merge \
+        .when_matched_delete(f"s._cdc_apply = '{DELETE}' AND s._cdc_order > t._cdc_order") \
+        .when_matched_update(assigned, f"(s._cdc_apply = '{UPSERT}' AND s._cdc_order > t._cdc_order) OR "
+                                       f"(s._cdc_apply = '{REFILL}' AND s._cdc_order >= t._cdc_order)") \
+        .when_not_matched_insert(assigned, f"s._cdc_apply IN ('{UPSERT}', '{REFILL}')") \
+        .execute()
+    return tuple(int(result.get(f"num_target_rows_{n}", 0)) for n in ("inserted", "updated", "deleted"))  # type: ignore[return-value]
 
 
 def _switched_to_hard(dt_: DeltaTable, table: TableConfig) -> bool:
@@ -182,11 +191,72 @@ def _truncate_reads_many(table_dir: str, table: TableConfig, dt_: DeltaTable, ap
     if found is None or not found.num_rows or found["o"][0].as_py() is None:
         return False
     rows = rewrite.rows_read_for(dt_, found["o"][0].as_py(), table.soft_deletes)
-    if combine.combines(table) and (table.partial_updates or leaves_columns_out(table_dir, reached)):
+    if _combines_above_truncate(table_dir, table, reached):
         # each key whose row ranks above the lowest pending truncate is combined again from its
         # history (`_combined_winners`): its row may hold a column only a change the truncate cuts carried
         rows += rewrite.rows_above(dt_, found["lo"][0].as_py())
     return rows > settings().local_apply_rows
+
+
+def _combines_above_truncate(table_dir: str, table: TableConfig, reached: int) -> bool:
+    """Whether a pending truncate makes the apply combine again every row ranking above it: a
+    row may hold a column only a change the truncate cuts carried."""
+    return combine.combines(table) and (table.partial_updates or combine.leaves_columns_out(table_dir, reached))
+
+
+def _apply_feed_on_spark(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, applied: int, reached: int,
+                         t0: float) -> ApplyResult:
+    """A truncate below more rows than this process combines again, on a table whose change data
+    feed delta-rs' MERGE writes: Spark's executors build the whole state from staging and base (as
+    a first apply does) and compare it with the target, and delta-rs' MERGE, after the truncate's
+    own, streams in only the rows that change. The feed records what the apply in this process
+    records; nothing table-sized is in this process."""
+    from pyspark.sql import functions as F
+
+    table_dir = cfg.table_dir(table.name)
+    target_path = path(table_dir, TARGET)
+    columns = flagged_columns(shape.target_columns(existing_columns(dt_), [], table.keys, table.partition_by,
+                                                   history_types=column_types(table_dir, marked=False)), table)
+    if any(existing_columns(dt_).get(c, t) != t for c, t in columns.items()):
+        # A column widened: as in this process, the target is rewritten once with the wider type first.
+        widened = widen(spark, cfg, table, dt_, applied, columns)
+        if (widened.applied_batch or 0) >= reached:  # built as of this apply's batch (a trimmed staging)
+            return dataclasses.replace(widened, seconds=round(time.time() - t0, 2))
+        dt_ = delta.load(target_path)
+    session = session_of(spark)
+    history = SparkHistory(session, table_dir, table, columns, reached)
+    try:
+        staged = as_target_types(session, path(table_dir, STAGING), columns)
+        pending = staged.where((F.col("_cdc_batch_seq") > applied) & (F.col("_cdc_batch_seq") <= reached))
+        n_pending, n_winners = pending.agg(F.count(F.lit(1)), F.countDistinct("_cdc_key")).first()
+        deletes = history.latest.where(F.col("_cdc_op") == DELETE)
+        changing = spark_apply.changing_rows(session, target_path, dt_,
+                                             target_frame(history.live(table), columns, table, history.truncate),
+                                             deletes, history.truncate, table.soft_deletes)
+    finally:
+        history.close()
+    try:
+        faults.point("target.computed")  # decided; nothing is committed yet
+        spark_apply.tombstones_after(session, table_dir, staged, applied, reached, ROWS_PER_FILE)
+        dt_ = delta.keep_change_feed(target_path, dt_, table.change_feed)  # before the MERGEs that it is to record
+        files_before, version_before = len(dt_.file_uris()), dt_.version()
+        props = delta.commit_props(TARGET, reached, {"from_batch": applied + 1, "truncate": "true"})
+        truncated = 0
+        if history.truncate is not None:
+            dt_, truncated = truncate_merge(target_path, dt_, history.truncate, table.soft_deletes,
+                                            props if changing.rows == 0 else None)
+        inserts = updates = deletes_ = 0
+        if changing.rows:
+            fs, paths = storage.arrow_paths(changing.uris)
+            rows = ds.dataset(paths, format="parquet", filesystem=fs)
+            inserts, updates, deletes_ = _merge(dt_, rows.scanner().to_reader(), props)
+    finally:
+        spark_files.discard(target_path, changing.adds)
+    faults.point("target.committed")
+    return _applied_figures(table, target_path, applied, reached, int(n_pending), int(n_winners),
+                            (inserts, updates, deletes_ + truncated), files_before, version_before, t0,
+                            "spark: the whole state compared with the target; delta-rs' MERGE writes the rows that "
+                            "change and their change data feed")
 
 
 def _apply_on_spark(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, applied: int, reached: int,

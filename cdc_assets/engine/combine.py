@@ -18,10 +18,12 @@ from ..core.changes import DELETE, RECORD_FIELDS, TRUNCATE, TRUNCATE_KEY, UPSERT
 from ..core.config import TableConfig
 from ..core.partial import Piece, combine
 from ..core.values import UNSET_KEY, decode_image, encode_row, key_text
+from . import delta
+from .latest import latest_of_batch, latest_per_key
+from .table_layout import STAGING, path
 
 __all__ = ["UNSET_KEY", "combines", "marked", "combined_record", "latest_or_combined", "staged",
-           "spark_latest_or_combined"]
-from .latest import latest_of_batch, latest_per_key
+           "spark_latest_or_combined", "LEFT_OUT", "lists_unset", "left_out_through", "leaves_columns_out"]
 
 _MARK = '"' + UNSET_KEY + '"'
 
@@ -31,6 +33,35 @@ def combines(table: TableConfig) -> bool:
     PostgreSQL slot (TOAST), or soft deletes (a delete's image may carry the key alone)."""
     return table.partial_updates or table.format == "debezium-json" or table.capture == "logical" \
         or table.soft_deletes
+
+
+# What each staging commit records (cdc.leaves_columns_out): whether a change staged in its batch or
+# an earlier one lists columns it does not carry, so that asking follows the batches, not staging's rows.
+LEFT_OUT = "leaves_columns_out"
+
+
+def lists_unset(rows: pa.ChunkedArray | pa.Array) -> bool:
+    """Whether a row image among `rows` may list columns its change does not carry."""
+    return bool(pc.any(pc.fill_null(pc.match_substring(rows, UNSET_KEY), False)).as_py())
+
+
+def left_out_through(table_dir: str, seq: int, listed_here: bool) -> dict[str, str]:
+    """The staging commit of batch `seq` records whether it (`listed_here`) or an earlier batch
+    staged a change that lists columns it does not carry."""
+    return {LEFT_OUT: "true" if listed_here or leaves_columns_out(table_dir, seq - 1) else "false"}
+
+
+def leaves_columns_out(table_dir: str, reached: int) -> bool:
+    """Whether a staged change up to batch `reached` may leave a column out (its image lists some):
+    as the staging commit of that batch records it, or, for a batch staged before commits recorded
+    it, from a scan of staging's row images (once: the next batch's commit records the answer)."""
+    staging = path(table_dir, STAGING)
+    recorded = delta.step_commit(staging, STAGING, reached)
+    if recorded is not None and LEFT_OUT in recorded:
+        return recorded[LEFT_OUT] == "true"
+    found = delta.query(staging, "SELECT count(*) AS n FROM t WHERE _cdc_batch_seq <= "
+                                 f"{int(reached)} AND _cdc_row LIKE '%{UNSET_KEY}%'")
+    return found is not None and found.num_rows > 0 and int(found["n"][0].as_py() or 0) > 0
 
 
 def cut_orders(records: pa.Table) -> list[str]:

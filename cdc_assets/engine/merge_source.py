@@ -115,7 +115,7 @@ def _combined_winners(table_dir: str, table: TableConfig, dt_: DeltaTable, pendi
     if flag:
         late |= {k for k, d in zip(seen["_cdc_key"].to_pylist(), seen[shape.DELETED].to_pylist()) if d}
     pending_cuts = combine.cut_orders(pending)
-    if pending_cuts and (partial or leaves_columns_out(table_dir, reached)):
+    if pending_cuts and (partial or combine.leaves_columns_out(table_dir, reached)):
         late |= _keys_above(dt_, min(pending_cuts))
     fold = wanted - late
     if not fold and not late:
@@ -206,13 +206,6 @@ def _same_row(image: dict, row: dict, columns: dict[str, str]) -> bool:
         return False
 
 
-def leaves_columns_out(table_dir: str, reached: int) -> bool:
-    """Whether a staged change up to batch `reached` may leave a column out (its image lists some)."""
-    found = delta.query(path(table_dir, STAGING), "SELECT count(*) AS n FROM t WHERE _cdc_batch_seq <= "
-                                                  f"{int(reached)} AND _cdc_row LIKE '%{combine.UNSET_KEY}%'")
-    return found is not None and found.num_rows > 0 and int(found["n"][0].as_py() or 0) > 0
-
-
 def _tombstone_orders(table_dir: str, keys: list[str]) -> dict[str, str]:
     if not keys:
         return {}
@@ -276,7 +269,7 @@ def key_range(source: pa.Table, table: TableConfig, columns: dict[str, str], ali
     return f"{column} >= {lo} AND {column} <= {hi}"
 
 
-def every_column(source: pa.Table, except_cols=()) -> dict[str, str]:
+def every_column(source: pa.Table | pa.RecordBatchReader, except_cols=()) -> dict[str, str]:
     """A MERGE's assignment of every source column to the target's column of that name, quoted
     (delta-rs' update_all and insert_all do not quote a name holding a double quote)."""
-    return {names.datafusion(c): "s." + names.datafusion(c) for c in source.column_names if c not in except_cols}
+    return {names.datafusion(c): "s." + names.datafusion(c) for c in source.schema.names if c not in except_cols}

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
+import json
 import math
 import re
 import time
+from urllib.parse import unquote
 
 import pyarrow as pa
 
 from ..core import names
-from ..core.changes import TRUNCATE, TRUNCATE_KEY, UPSERT
+from ..core.changes import DELETE, REFILL, TRUNCATE, TRUNCATE_KEY, UPSERT
 from ..core.config import TableConfig
 from ..core.target import DELETED
 from . import delta, spark_files, storage
@@ -238,8 +241,7 @@ def apply(spark, table: TableConfig, table_dir: str, dt_, applied: int, reached:
         before = stored["_cdc_order"].to_pylist() if stored is not None else []
         floor = max(before + ([truncate] if truncate else []), default="")
         tomb_files = files_of(tomb_path, tomb_dt)
-        tombs = read(spark, tomb_files, candidates(winners, tomb_files), delta.arrow_schema(TOMBSTONE_FIELDS)) \
-            .select(F.col(KEY), F.col(ORDER).alias("_t_order"), F.col(FILE).alias("_t_file")).cache()
+        tombs = _tombstone_rows(spark, tomb_files, winners).cache()
         # An upsert older than its key's tombstone, or than a truncate, is stale (rule 2): it never
         # reaches the target (a soft-delete table keeps the latter, flagged deleted); nor does a
         # truncate, which is no row.
@@ -343,3 +345,74 @@ def _tombstones(tomb_path: str, tomb_dt, files: list[TableFile], tombs, winners,
     except BaseException:
         spark_files.discard(tomb_path, adds)
         raise
+
+
+def _tombstone_rows(spark, files: list[TableFile], winners):
+    """The tombstones of the winners' keys (the files that can hold them), each with its file's id."""
+    from pyspark.sql import functions as F
+
+    return read(spark, files, candidates(winners, files), delta.arrow_schema(TOMBSTONE_FIELDS)) \
+        .select(F.col(KEY), F.col(ORDER).alias("_t_order"), F.col(FILE).alias("_t_file"))
+
+
+def tombstones_after(spark, table_dir: str, staged, applied: int, reached: int, rows_per_file: int) -> None:
+    """The tombstones after batches applied+1..reached of `staged` (staging's records), as `apply`
+    leaves them."""
+    from pyspark.sql import functions as F
+
+    tomb_path = path(table_dir, TOMBSTONES)
+    tomb_dt = delta.open_table(tomb_path)
+    if delta.txn_version(tomb_dt, TOMBSTONES) >= reached:
+        return  # an earlier attempt of this apply committed them
+    winners = latest_per_key(staged.where((F.col("_cdc_batch_seq") > applied) & (F.col("_cdc_batch_seq") <= reached)))
+    files = files_of(tomb_path, tomb_dt)
+    tombs = _tombstone_rows(spark, files, winners).cache()
+    try:
+        _tombstones(tomb_path, tomb_dt, files, tombs, winners, reached, rows_per_file)
+    finally:
+        tombs.unpersist()
+
+
+@dataclasses.dataclass
+class Changing:
+    """The rows a MERGE changes the target with, written by executors as Parquet files into a
+    folder of the target that no commit references (`discard` removes them)."""
+    adds: list
+    uris: list[str]
+    rows: int
+
+
+def changing_rows(spark, target_path: str, dt_, state, deletes, truncate: str | None, soft: bool) -> Changing:
+    """What a MERGE into the target `dt_` (after the truncate's own MERGE has taken, or in a
+    soft-delete table flagged, its rows at or below `truncate`) needs to hold the whole state
+    `state` (typed target rows), each row with `_cdc_apply`: an upsert of a key the target lacks, a
+    refill of a row that differs in any column, a delete of a row whose key's latest change is one
+    (`deletes`: key and ordering key of each). Executors compare the two, so only the rows that
+    change leave them."""
+    from pyspark.sql import functions as F
+
+    schema = _plain_schema(pa.schema(dt_.schema().to_arrow()))
+    files = files_of(target_path, dt_)
+    old = read(spark, files, list(range(len(files))), schema).drop(FILE)
+    if truncate is not None:
+        cut = F.col(ORDER) <= F.lit(truncate)
+        old = old.withColumn(DELETED, F.coalesce(F.col(DELETED), F.lit(False)) | cut) if soft else old.where(~cut)
+    have = set(schema.names)
+    fields = list(state.schema.fields)
+    # positional names: a source column's name may be anything Delta holds
+    new = state.select(*[F.col(names.spark(f.name)).alias(f"_n{i}") for i, f in enumerate(fields)])
+    was = old.select(*[(F.col(names.spark(f.name)) if f.name in have else F.lit(None).cast(f.dataType)).alias(f"_o{i}")
+                       for i, f in enumerate(fields)])
+    k = [f.name for f in fields].index(KEY)
+    both = new.join(was, F.col(f"_n{k}") == F.col(f"_o{k}"), "full_outer")
+    same = functools.reduce(lambda a, b: a & b, [F.col(f"_n{i}").eqNullSafe(F.col(f"_o{i}")) for i in range(len(fields))])
+    as_new = [F.col(f"_n{i}").alias(f.name) for i, f in enumerate(fields)]
+    upserts = both.where(F.col(f"_o{k}").isNull()).select(*as_new, F.lit(UPSERT).alias("_cdc_apply"))
+    refills = both.where(F.col(f"_n{k}").isNotNull() & F.col(f"_o{k}").isNotNull() & ~same) \
+        .select(*as_new, F.lit(REFILL).alias("_cdc_apply"))
+    gone = both.where(F.col(f"_n{k}").isNull()).select(F.col(f"_o{k}").alias(KEY)).join(deletes.select(KEY, ORDER), KEY)
+    gone = gone.select(*[F.col(f.name) if f.name in (KEY, ORDER) else F.lit(None).cast(f.dataType).alias(f.name)
+                         for f in fields], F.lit(DELETE).alias("_cdc_apply"))
+    adds = spark_files.write_files(upserts.unionByName(refills).unionByName(gone), target_path)
+    rows = sum(json.loads(a.stats)["numRecords"] for a in adds)
+    return Changing(adds, [storage.join(target_path, unquote(a.path)) for a in adds], rows)

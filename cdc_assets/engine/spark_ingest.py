@@ -36,6 +36,7 @@ from ..core.schema import STRICT, is_text_source, joined, split
 from ..core.target import arrow_type
 from ..core.values import NULL, decode_row
 from . import delta, faults, gcs, spark_apply, spark_files
+from .combine import UNSET_KEY, left_out_through
 from .combine import staged as staged_records
 from .delta import CommitConflict
 from .ingest import (
@@ -362,7 +363,7 @@ def stage_on_spark(spark, table: TableConfig, table_dir: str, batch: Batch) -> t
     files, ids = spark_files.files_reaching(changes_path, "_cdc_batch_seq", batch.seq, batch.seq)
     if not ids:
         raise OutOfOrder(f"table {table.name}: batch {batch.id} has no committed changes yet")
-    # Not cached: the count reads one column of the batch's files, the staging reads them once.
+    # Not cached: the counts read one column or two of the batch's files, the staging reads them once.
     changes = spark_apply.read(spark, files, ids, schema).drop(spark_apply.FILE).where(F.col("_cdc_batch_seq") == batch.seq)
     n_changes = changes.count()
     staged = changes.repartition("_cdc_key").mapInArrow(_whole(schema, lambda rows: staged_records(rows, table)),
@@ -371,4 +372,7 @@ def stage_on_spark(spark, table: TableConfig, table_dir: str, batch: Batch) -> t
     adds = spark_files.write_files(staged, staging_path)
     n_staged = rows_written(adds)
     counts = {"changes": n_changes, "staged": n_staged, "superseded_in_batch": n_changes - n_staged}
-    return counts, commit_written(staging_path, STAGING, batch.seq, spark_files.arrow_schema_of(staged), adds, counts)
+    # the batch's changes: where columns are combined, staging keeps every change that lists some
+    listed = changes.where(F.col("_cdc_row").contains(UNSET_KEY)).limit(1).count() > 0
+    return counts, commit_written(staging_path, STAGING, batch.seq, spark_files.arrow_schema_of(staged), adds,
+                                  {**counts, **left_out_through(table_dir, batch.seq, listed)})

@@ -12,6 +12,7 @@ import time
 from ..core.config import Config, TableConfig
 from ..core.errors import OutOfOrder
 from . import delta, spark_ingest
+from .combine import left_out_through, lists_unset
 from .combine import staged as staged_records
 from .landing import Batch, is_done_or_next
 from .latest import first_of_each, latest_of_batch, latest_per_key
@@ -44,6 +45,7 @@ def stage_batch(cfg: Config, table: TableConfig, batch: Batch, spark=None) -> St
         staged = staged_records(batch_changes, table)
         n_changes = batch_changes.num_rows
         counts = {"changes": n_changes, "staged": staged.num_rows, "superseded_in_batch": n_changes - staged.num_rows}
-        version = delta.append(staging_path, staged, STAGING, batch.seq, counts)  # batch_accounted reads them
+        marks = left_out_through(table_dir, batch.seq, lists_unset(staged["_cdc_row"]))
+        version = delta.append(staging_path, staged, STAGING, batch.seq, {**counts, **marks})  # batch_accounted reads them
     return StageResult(**counts, compacted=delta.compact_if_fragmented(staging_path), delta_version=version,
                        seconds=round(time.time() - t0, 2))

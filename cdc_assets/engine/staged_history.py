@@ -69,16 +69,20 @@ class SparkHistory:
         # with one change per key and no truncate, the upserts are the target's rows and the rest its tombstones
         self.upserts = int(upserts or 0) if self.distinct and cut is None else None
 
+    def live(self, table: TableConfig):
+        """The latest changes that are target rows: upserts above the greatest truncate (in a
+        soft-delete table every key's latest change, rule 12)."""
+        from pyspark.sql import functions as F
+
+        if table.soft_deletes:
+            return self.latest.where(F.col("_cdc_op") != TRUNCATE)
+        live = self.latest.where(F.col("_cdc_op") == UPSERT)
+        return live.where(F.col("_cdc_order") > F.lit(self.truncate)) if self.truncate is not None else live
+
     def write_target(self, target_path: str, table: TableConfig, partition_keys: list[str] | None) -> list:
         from pyspark.sql import functions as F
 
-        if table.soft_deletes:  # every key's latest change is a row (rule 12)
-            live, rows = self.latest.where(F.col("_cdc_op") != TRUNCATE), None
-        else:
-            live = self.latest.where(F.col("_cdc_op") == UPSERT)
-            if self.truncate is not None:
-                live = live.where(F.col("_cdc_order") > F.lit(self.truncate))
-            rows = self.upserts
+        live, rows = self.live(table), None if table.soft_deletes else self.upserts
         if partition_keys is not None:
             wanted = [shape.partition_text(shape.partition_values(k)) for k in partition_keys]
             live, rows = live.where(F.col("_cdc_partition").isin(wanted)), None

@@ -8,10 +8,11 @@ import base64
 
 import pytest
 
-from cdc_assets.engine import target_build
-from cdc_assets_tests.support.config import write_config
+from cdc_assets.engine import apply, target_build, target_versions
+from cdc_assets_tests.support.config import settings_of, write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.runs import MARKS, run_batches, run_ok
+from cdc_assets_tests.support.steps import take_and_apply
 from cdc_assets_tests.support.warehouse import by_key, target_rows
 
 pytestmark = MARKS
@@ -178,3 +179,93 @@ def test_a_late_truncate_below_more_rows_than_an_apply_here_takes_combines_them_
     outcome = run_ok(cfg, "PT")
     assert outcome.figures["target"].get("applied_on") is None
     assert {r["k"]: (r["a"], r["b"]) for r in target_rows(cfg, "PT")} == {7: (31, None)}
+
+
+@pytest.mark.parametrize("deletes", ["hard", "soft"])
+def test_a_late_truncate_on_a_table_with_a_change_feed_is_combined_on_spark_with_the_same_feed(spark, workdir,
+                                                                                             monkeypatch, deletes):
+    """With the change data feed on, a late truncate below more rows than an apply in this process
+    takes goes to Spark's executors too: they combine the rows again and send delta-rs' MERGE only
+    those that change, so the target and its change feed are those of the apply in this process
+    (in a soft-delete table too, whose deleted row stays flagged)."""
+    table = {"keys": ["k"], "format": "changeset", "partial_updates": True, "change_feed": True, "deletes": deletes,
+             "columns": {"a": "long", "b": "long"},
+             "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],
+                         "truncates": ["T"], "sequence_by": ["SEQ"]}}
+    cfg = write_config(workdir, [{**table, "name": "HERE"}, {**table, "name": "SPARK"}])
+    seen = {}
+    for name, limit in (("HERE", None), ("SPARK", 4)):
+        land(cfg, name, "b1", {"c.jsonl": jsonl([cs("I", k, k, a=k, b=k) for k in range(1, 7)]
+                                                + [cs("U", 20 + k, k, a=20 + k) for k in range(1, 7)])})
+        take_and_apply(spark, cfg, name)
+        start = target_versions.versions(cfg.table_dir(name))[-1].version + 1
+        # below every row: six rows to combine again; one of them updated and one deleted above it
+        land(cfg, name, "b2", {"c.jsonl": jsonl([cs("T", 10, 0), cs("U", 40, 1, a=40), cs("D", 41, 2),
+                                                 cs("I", 42, 8, a=42)])})
+        with monkeypatch.context() as m:
+            if limit is not None:
+                settings_of(m, apply, local_apply_rows=limit)
+            done = take_and_apply(spark, cfg, name)
+        feed = target_versions.changes(name, cfg.table_dir(name), start).to_pylist()
+        seen[name] = (done, sorted((r["_commit_version"] - start, r["_change_type"], r["k"], r["a"], r["b"])
+                                   for r in feed))
+        live = {r["k"]: (r["a"], r["b"]) for r in target_rows(cfg, name, source_only=False)
+                if not r.get("_cdc_deleted")}
+        assert live == {1: (40, None), **{k: (20 + k, None) for k in range(3, 7)}, 8: (42, None)}, name
+        seen[name] += (sorted(map(repr, target_rows(cfg, name, source_only=False))),)
+    (here, here_feed, here_rows), (there, there_feed, there_rows) = seen["HERE"], seen["SPARK"]
+    assert here.applied_on is None and (there.applied_on or "").startswith("spark"), there.applied_on
+    assert there_feed == here_feed and there_rows == here_rows
+    # a soft delete updates the row it flags
+    gone = [("delete", 2)] if deletes == "hard" else [("update_preimage", 2), ("update_postimage", 2)]
+    assert sorted((kind, k) for _, kind, k, _, _ in here_feed) == sorted(
+        gone + [("insert", 8)] + [(kind, k) for k in (1, 3, 4, 5, 6) for kind in ("update_preimage", "update_postimage")])
+    assert (there.inserts, there.updates, there.deletes) == (here.inserts, here.updates, here.deletes)
+
+
+@pytest.mark.parametrize("on_spark", [False, True], ids=["staged-here", "staged-on-spark"])
+def test_whether_staged_changes_leave_columns_out_follows_the_batches_not_stagings_rows(spark, workdir, monkeypatch,
+                                                                                        on_spark):
+    """Whether a staged change up to a batch leaves a column out (a TOAST placeholder) decides how
+    a truncate combines rows again: staging's commits say so, batch by batch, with the answer a scan
+    of staging's row images gives, and staging's data files are not read for it (made unreadable)."""
+    if on_spark:  # every batch staged by Spark's tasks
+        monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", "0")
+    import glob
+    import os
+
+    from cdc_assets.engine import delta
+    from cdc_assets.engine.combine import leaves_columns_out
+    from cdc_assets.engine.table_layout import STAGING, path
+
+    cfg = write_config(workdir, [{"name": "DOCS", "keys": ["id"], "format": "debezium-json"}])
+    table_dir = cfg.table_dir("DOCS")
+    batches = [[pg("c", {"id": 1, "v": "a", "doc": "long text 1"}, 1000),
+                pg("c", {"id": 2, "v": "a", "doc": "long text 2"}, 1001)],
+               [pg("u", {"id": 1, "v": "b", "doc": UNAVAILABLE}, 2000)],  # a partial row image
+               [{**pg("c", {"id": 9}, 1500), "op": "t", "after": None}, pg("c", {"id": 3, "v": "c", "doc": "x"}, 3000)]]
+    for n, events in enumerate(batches, start=1):
+        land(cfg, "DOCS", f"b{n}", {"e.jsonl": jsonl(events)})
+        take_and_apply(spark, cfg, "DOCS")
+    # the truncate ranks below id 1's update, above the create that carried its doc: the row keeps no doc
+    assert by_key(target_rows(cfg, "DOCS"), "id") == {(1,): {"id": 1, "v": "b", "doc": None},
+                                                      (3,): {"id": 3, "v": "c", "doc": "x"}}
+
+    def scanned(reached: int) -> bool:  # what a scan of every staged row image says
+        found = delta.query(path(table_dir, STAGING), "SELECT count(*) AS n FROM t WHERE _cdc_batch_seq <= "
+                                                      f"{reached} AND _cdc_row LIKE '%_cdc_unset%'")
+        return int(found["n"][0].as_py() or 0) > 0
+
+    expected = [scanned(reached) for reached in (1, 2, 3)]
+    assert expected == [False, True, True]
+    files = glob.glob(os.path.join(table_dir, STAGING, "**", "*.parquet"), recursive=True)
+    kept = {f: open(f, "rb").read() for f in files}
+    try:
+        for f in files:
+            with open(f, "wb") as fh:
+                fh.write(b"not parquet" * 100)
+        assert [leaves_columns_out(table_dir, reached) for reached in (1, 2, 3)] == expected
+    finally:
+        for f, data in kept.items():
+            with open(f, "wb") as fh:
+                fh.write(data)
