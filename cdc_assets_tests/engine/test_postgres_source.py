@@ -656,6 +656,58 @@ def test_run_against_a_stopped_database_exits_75_naming_the_table_and_the_cause_
     assert "Traceback" not in done.stderr and 'File "' not in done.stderr, done.stderr  # causes, not stacks
 
 
+# `cdc-assets run` as its console script runs it, with the apply's step reading the source table: the
+# server is stopped (argv[1]: the command that stops it) as the step reads it, or, for a failure that
+# stays, the capture's objects are gone when the step reads what it captured.
+IN_STEP_PROGRAM = """
+import json, subprocess, sys
+from cdc_assets.cli.main import main
+from cdc_assets.core.config import load_config
+from cdc_assets.engine import apply, sources
+
+stop, how, config = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+table = load_config(config).table("ORDERS")
+
+def apply_reading_the_source(*args, **kwargs):
+    if how == "stopped":
+        subprocess.run(stop, check=True, capture_output=True)
+        sources.status(table)
+    else:
+        sources.disable(table)
+        sources.extract_new_rows(table, load_config(config).table_dir("ORDERS"))
+
+apply.apply_pending = apply_reading_the_source
+sys.argv = ["cdc-assets", "run", "--config", config]
+main()
+"""
+
+
+@pytest.mark.parametrize("how, status", [("stopped", 75), ("disabled", 1)])
+def test_a_source_failing_inside_a_step_of_the_run_exits_by_its_kind_naming_the_table_and_the_cause(
+        orders, workdir, how, status):
+    """The source fails while a step of the Dagster run reads it, not before the run: a server that
+    stopped is retryable, so `run` exits 75 as when it is down before the run; capture objects that are
+    gone fail the same way every time: exit 1. Either way stderr names the table and the root cause,
+    not Dagster's wrapper, and shows no stack."""
+    import json
+    import sys
+
+    cluster, db, cfg = orders
+    cfg = enabled(orders, 2, random.Random(67))
+    try:
+        done = subprocess.run([sys.executable, "-c", IN_STEP_PROGRAM, json.dumps(list(cluster.stop_command)), how,
+                               cfg.path], capture_output=True, text=True, timeout=300, cwd=workdir)
+    finally:
+        if not _answers(cluster):
+            cluster.start()
+    assert done.returncode == status, (done.returncode, done.stdout, done.stderr)
+    cause = "the server is unavailable" if how == "stopped" else "capture is not enabled"
+    failed = [line for line in done.stderr.splitlines() if line.startswith("ORDERS: FAILED: ")]
+    assert len(failed) == 1 and cause in failed[0] and "table ORDERS" in failed[0], done.stderr
+    assert "DagsterExecutionStepExecutionError" not in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and 'File "' not in done.stderr, done.stderr  # causes, not stacks
+
+
 def test_one_sensor_for_all_tables_goes_on_with_the_other_tables_while_a_postgresql_source_is_down(postgres_db,
                                                                                                   workdir):
     """A source that does not answer is one table's trouble: the tick of the sensor for all tables still
