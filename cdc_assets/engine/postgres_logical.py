@@ -167,8 +167,11 @@ def enable(table: TableConfig, table_dir: str) -> ps.Enabled:
                               postgres.record_json(CaptureRecord(str(source), "logical", keys)).encode())
             with psycopg.connect(**source.conninfo(), application_name="cdc_assets",  # type: ignore[arg-type]
                                  replication="database", autocommit=True) as replication:
-                created = replication.execute(sql.SQL("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT 'export')")
-                                              .format(sql.Identifier(names.slot))).fetchone()
+                try:
+                    created = replication.execute(sql.SQL("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT "
+                                                          "'export')").format(sql.Identifier(names.slot))).fetchone()
+                except psycopg.errors.ConfigurationLimitExceeded:
+                    raise _slots_in_use(conn, where) from None
                 assert created is not None
                 start, snapshot = str(created[1]), str(created[2])
                 faults.point("postgres.slot_created")  # a slot and no base: the next enable starts over
@@ -183,6 +186,16 @@ def enable(table: TableConfig, table_dir: str) -> ps.Enabled:
         except psycopg.Error as e:
             raise ps.failure(where, e) from None
     return ps.Enabled(tuple(keys), rows, 0)
+
+
+def _slots_in_use(conn: psycopg.Connection, where: str) -> ps.SourceError:
+    """Every replication slot the server allows is taken: a configuration to change, not a server
+    that is down, so a retry alone never gets past it."""
+    allowed = ps._one(conn, "SELECT current_setting('max_replication_slots')", ())
+    return ps.SourceError(f"{where}: capture: logical needs a replication slot of its own, and every one of the "
+                          f"server's max_replication_slots (it is {allowed}) is in use: drop a slot nothing reads "
+                          "(pg_replication_slots lists them; pg_drop_replication_slot drops one) or raise "
+                          "max_replication_slots and restart PostgreSQL, then enable capture")
 
 
 def _upto(lsn: int) -> dict[bytes, bytes]:

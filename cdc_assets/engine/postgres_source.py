@@ -71,6 +71,7 @@ TRIGGER = "cdc_assets_capture"
 TRUNCATE_TRIGGER = "cdc_assets_capture_truncate"
 TAKEN_KEY = b"cdc_assets.changelog_taken"  # Parquet metadata: the changelog sequence numbers a file took
 PAGE_ROWS = 10_000
+CONFIGURATION_LIMIT_EXCEEDED = "53400"  # SQLSTATE: a limit the server's configuration sets was reached
 
 
 class SourceError(TerminalError, RuntimeError):
@@ -94,13 +95,14 @@ def failure(where: str, e: BaseException) -> SourceError | SourceUnavailable:
 
 def _unavailable(e: BaseException) -> bool:
     """A failure of the server or the connection (SQLSTATE classes 08, 53 and 57P, or no SQLSTATE at
-    all: the connection was refused or lost), not of what was asked."""
+    all: the connection was refused or lost), not of what was asked. A limit the server's configuration
+    sets (53400, e.g. every replication slot in use) is not: it stays until the configuration changes."""
     import psycopg
 
     state = getattr(e, "sqlstate", None)
     if state is None:
         return isinstance(e, psycopg.OperationalError)
-    return state.startswith(("08", "53", "57P"))
+    return state.startswith(("08", "53", "57P")) and state != CONFIGURATION_LIMIT_EXCEEDED
 
 
 @dataclass(frozen=True)

@@ -172,6 +172,28 @@ def test_enable_on_a_server_without_wal_level_logical_says_what_to_set(workdir):
         assert "(it is replica)" in str(e.value) and "capture: changelog" in str(e.value)
 
 
+def test_enable_when_every_replication_slot_is_taken_names_the_setting_and_fails_as_a_configuration_does(
+        workdir, capsys):
+    """A server whose replication slots are all in use refuses a new one until a slot is dropped or
+    max_replication_slots is raised: enable fails as for wal_level (exit 1), naming the table and the
+    setting, and does not call it a server that is down, which a retry would outlast."""
+    with pg.cluster(max_replication_slots="1") as cluster:
+        with cluster.connect() as conn:
+            conn.execute("CREATE TABLE public.orders (id integer PRIMARY KEY)")
+            conn.execute("SELECT pg_create_logical_replication_slot('another_reader', 'pgoutput')")
+        cfg = write_config(workdir, [{"name": "ORDERS", "source": cluster.url("postgres", "public.orders"),
+                                      "capture": "logical"}])
+        capsys.readouterr()
+        assert capture(cfg, "enable") == 1
+        err = capsys.readouterr().err
+        assert err.startswith("ORDERS: FAILED; error: SourceError: table ORDERS: "), err
+        assert "max_replication_slots" in err and "(it is 1)" in err, err
+        assert "unavailable" not in err and "later run" not in err, err
+        with pytest.raises(postgres_source.SourceError, match="max_replication_slots") as e:
+            sources.enable(cfg.table("ORDERS"), cfg.table_dir("ORDERS"))
+        assert not e.value.retryable
+
+
 def test_slot_names_are_a_slots_own_and_distinct_per_database():
     from cdc_assets.core.postgres import parse_source
 
