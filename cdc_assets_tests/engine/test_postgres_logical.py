@@ -16,33 +16,29 @@ import pytest
 
 from cdc_assets.engine import postgres_logical, postgres_source, sources
 from cdc_assets_tests import postgres as pg
-from cdc_assets_tests.engine.test_postgres_source import (
-    SOURCE_DDL,
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.postgres_source import (
+    MARKS,
     assert_target_equals_source,
     capture,
     enabled,
     extracted_sequences,
     insert,
     interleaved_rounds,
+    orders_table,
     reload,
     run_ok,
 )
-from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.runs import run_table
 from cdc_assets_tests.support.warehouse import target_rows
 
-pytestmark = [pytest.mark.filterwarnings("ignore::dagster.BetaWarning"),
-              pytest.mark.filterwarnings("ignore::dagster.PreviewWarning")]
+pytestmark = MARKS
 
 
 @pytest.fixture
 def orders(postgres_db, workdir):
     """(cluster, database, cfg) with public.orders created and a table ORDERS captured from it through a slot."""
-    cluster, db = postgres_db
-    with cluster.connect(db) as conn:
-        conn.execute(SOURCE_DDL)
-    cfg = write_config(workdir, [{"name": "ORDERS", "source": cluster.url(db, "public.orders"), "capture": "logical"}])
-    return cluster, db, cfg
+    return orders_table(postgres_db, workdir, "logical")
 
 
 def test_runs_keep_the_target_equal_to_the_source_through_key_changes_toasted_values_new_columns_and_truncates(orders, capsys):
