@@ -149,9 +149,8 @@ def enable(table: TableConfig, table_dir: str) -> ps.Enabled:
             if os.path.exists(base):
                 if exists:
                     raise ps.SourceError(f"{where}: capture is already enabled (its base snapshot is {base})")
-                raise ps.SourceError(f"{where}: capture was disabled after it started here: changes made since were "
-                                     f"not captured, so the table starts over: remove {table_dir} (or name the "
-                                     "table anew), then enable capture")
+                raise ps.starts_over(where, table_dir, "capture was disabled after it started here")
+            ps.check_starts_here(where, table_dir)
             if exists:  # an enable that stopped before its base was in the warehouse: nothing was taken from it
                 conn.execute("SELECT pg_drop_replication_slot(%s)", (names.slot,))
             cols = ps.columns(conn, source, where)

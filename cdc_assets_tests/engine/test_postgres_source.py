@@ -241,6 +241,39 @@ def test_after_disable_a_run_and_a_second_enable_say_what_happened(orders, capsy
     assert "was disabled" in capsys.readouterr().err
 
 
+def test_enable_over_an_earlier_capture_whose_base_snapshot_was_removed_says_the_table_starts_over(
+        orders_by_method, capsys):
+    """The warehouse still holds an earlier capture's batches and target, and not its base snapshot (its
+    capture folder was removed, not the table's): a new capture there would never import its base over
+    the earlier one, and a new changelog would rank its changes below the earlier ones', so the target
+    would silently stay behind. Enable refuses, makes nothing and says to remove the table's folder;
+    done so, the table starts over equal to the source."""
+    import shutil
+
+    from cdc_assets.core.postgres import capture_dir
+
+    cluster, db, cfg = orders_by_method
+    rng = random.Random(71)
+    cfg = enabled(orders_by_method, 2, rng)
+    with cluster.connect(db) as conn:
+        insert(conn, 5, "us", rng)
+    run_ok(cfg)
+    assert capture(cfg, "disable") == 0
+    with cluster.connect(db) as conn:  # not captured: capture is disabled
+        conn.execute("DELETE FROM public.orders WHERE id = 0")
+    table_dir = cfg.table_dir("ORDERS")
+    shutil.rmtree(capture_dir(table_dir))
+    capsys.readouterr()
+    assert capture(cfg, "enable") == 1
+    err = capsys.readouterr().err
+    assert "the table starts over" in err and f"remove {table_dir}" in err, err
+    assert not sources.status(cfg.table("ORDERS")).enabled
+    shutil.rmtree(table_dir)
+    assert capture(cfg, "enable") == 0
+    run_ok(reload(cfg))
+    assert_target_equals_source(cluster, db, cfg)
+
+
 def test_a_large_transaction_is_extracted_page_by_page_into_one_batch(orders, monkeypatch):
     cluster, db, cfg = orders
     monkeypatch.setattr(postgres_source, "PAGE_ROWS", 100)
