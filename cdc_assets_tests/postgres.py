@@ -54,7 +54,8 @@ def _bin_dir() -> str | None:
 
 
 @contextlib.contextmanager
-def cluster(wal_level: str = "logical") -> Iterator[Cluster]:
+def cluster(wal_level: str = "logical", **settings: str) -> Iterator[Cluster]:
+    """`settings`: more server settings (name -> value), e.g. max_replication_slots="1"."""
     bin_dir = _bin_dir()
     if bin_dir is None:
         pytest.skip("no PostgreSQL server (./bootstrap.sh test installs Debian's postgresql)")
@@ -69,7 +70,8 @@ def cluster(wal_level: str = "logical") -> Iterator[Cluster]:
                         "--no-sync"], check=True, capture_output=True)
         start = (*as_postgres, f"{bin_dir}/pg_ctl", "-D", data, "-l", log, "-w", "-o",
                  f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c wal_level={wal_level} "
-                 "-c fsync=off -c max_connections=50 -c lock_timeout=20s", "start")
+                 "-c fsync=off -c max_connections=50 -c lock_timeout=20s"
+                 + "".join(f" -c {name}={value}" for name, value in settings.items()), "start")
         stop = (*as_postgres, f"{bin_dir}/pg_ctl", "-D", data, "-m", "immediate", "-w", "stop")
         subprocess.run(start, check=True, capture_output=True)
         try:

@@ -28,3 +28,17 @@ class TerminalError(CdcError):
 class OutOfOrder(TerminalError, RuntimeError):
     """A step asked for before the step it needs has committed: a batch's staging before its changes,
     an apply before the base import, a batch before an earlier one."""
+
+
+def retryable_named(cls_name: str) -> bool:
+    """Whether an error known only by its class's name (a failure Dagster reports of a step: its
+    SerializableErrorInfo keeps the name, not the class) may succeed when made again: a class of that
+    name in this hierarchy is retryable, and none of that name is not (two modules may each have an
+    error of one name)."""
+    found, todo = [], [CdcError]
+    while todo:
+        kind = todo.pop()
+        if kind.__name__ == cls_name:
+            found.append(kind)
+        todo.extend(kind.__subclasses__())
+    return bool(found) and all(kind.retryable for kind in found)

@@ -7,6 +7,7 @@ batch; what is due comes from the planner the sensor uses too (core/plan.py).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
@@ -22,7 +23,7 @@ from ..core.config import Config, TableConfig
 from ..core.plan import Ingest
 from ..engine import bigquery_publish as publishing
 from ..engine import faults, history, sources
-from ..engine.errors import retryable, root_cause_of_exception, root_cause_of_info
+from ..engine.errors import retryable, retryable_info, root_cause_of_exception, root_cause_of_info
 from ..engine.landing import Batch, register_new_batch
 from ..engine.lock import table_lock
 from ..engine.retry import on_conflict
@@ -52,6 +53,24 @@ Build = Callable[[Config], dg.Definitions]
 
 # Dagster's console logger at WARNING: the summary line says what a user needs.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+def _no_failure(record: logging.LogRecord) -> bool:
+    event = getattr(record, "dagster_event", None)
+    return not (event is not None and (event.is_step_failure or event.is_run_failure))
+
+
+def _console_without_failures(init_context) -> logging.Logger:
+    logger = dg.colored_console_logger.logger_fn(init_context)
+    logger.addFilter(_no_failure)
+    return logger
+
+
+# The jobs' console logger in this loop: Dagster's, but for the events of a failed step or run, whose
+# stacks and wrappers a user need not read: the loop says the failure's root cause itself, one line
+# per table (CDC_ASSETS_DEBUG keeps Dagster's own logger, stacks included).
+CONSOLE = dg.LoggerDefinition(_console_without_failures, config_schema=dg.colored_console_logger.config_schema,
+                              description="Dagster's console logger without the events of failed steps and runs")
 
 
 @dataclass
@@ -126,6 +145,8 @@ def _record(outcome: TableOutcome, result) -> None:
             left = [a for a in STEP_ASSETS.get(failure.step_key.rsplit("__", 1)[-1], ()) if a not in outcome.figures]
             where = f" ({left[0]})" if left else ""
             outcome.error = f"step {failure.step_key}{where}: {root_cause_of_info(err) if err else 'failed'}"
+            # judged by the step's own error, not Dagster's wrapper: a server that did not answer may next time
+            outcome.retryable = retryable_info(err)
 
 
 @dataclass
@@ -146,7 +167,10 @@ class _Jobs:
         result = None
         try:
             with Executing(self.instance, run_id), watch:
-                result = self.defs.resolve_job_def(job_name).execute_in_process(
+                job = self.defs.resolve_job_def(job_name)
+                if not settings().debug:
+                    job = job.with_logger_defs({"console": CONSOLE})
+                result = job.execute_in_process(
                     instance=self.instance, run_id=run_id, partition_key=partition_key, tags=tags,
                     raise_on_error=False, run_config=QUIET)
         except PoolWaitExpired:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Protocol
 
+from ..core.errors import retryable_named
+
 # A Java exception line: `[Caused by: ]java.lang.OutOfMemoryError[: message]`; Py4J puts `: ` before the first.
 _JAVA = re.compile(r"^\s*(?::\s*|Caused by:\s*)?((?:[a-zA-Z_$][\w$]*\.)+[A-Z][\w$]*(?:Exception|Error|Throwable)[\w$]*)"
                    r"(?::\s?(.*))?$")
@@ -76,16 +78,30 @@ class ErrorInfo(Protocol):
     def context(self) -> ErrorInfo | None: ...
 
 
-def root_cause_of_info(info: ErrorInfo | None) -> str:
-    """One line for a Dagster SerializableErrorInfo: its innermost cause, reduced as above."""
+def _innermost_info(info: ErrorInfo) -> ErrorInfo:
+    """A Dagster SerializableErrorInfo's innermost cause that is not one of Dagster's own wrappers."""
     chain: list[ErrorInfo] = []
-    while info is not None and len(chain) < 50:
-        chain.append(info)
-        info = info.cause or info.context
+    current: ErrorInfo | None = info
+    while current is not None and len(chain) < 50:
+        chain.append(current)
+        current = current.cause or current.context
     # Dagster's own wrappers only say that a step failed; the step key is reported beside this.
     user = [i for i in chain if not i.cls_name.startswith("Dagster")] or chain
-    deepest = user[-1]
+    return user[-1]
+
+
+def root_cause_of_info(info: ErrorInfo | None) -> str:
+    """One line for a Dagster SerializableErrorInfo: its innermost cause, reduced as above."""
+    if info is None:
+        return ""
+    deepest = _innermost_info(info)
     return _describe(deepest.cls_name, deepest.message)
+
+
+def retryable_info(info: ErrorInfo | None) -> bool:
+    """Whether a step's failure, as Dagster reports it, may succeed when the step runs again: its
+    innermost cause's class is retryable (core/errors.py), as `retryable` judges an exception."""
+    return info is not None and retryable_named(_innermost_info(info).cls_name)
 
 
 def _innermost(exc: BaseException) -> BaseException:

@@ -149,9 +149,8 @@ def enable(table: TableConfig, table_dir: str) -> ps.Enabled:
             if os.path.exists(base):
                 if exists:
                     raise ps.SourceError(f"{where}: capture is already enabled (its base snapshot is {base})")
-                raise ps.SourceError(f"{where}: capture was disabled after it started here: changes made since were "
-                                     f"not captured, so the table starts over: remove {table_dir} (or name the "
-                                     "table anew), then enable capture")
+                raise ps.starts_over(where, table_dir, "capture was disabled after it started here")
+            ps.check_starts_here(where, table_dir)
             if exists:  # an enable that stopped before its base was in the warehouse: nothing was taken from it
                 conn.execute("SELECT pg_drop_replication_slot(%s)", (names.slot,))
             cols = ps.columns(conn, source, where)
@@ -167,8 +166,11 @@ def enable(table: TableConfig, table_dir: str) -> ps.Enabled:
                               postgres.record_json(CaptureRecord(str(source), "logical", keys)).encode())
             with psycopg.connect(**source.conninfo(), application_name="cdc_assets",  # type: ignore[arg-type]
                                  replication="database", autocommit=True) as replication:
-                created = replication.execute(sql.SQL("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT 'export')")
-                                              .format(sql.Identifier(names.slot))).fetchone()
+                try:
+                    created = replication.execute(sql.SQL("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT "
+                                                          "'export')").format(sql.Identifier(names.slot))).fetchone()
+                except psycopg.errors.ConfigurationLimitExceeded:
+                    raise _slots_in_use(conn, where) from None
                 assert created is not None
                 start, snapshot = str(created[1]), str(created[2])
                 faults.point("postgres.slot_created")  # a slot and no base: the next enable starts over
@@ -183,6 +185,16 @@ def enable(table: TableConfig, table_dir: str) -> ps.Enabled:
         except psycopg.Error as e:
             raise ps.failure(where, e) from None
     return ps.Enabled(tuple(keys), rows, 0)
+
+
+def _slots_in_use(conn: psycopg.Connection, where: str) -> ps.SourceError:
+    """Every replication slot the server allows is taken: a configuration to change, not a server
+    that is down, so a retry alone never gets past it."""
+    allowed = ps._one(conn, "SELECT current_setting('max_replication_slots')", ())
+    return ps.SourceError(f"{where}: capture: logical needs a replication slot of its own, and every one of the "
+                          f"server's max_replication_slots (it is {allowed}) is in use: drop a slot nothing reads "
+                          "(pg_replication_slots lists them; pg_drop_replication_slot drops one) or raise "
+                          "max_replication_slots and restart PostgreSQL, then enable capture")
 
 
 def _upto(lsn: int) -> dict[bytes, bytes]:

@@ -61,6 +61,7 @@ from ..core.formats import DECLARED_TYPE
 from ..core.postgres import CaptureRecord, PgColumn, PgSource, Ranges
 from . import faults
 from .bigquery_source import extracts_dir
+from .table_layout import BASE, CHANGES, TARGET
 
 if TYPE_CHECKING:
     import psycopg
@@ -71,6 +72,7 @@ TRIGGER = "cdc_assets_capture"
 TRUNCATE_TRIGGER = "cdc_assets_capture_truncate"
 TAKEN_KEY = b"cdc_assets.changelog_taken"  # Parquet metadata: the changelog sequence numbers a file took
 PAGE_ROWS = 10_000
+CONFIGURATION_LIMIT_EXCEEDED = "53400"  # SQLSTATE: a limit the server's configuration sets was reached
 
 
 class SourceError(TerminalError, RuntimeError):
@@ -94,13 +96,14 @@ def failure(where: str, e: BaseException) -> SourceError | SourceUnavailable:
 
 def _unavailable(e: BaseException) -> bool:
     """A failure of the server or the connection (SQLSTATE classes 08, 53 and 57P, or no SQLSTATE at
-    all: the connection was refused or lost), not of what was asked."""
+    all: the connection was refused or lost), not of what was asked. A limit the server's configuration
+    sets (53400, e.g. every replication slot in use) is not: it stays until the configuration changes."""
     import psycopg
 
     state = getattr(e, "sqlstate", None)
     if state is None:
         return isinstance(e, psycopg.OperationalError)
-    return state.startswith(("08", "53", "57P"))
+    return state.startswith(("08", "53", "57P")) and state != CONFIGURATION_LIMIT_EXCEEDED
 
 
 @dataclass(frozen=True)
@@ -212,9 +215,8 @@ def enable(table: TableConfig, table_dir: str) -> Enabled:
             if os.path.exists(base):
                 if _changelog_exists(conn, objects(source)):
                     raise SourceError(f"{where}: capture is already enabled (its base snapshot is {base})")
-                raise SourceError(f"{where}: capture was disabled after it started here: changes made since were "
-                                  f"not captured, so the table starts over: remove {table_dir} (or name the "
-                                  "table anew), then enable capture")
+                raise starts_over(where, table_dir, "capture was disabled after it started here")
+            check_starts_here(where, table_dir)
             cols = columns(conn, source, where)
             keys = table.keys or primary_key(conn, source)
             _check_columns(cols, keys, where)
@@ -234,6 +236,25 @@ def enable(table: TableConfig, table_dir: str) -> Enabled:
         except _psycopg_error() as e:
             raise failure(where, e) from None
     return Enabled(keys, rows, sum(b - a + 1 for a, b in seen))
+
+
+def starts_over(where: str, table_dir: str, why: str) -> SourceError:
+    """The error of an enable over an earlier capture's warehouse: what happened between the two was
+    never captured, so the table starts over."""
+    return SourceError(f"{where}: {why}: changes made since were not captured, so the table starts over: remove "
+                       f"{table_dir} (or name the table anew), then enable capture")
+
+
+def check_starts_here(where: str, table_dir: str) -> None:
+    """Refuse a capture's start (no base snapshot yet) where the warehouse already holds a table's
+    extracts or Delta tables: an earlier capture whose base snapshot was removed since. The changes
+    made between the two were never captured, the new base snapshot is never imported over the
+    earlier one, and a new changelog's sequence starts again, ranking every new change below the
+    earlier ones: the target would silently stay behind the source."""
+    if _extract_names(extracts_dir(table_dir)) or any(os.path.isdir(os.path.join(table_dir, name))
+                                                      for name in (BASE, CHANGES, TARGET)):
+        raise starts_over(where, table_dir, f"{table_dir} holds an earlier capture's batches or target, and not its "
+                                            "base snapshot")
 
 
 def disable(table: TableConfig) -> list[str]:

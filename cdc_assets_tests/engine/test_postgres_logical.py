@@ -16,33 +16,29 @@ import pytest
 
 from cdc_assets.engine import postgres_logical, postgres_source, sources
 from cdc_assets_tests import postgres as pg
-from cdc_assets_tests.engine.test_postgres_source import (
-    SOURCE_DDL,
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.postgres_source import (
+    MARKS,
     assert_target_equals_source,
     capture,
     enabled,
     extracted_sequences,
     insert,
     interleaved_rounds,
+    orders_table,
     reload,
     run_ok,
 )
-from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.runs import run_table
 from cdc_assets_tests.support.warehouse import target_rows
 
-pytestmark = [pytest.mark.filterwarnings("ignore::dagster.BetaWarning"),
-              pytest.mark.filterwarnings("ignore::dagster.PreviewWarning")]
+pytestmark = MARKS
 
 
 @pytest.fixture
 def orders(postgres_db, workdir):
     """(cluster, database, cfg) with public.orders created and a table ORDERS captured from it through a slot."""
-    cluster, db = postgres_db
-    with cluster.connect(db) as conn:
-        conn.execute(SOURCE_DDL)
-    cfg = write_config(workdir, [{"name": "ORDERS", "source": cluster.url(db, "public.orders"), "capture": "logical"}])
-    return cluster, db, cfg
+    return orders_table(postgres_db, workdir, "logical")
 
 
 def test_runs_keep_the_target_equal_to_the_source_through_key_changes_toasted_values_new_columns_and_truncates(orders, capsys):
@@ -170,6 +166,28 @@ def test_enable_on_a_server_without_wal_level_logical_says_what_to_set(workdir):
         with pytest.raises(postgres_source.SourceError, match="wal_level = logical") as e:
             sources.enable(cfg.table("ORDERS"), cfg.table_dir("ORDERS"))
         assert "(it is replica)" in str(e.value) and "capture: changelog" in str(e.value)
+
+
+def test_enable_when_every_replication_slot_is_taken_names_the_setting_and_fails_as_a_configuration_does(
+        workdir, capsys):
+    """A server whose replication slots are all in use refuses a new one until a slot is dropped or
+    max_replication_slots is raised: enable fails as for wal_level (exit 1), naming the table and the
+    setting, and does not call it a server that is down, which a retry would outlast."""
+    with pg.cluster(max_replication_slots="1") as cluster:
+        with cluster.connect() as conn:
+            conn.execute("CREATE TABLE public.orders (id integer PRIMARY KEY)")
+            conn.execute("SELECT pg_create_logical_replication_slot('another_reader', 'pgoutput')")
+        cfg = write_config(workdir, [{"name": "ORDERS", "source": cluster.url("postgres", "public.orders"),
+                                      "capture": "logical"}])
+        capsys.readouterr()
+        assert capture(cfg, "enable") == 1
+        err = capsys.readouterr().err
+        assert err.startswith("ORDERS: FAILED; error: SourceError: table ORDERS: "), err
+        assert "max_replication_slots" in err and "(it is 1)" in err, err
+        assert "unavailable" not in err and "later run" not in err, err
+        with pytest.raises(postgres_source.SourceError, match="max_replication_slots") as e:
+            sources.enable(cfg.table("ORDERS"), cfg.table_dir("ORDERS"))
+        assert not e.value.retryable
 
 
 def test_slot_names_are_a_slots_own_and_distinct_per_database():

@@ -7,13 +7,13 @@ from __future__ import annotations
 import random
 
 import dagster as dg
-import pytest
 
 from cdc_assets.defs.checks import MATCHES_LIVE_SOURCE
 from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.defs.names import TableNames
 from cdc_assets.engine import sources
-from cdc_assets_tests.engine.test_postgres_source import (
+from cdc_assets_tests.support.postgres_source import (
+    MARKS,
     assert_target_equals_source,
     capture,
     enabled,
@@ -22,8 +22,7 @@ from cdc_assets_tests.engine.test_postgres_source import (
     source_rows,
 )
 
-pytestmark = [pytest.mark.filterwarnings("ignore::dagster.BetaWarning"),
-              pytest.mark.filterwarnings("ignore::dagster.PreviewWarning")]
+pytestmark = MARKS
 
 SECRET = "secret-note-value"
 

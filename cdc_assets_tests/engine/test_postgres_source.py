@@ -6,7 +6,6 @@ rollbacks, sessions interleaving); a crash between the extract and the changelog
 nothing; `capture disable` removes what enable made."""
 from __future__ import annotations
 
-import datetime as dt
 import decimal
 import os
 import random
@@ -14,111 +13,37 @@ import subprocess
 import uuid
 
 import dagster as dg
-import pyarrow.parquet as pq
 import pytest
 
-from cdc_assets.cli.main import main as cli_main
 from cdc_assets.engine import postgres_source, sources
 from cdc_assets.engine.landing import registered
 from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.postgres_source import (
+    MARKS,
+    SOURCE_DDL,
+    answers,
+    assert_target_equals_source,
+    capture,
+    cli_run,
+    enabled,
+    extracted_sequences,
+    insert,
+    interleaved_rounds,
+    orders_table,
+    reload,
+    run_ok,
+    taken_sequences,
+)
 from cdc_assets_tests.support.runs import run_table
 from cdc_assets_tests.support.warehouse import target_rows
 
-pytestmark = [pytest.mark.filterwarnings("ignore::dagster.BetaWarning"),
-              pytest.mark.filterwarnings("ignore::dagster.PreviewWarning")]
-
-SOURCE_DDL = ("CREATE TABLE public.orders (id integer, region text, amount numeric(12,2), placed timestamptz, "
-              "due timestamp, day date, paid boolean, qty bigint, ratio double precision, note varchar(40), "
-              "blob bytea, doc jsonb, tags integer[], PRIMARY KEY (region, id))")
+pytestmark = MARKS
 
 
 @pytest.fixture
 def orders(postgres_db, workdir):
     """(cluster, database, cfg) with public.orders created and a table ORDERS captured from it."""
-    cluster, db = postgres_db
-    with cluster.connect(db) as conn:
-        conn.execute(SOURCE_DDL)
-    cfg = write_config(workdir, [{"name": "ORDERS", "source": cluster.url(db, "public.orders")}])
-    return cluster, db, cfg
-
-
-def capture(cfg, action: str, *tables: str) -> int:
-    return cli_main(["capture", action, *tables, "--config", cfg.path])
-
-
-def reload(cfg):
-    from cdc_assets.core.config import load_config
-
-    return load_config(cfg.path)
-
-
-def source_rows(cluster, db) -> dict:
-    with cluster.connect(db) as conn:
-        cur = conn.execute("SELECT * FROM public.orders")
-        names = [d.name for d in cur.description]
-        return {(r["region"], r["id"]): r for r in (dict(zip(names, row)) for row in cur.fetchall())}
-
-
-def as_target(row: dict) -> dict:
-    """A source row as the target holds it: jsonb and arrays as JSON text, times in UTC."""
-    import json
-
-    out = dict(row)
-    out["doc"] = None if row["doc"] is None else json.dumps(row["doc"], separators=(", ", ": "))
-    out["tags"] = None if row["tags"] is None else json.dumps(row["tags"])
-    out["blob"] = None if row["blob"] is None else bytes(row["blob"])
-    if row["placed"] is not None:
-        out["placed"] = row["placed"].astimezone(dt.UTC)
-    return out
-
-
-def assert_target_equals_source(cluster, db, cfg) -> None:
-    target = {(r["region"], r["id"]): r for r in target_rows(cfg, "ORDERS")}
-    source = source_rows(cluster, db)
-    assert sorted(target) == sorted(source)
-    for key, row in source.items():
-        expected = as_target(row)
-        got = target[key]
-        if got["placed"] is not None:
-            got["placed"] = got["placed"].astimezone(dt.UTC)
-        assert got == expected, key
-
-
-def run_ok(cfg):
-    outcome = run_table(cfg, "ORDERS")
-    assert outcome.ok, outcome
-    return outcome
-
-
-def row_values(i: int, region: str, rng: random.Random) -> tuple:
-    return (i, region, decimal.Decimal(rng.randint(-10**6, 10**6)) / 100,
-            dt.datetime(2024, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=rng.randint(0, 10**8)),
-            dt.datetime(2024, 1, 1) + dt.timedelta(microseconds=rng.randint(0, 10**12)),
-            dt.date(2024, 1, 1) + dt.timedelta(days=rng.randint(0, 400)), rng.random() < 0.5,
-            rng.randint(-2**62, 2**62), rng.random() * 1e6, rng.choice(["", "n", "ü", None]),
-            rng.randbytes(rng.randint(0, 5)), None if rng.random() < 0.3 else {"a": rng.randint(0, 9), "b": [1, "x"]},
-            None if rng.random() < 0.3 else [rng.randint(0, 9) for _ in range(rng.randint(0, 3))])
-
-
-INSERT = "INSERT INTO public.orders VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-
-
-def insert(conn, i: int, region: str, rng: random.Random) -> None:
-    from psycopg.types.json import Jsonb
-
-    values = list(row_values(i, region, rng))
-    values[11] = None if values[11] is None else Jsonb(values[11])
-    conn.execute(INSERT, values)
-
-
-def enabled(orders, rows: int, rng: random.Random):
-    """`rows` rows in the source, then `capture enable`; the configuration as it then reads."""
-    cluster, db, cfg = orders
-    with cluster.connect(db) as conn:
-        for i in range(rows):
-            insert(conn, i, "eu", rng)
-    assert capture(cfg, "enable") == 0
-    return reload(cfg)
+    return orders_table(postgres_db, workdir)
 
 
 def test_enable_then_runs_keep_the_target_equal_to_the_source_with_the_catalogs_types(orders, capsys):
@@ -149,86 +74,12 @@ def test_enable_then_runs_keep_the_target_equal_to_the_source_with_the_catalogs_
     assert run_ok(cfg).new_batch is None
 
 
-def random_dml(conn, rng: random.Random, lo: int, n: int) -> None:
-    """n random changes to keys lo..lo+999 in an open transaction: inserts, updates, updates that change
-    the key (the region or the id), deletes."""
-    for _ in range(n):
-        present = [tuple(r) for r in conn.execute(
-            "SELECT region, id FROM public.orders WHERE id BETWEEN %s AND %s", (lo, lo + 999)).fetchall()]
-        choice = rng.random()
-        if not present or choice < 0.35:
-            taken = {i for _, i in present}
-            insert(conn, rng.choice([i for i in range(lo, lo + 40) if i not in taken]), rng.choice(["eu", "us"]), rng)
-            continue
-        region, i = rng.choice(present)
-        if choice < 0.6:
-            conn.execute("UPDATE public.orders SET amount = %s, note = %s, doc = NULL WHERE region = %s AND id = %s",
-                         (decimal.Decimal(rng.randint(0, 999)) / 10, rng.choice(["u", None]), region, i))
-        elif choice < 0.8:
-            taken = {k for k, _ in present}
-            new_id = rng.choice([k for k in range(lo, lo + 40) if k not in {j for _, j in present}])
-            if rng.random() < 0.5 and (("us" if region == "eu" else "eu"), i) not in present:
-                conn.execute("UPDATE public.orders SET region = %s WHERE region = %s AND id = %s",
-                             ("us" if region == "eu" else "eu", region, i))
-            elif taken:
-                conn.execute("UPDATE public.orders SET id = %s, qty = qty + 1 WHERE region = %s AND id = %s",
-                             (new_id, region, i))
-        else:
-            conn.execute("DELETE FROM public.orders WHERE region = %s AND id = %s", (region, i))
-
-
-def interleaved_rounds(cluster, db, cfg, rng: random.Random, rounds: int = 3) -> None:
-    """Two sessions writing random changes, interleaved with runs, one of their transactions rolled
-    back; the target equals the source after every run."""
-    a, b = cluster.connect(db, autocommit=False), cluster.connect(db, autocommit=False)
-    try:
-        for round_ in range(rounds):
-            # a changes rows first and commits after b and after a run: a capture that took its
-            # changes in the order they were made, not committed, would lose or misorder them
-            random_dml(a, rng, 0, 15)
-            random_dml(b, rng, 1000, 15)
-            b.commit()
-            random_dml(a, rng, 0, 5)
-            run_ok(cfg)
-            assert_target_equals_source(cluster, db, cfg)
-            random_dml(b, rng, 1000, 10)
-            if round_ == 1:
-                b.rollback()  # never seen: what it captured goes with it
-            else:
-                b.commit()
-            a.commit()
-            run_ok(cfg)
-            assert_target_equals_source(cluster, db, cfg)
-    finally:
-        a.close()
-        b.close()
-
-
 def test_random_workloads_of_two_interleaved_sessions_with_a_rollback_leave_the_target_equal_to_the_source(orders):
     cluster, db, cfg = orders
     rng = random.Random(2026)
     cfg = enabled(orders, 8, rng)
     interleaved_rounds(cluster, db, cfg, rng)
     assert postgres_source.status(cfg.table("ORDERS")).waiting == 0
-
-
-def cli_run(cli, cfg, crash_at: str | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "CDC_ASSETS_CRASH_AT"}
-    if crash_at:
-        env["CDC_ASSETS_CRASH_AT"] = crash_at
-    return subprocess.run([*cli, "run", "--config", cfg.path], env=env, capture_output=True, text=True, timeout=300)
-
-
-def taken_sequences(cfg) -> list[int]:
-    """The changelog sequence numbers in every extract, as the batches hold them."""
-    return [int(s, 16) for s in extracted_sequences(cfg)]
-
-
-def extracted_sequences(cfg) -> list[str]:
-    """Every extracted change's ordering key (the changelog's sequence, or the LSN), as the batches hold it."""
-    folder = cfg.landing_dir("ORDERS")
-    return [s for f in sorted(os.listdir(folder)) if f.endswith(".parquet")
-            for s in pq.read_table(os.path.join(folder, f)).column("_CHANGE_SEQUENCE_NUMBER").to_pylist()]
 
 
 def test_a_run_killed_between_the_extract_and_the_sources_release_loses_and_doubles_nothing(orders_by_method, cli):
@@ -388,6 +239,39 @@ def test_after_disable_a_run_and_a_second_enable_say_what_happened(orders, capsy
     capsys.readouterr()
     assert capture(cfg, "enable") == 1
     assert "was disabled" in capsys.readouterr().err
+
+
+def test_enable_over_an_earlier_capture_whose_base_snapshot_was_removed_says_the_table_starts_over(
+        orders_by_method, capsys):
+    """The warehouse still holds an earlier capture's batches and target, and not its base snapshot (its
+    capture folder was removed, not the table's): a new capture there would never import its base over
+    the earlier one, and a new changelog would rank its changes below the earlier ones', so the target
+    would silently stay behind. Enable refuses, makes nothing and says to remove the table's folder;
+    done so, the table starts over equal to the source."""
+    import shutil
+
+    from cdc_assets.core.postgres import capture_dir
+
+    cluster, db, cfg = orders_by_method
+    rng = random.Random(71)
+    cfg = enabled(orders_by_method, 2, rng)
+    with cluster.connect(db) as conn:
+        insert(conn, 5, "us", rng)
+    run_ok(cfg)
+    assert capture(cfg, "disable") == 0
+    with cluster.connect(db) as conn:  # not captured: capture is disabled
+        conn.execute("DELETE FROM public.orders WHERE id = 0")
+    table_dir = cfg.table_dir("ORDERS")
+    shutil.rmtree(capture_dir(table_dir))
+    capsys.readouterr()
+    assert capture(cfg, "enable") == 1
+    err = capsys.readouterr().err
+    assert "the table starts over" in err and f"remove {table_dir}" in err, err
+    assert not sources.status(cfg.table("ORDERS")).enabled
+    shutil.rmtree(table_dir)
+    assert capture(cfg, "enable") == 0
+    run_ok(reload(cfg))
+    assert_target_equals_source(cluster, db, cfg)
 
 
 def test_a_large_transaction_is_extracted_page_by_page_into_one_batch(orders, monkeypatch):
@@ -562,18 +446,8 @@ def killed_database_rounds(orders, monkeypatch, reader, taken) -> None:
             assert_target_equals_source(cluster, db, cfg)
             assert len(taken(cfg)) == len(set(taken(cfg)))
     finally:
-        if crash or not _answers(cluster):
+        if crash or not answers(cluster):
             cluster.start()
-
-
-def _answers(cluster) -> bool:
-    import psycopg
-
-    try:
-        with cluster.connect():
-            return True
-    except psycopg.OperationalError:
-        return False
 
 
 def test_the_database_killed_during_an_extraction_fails_the_run_retryably_and_a_later_run_loses_and_doubles_nothing(
@@ -627,7 +501,7 @@ def test_the_database_going_down_during_a_sensor_tick_skips_the_tick_and_a_later
             assert len(taken) == len(set(taken)) == 4  # an insert, a key change (a delete and an insert), a delete
             assert daemon.settle() == 0
     finally:
-        if armed or not _answers(cluster):
+        if armed or not answers(cluster):
             cluster.start()
 
 
@@ -653,6 +527,58 @@ def test_run_against_a_stopped_database_exits_75_naming_the_table_and_the_cause_
     assert "ORDERS" in done.stderr and "the server is unavailable" in done.stderr, done.stderr
     assert "Connection refused" in done.stderr or "connection failed" in done.stderr, done.stderr
     assert password not in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and 'File "' not in done.stderr, done.stderr  # causes, not stacks
+
+
+# `cdc-assets run` as its console script runs it, with the apply's step reading the source table: the
+# server is stopped (argv[1]: the command that stops it) as the step reads it, or, for a failure that
+# stays, the capture's objects are gone when the step reads what it captured.
+IN_STEP_PROGRAM = """
+import json, subprocess, sys
+from cdc_assets.cli.main import main
+from cdc_assets.core.config import load_config
+from cdc_assets.engine import apply, sources
+
+stop, how, config = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+table = load_config(config).table("ORDERS")
+
+def apply_reading_the_source(*args, **kwargs):
+    if how == "stopped":
+        subprocess.run(stop, check=True, capture_output=True)
+        sources.status(table)
+    else:
+        sources.disable(table)
+        sources.extract_new_rows(table, load_config(config).table_dir("ORDERS"))
+
+apply.apply_pending = apply_reading_the_source
+sys.argv = ["cdc-assets", "run", "--config", config]
+main()
+"""
+
+
+@pytest.mark.parametrize("how, status", [("stopped", 75), ("disabled", 1)])
+def test_a_source_failing_inside_a_step_of_the_run_exits_by_its_kind_naming_the_table_and_the_cause(
+        orders, workdir, how, status):
+    """The source fails while a step of the Dagster run reads it, not before the run: a server that
+    stopped is retryable, so `run` exits 75 as when it is down before the run; capture objects that are
+    gone fail the same way every time: exit 1. Either way stderr names the table and the root cause,
+    not Dagster's wrapper, and shows no stack."""
+    import json
+    import sys
+
+    cluster, db, cfg = orders
+    cfg = enabled(orders, 2, random.Random(67))
+    try:
+        done = subprocess.run([sys.executable, "-c", IN_STEP_PROGRAM, json.dumps(list(cluster.stop_command)), how,
+                               cfg.path], capture_output=True, text=True, timeout=300, cwd=workdir)
+    finally:
+        if not answers(cluster):
+            cluster.start()
+    assert done.returncode == status, (done.returncode, done.stdout, done.stderr)
+    cause = "the server is unavailable" if how == "stopped" else "capture is not enabled"
+    failed = [line for line in done.stderr.splitlines() if line.startswith("ORDERS: FAILED: ")]
+    assert len(failed) == 1 and cause in failed[0] and "table ORDERS" in failed[0], done.stderr
+    assert "DagsterExecutionStepExecutionError" not in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and 'File "' not in done.stderr, done.stderr  # causes, not stacks
 
 
