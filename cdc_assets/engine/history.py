@@ -42,12 +42,11 @@ from .step_results import HistoryResult
 from .table_layout import BASE, CHANGES, HISTORY, TARGET, path
 from .target_typing import (
     ROWS_PER_FILE,
+    as_target_rows,
     as_target_types,
-    cast_typed,
     existing_columns,
     spark_columns,
     spark_type,
-    target_rows,
     target_schema,
     typed_frame,
 )
@@ -115,8 +114,8 @@ def update(spark, cfg: Config, table: TableConfig) -> HistoryResult:
     is_truncate = pc.equal(new["_cdc_op"], TRUNCATE)
     new_truncates = new.filter(is_truncate)["_cdc_order"].to_pylist()
     new = new.filter(pc.invert(is_truncate))
-    image_rows = new.filter(pc.is_valid(new["_cdc_row"])).to_pylist()
-    columns = _columns(dt_, [decode_row(r["_cdc_row"]) for r in image_rows], table_dir, table)
+    images = [decode_row(r["_cdc_row"]) for r in new.filter(pc.is_valid(new["_cdc_row"])).to_pylist()]
+    columns = _columns(dt_, images, table_dir, table)
     _check_track_except(table, columns)
     if any(data_columns(dt_).get(c, t) != t for c, t in columns.items()):
         # A column's type changed (it widened, or the target typed it): the history is rewritten
@@ -126,7 +125,7 @@ def update(spark, cfg: Config, table: TableConfig) -> HistoryResult:
         # A truncate closes every version live at it, which may be every key's: more than an update
         # in this process takes, and the history is built again by Spark's executors.
         return _timed(_build(spark, cfg, table, dt_, through, columns, step="truncate"), t0)
-    typed = _typed(new, columns)
+    typed = _typed(new, columns, images)
     keys = sorted(set(pc.unique(typed["_cdc_key"]).to_pylist()) | _live_at(history_path, new_truncates))
     in_range = None if new_truncates else key_range(typed, table, columns)
     existing = _versions_of(history_path, keys, in_range, _schema(columns))
@@ -254,16 +253,10 @@ def _with_unset(records: pa.Table) -> pa.Table:
     return records.append_column(versions.UNSET, pa.array(unset, pa.string()))
 
 
-def _typed(records: pa.Table, columns: dict[str, str]) -> pa.Table:
-    """Records as typed rows with the meta columns, `_cdc_op` and UNSET."""
-    records = _with_unset(records)
-    imaged = pc.is_valid(records["_cdc_row"])
-    image_rows = records.filter(imaged).to_pylist()
-    meta = shape.META_COLUMNS + _OP
-    return pa.concat_tables([target_rows(image_rows, columns, [decode_row(r["_cdc_row"]) for r in image_rows],
-                                          extra=_OP),
-                             cast_typed(records.filter(pc.invert(imaged)), columns, meta).cast(
-                                 target_schema(columns, meta))])
+def _typed(records: pa.Table, columns: dict[str, str], images: list[dict] | None = None) -> pa.Table:
+    """Records as typed rows with the meta columns, `_cdc_op` and UNSET. `images`: the decoded
+    images of `records`' imaged records, in order, when the caller has them already."""
+    return as_target_rows(_with_unset(records), columns, extra=_OP, images=images)
 
 
 def _changes_of(table_dir: str, table: TableConfig, keys: list[str], through: int,

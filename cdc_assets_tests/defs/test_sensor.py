@@ -427,3 +427,25 @@ def test_no_apply_is_asked_for_while_a_batch_run_that_applies_it_is_unfinished(s
     assert [r.job_name for r in daemon.new_requests(daemon.tick())] == [APPLY]
     daemon.settle()
     assert values(target_rows(cfg, TABLE), "id", "v") == {1: "a"}
+
+
+def test_the_sensor_keeps_the_history_current(spark, workdir):
+    """Without `cdc-assets run`: the landing sensor's runs (ingest, apply, then history) keep
+    the history's current versions equal to the target, batch after batch."""
+    from cdc_assets_tests.engine.test_history import ACCOUNTS, history_rows, source_part
+    from cdc_assets_tests.support.landing import jsonl, land
+    from cdc_assets_tests.support.records import mysql
+
+    cfg = write_config(workdir, [ACCOUNTS])
+    with dg.instance_for_test() as instance:
+        daemon = Daemon(build_definitions(cfg), instance, table="ACCOUNTS")
+        for n, events in enumerate([[mysql("INSERT", {"id": 1, "balance": "1.00"}, 1, 10)],
+                                    [mysql("UPDATE-INSERT", {"id": 1, "balance": "2.00"}, 1, 20),
+                                     mysql("INSERT", {"id": 2, "balance": "3.00"}, 1, 21)]], start=1):
+            land(cfg, "ACCOUNTS", f"batch-{n}", {"a.jsonl": jsonl(events)})
+            daemon.settle()
+            assert "ACCOUNTS_history_job" in daemon.launched_jobs
+            rows = history_rows(cfg, "ACCOUNTS")
+            assert source_part(r for r in rows if r["_cdc_is_current"]) == source_part(target_rows(cfg, "ACCOUNTS"))
+        assert len(rows) == 3
+        assert daemon.settle() == 0  # nothing new: no history run asked for again

@@ -84,7 +84,7 @@ def test_an_apply_opens_only_the_files_whose_key_range_holds_a_batch_key(workdir
 
 
 @pytest.mark.parametrize("partitioned", [False, True])
-def test_new_keys_across_the_key_range_do_not_leave_a_small_file_per_batch(workdir, partitioned):
+def test_new_keys_across_the_key_range_do_not_leave_a_small_file_per_batch(workdir, spark_when_needed, partitioned):
     """A feed inserting keys all over the key range (random ids, UUIDs) writes its new rows as a
     file spanning that range; the next batch's keys fall in it, so without merging, every batch
     leaves one more small file that every later batch opens and reads: an apply whose cost grows
@@ -112,7 +112,7 @@ def test_new_keys_across_the_key_range_do_not_leave_a_small_file_per_batch(workd
                                 1, position))
             expected[key] = f"u{n}"
         land(cfg, "SPREAD", f"batch-{n}", {"part-1.jsonl": jsonl(events)})
-        run_ok(cfg, "SPREAD")
+        take_and_apply(spark_when_needed, cfg, "SPREAD")
     assert values(target_rows(cfg, "SPREAD"), "id", "v") == expected
     # 48 rows: a file or two (per partition), not one per batch
     assert len(DeltaTable(target).file_uris()) <= (4 if partitioned else 2)

@@ -23,6 +23,7 @@ from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql
 from cdc_assets_tests.support.runs import MARKS, run_ok, run_table
+from cdc_assets_tests.support.steps import run_steps
 from cdc_assets_tests.support.warehouse import target_rows
 
 pytestmark = MARKS
@@ -49,6 +50,11 @@ def bigquery_rows(client, dest: str) -> list[dict]:
     return sorted((dict(r.items()) for r in client.query(f"SELECT * FROM `{dest}`").result()), key=lambda r: r["id"])
 
 
+def reconciles(client, cfg, table: str) -> bool:
+    """What the `reconciles_with_target` check says: the BigQuery table holds the target's rows."""
+    return publishing.reconcile(client, cfg, cfg.table(table)).discrepancies == 0
+
+
 def assert_equal_to_target(client, cfg, dest: str) -> list[dict]:
     target = sorted(target_rows(cfg, "ORDERS"), key=lambda r: r["id"])
     published = bigquery_rows(client, dest)
@@ -66,8 +72,8 @@ def test_the_bigquery_table_follows_the_target_through_inserts_updates_deletes_a
     land(cfg, "ORDERS", "b1", {"part-1.jsonl": jsonl([
         event("INSERT", order(1, "12.34", "2024-03-01"), 1), event("INSERT", order(2, "0.10", "2024-03-01"), 2),
         event("INSERT", order(3, "99999.99", "2024-03-02"), 3)])})
-    out = run_ok(cfg, "ORDERS")
-    assert out.figures["bigquery"]["mode"] == "all" and out.checks["reconciles_with_target"] is True
+    out = run_steps(spark, cfg, "ORDERS", bigquery=client)
+    assert out.published.mode == "all" and reconciles(client, cfg, "ORDERS")
     rows = assert_equal_to_target(client, cfg, dest)
     assert rows[0]["amount"] == Decimal("12.34") and str(rows[1]["amount"].normalize()) == "0.1"
     assert rows[0]["created_at"] == dt.datetime(2024, 3, 1, 8, 0, 0, 123456, tzinfo=UTC)
@@ -80,9 +86,8 @@ def test_the_bigquery_table_follows_the_target_through_inserts_updates_deletes_a
               event("DELETE", order(2, "0.10", "2024-03-01"), 5, uuid="u-5"),
               event("INSERT", order(4, "1.00", "2024-03-03"), 6, uuid="u-6")]
     land(cfg, "ORDERS", "b2", {"part-1.jsonl": jsonl(second)})
-    out = run_ok(cfg, "ORDERS")
-    figures = out.figures["bigquery"]
-    assert (figures["mode"], figures["rows_sent"], figures["deletes_sent"]) == ("changes", 3, 1)
+    figures = run_steps(spark, cfg, "ORDERS", bigquery=client).published
+    assert (figures.mode, figures.rows_sent, figures.deletes_sent) == ("changes", 3, 1)
     assert_equal_to_target(client, cfg, dest)
     assert [r["id"] for r in bigquery_rows(client, dest)] == [1, 3, 4]
 
@@ -90,15 +95,14 @@ def test_the_bigquery_table_follows_the_target_through_inserts_updates_deletes_a
     # A new source column (rule 6) is added to the BigQuery table too.
     land(cfg, "ORDERS", "b3", {"part-1.jsonl": jsonl(second + [
         event("UPDATE", {**order(3, "5.55", "2024-03-02"), "channel": "web"}, 7)])})
-    out = run_ok(cfg, "ORDERS")
-    assert out.figures["bigquery"]["mode"] == "changes" and out.checks["reconciles_with_target"] is True
+    out = run_steps(spark, cfg, "ORDERS", bigquery=client)
+    assert out.published.mode == "changes" and reconciles(client, cfg, "ORDERS")
     rows = {r["id"]: r for r in assert_equal_to_target(client, cfg, dest)}
     assert (rows[3]["amount"], rows[3]["channel"], rows[1]["channel"]) == (Decimal("5.55"), "web", None)
 
     # Nothing new: no publish, and a direct one changes nothing.
     before = bigquery_rows(client, dest)
-    out = run_ok(cfg, "ORDERS")
-    assert "bigquery" not in out.figures
+    assert run_steps(spark, cfg, "ORDERS", bigquery=client).published is None
     assert publishing.publish(client, cfg, cfg.table("ORDERS")).nothing_new is True
     assert bigquery_rows(client, dest) == before
 
@@ -110,8 +114,8 @@ def test_the_bigquery_table_follows_the_target_through_inserts_updates_deletes_a
     def crash(*a, **kw):
         raise RuntimeError("killed after the MERGE")
     monkeypatch.setattr(publishing, "_record", crash)
-    out = run_table(cfg, "ORDERS")
-    assert not out.ok and "killed after the MERGE" in out.error
+    with pytest.raises(RuntimeError, match="killed after the MERGE"):
+        run_steps(spark, cfg, "ORDERS", bigquery=client)
     monkeypatch.setattr(publishing, "_record", real_record)
     again = publishing.publish(client, cfg, cfg.table("ORDERS"))
     assert (again.mode, again.deletes_sent, again.rows_affected) == ("changes", 1, 0)
@@ -131,7 +135,7 @@ def test_the_reconciliation_check_fails_when_a_row_is_deleted_behind_our_back(sp
     cfg, dest = orders_config(workdir, client.test_dataset)
     land(cfg, "ORDERS", "b1", {"part-1.jsonl": jsonl([event("INSERT", order(i, f"{i}.25", "2024-03-01"), i)
                                                       for i in range(1, 6)])})
-    run_ok(cfg, "ORDERS")
+    run_steps(spark, cfg, "ORDERS", bigquery=client)
     table = cfg.table("ORDERS")
     assert publishing.reconcile(client, cfg, table).discrepancies == 0
     assert publishing.reconcile(client, cfg, table, small=2, sample=3).discrepancies == 0
@@ -180,15 +184,15 @@ def test_a_bigquery_column_of_another_type_fails_the_publish_naming_it(spark, wo
     client.create_table(bigquery.Table(dest, schema=[bigquery.SchemaField("id", "INT64"),
                                                      bigquery.SchemaField("amount", "FLOAT64")]))
     land(cfg, "ORDERS", "b1", {"part-1.jsonl": jsonl([event("INSERT", order(1, "1.50", "2024-03-01"), 1)])})
-    out = run_table(cfg, "ORDERS")
-    assert not out.ok and "ORDERS__bigquery" in out.error
-    assert "column amount is FLOAT64 in BigQuery but NUMERIC in the target (decimal(12,2))" in out.error
+    with pytest.raises(publishing.BigQueryPublishError) as failure:
+        run_steps(spark, cfg, "ORDERS", bigquery=client)
+    assert "column amount is FLOAT64 in BigQuery but NUMERIC in the target (decimal(12,2))" in str(failure.value)
 
 
 def test_an_unreachable_bigquery_fails_the_publish_naming_table_and_cause(spark, workdir):
     cfg, _ = orders_config(workdir, "ds", publish=False)
     land(cfg, "ORDERS", "b1", {"part-1.jsonl": jsonl([event("INSERT", order(1, "1.50", "2024-03-01"), 1)])})
-    run_ok(cfg, "ORDERS")
+    run_steps(spark, cfg, "ORDERS")
     cfg, dest = orders_config(workdir, "ds")  # publishing from now on
     nowhere = bigquery.Client(project=PROJECT, credentials=AnonymousCredentials(),
                               client_options=ClientOptions(api_endpoint="http://127.0.0.1:9"))
@@ -207,10 +211,10 @@ def test_a_composite_key_table_from_csv_change_sets_publishes_its_deletes(spark,
     cfg = write_config(workdir, [{"name": "CS", "keys": ["REGION", "ID"], "format": "changeset", "options": options,
                                   "publish": {"bigquery": dest}}])
     land(cfg, "CS", "b1", {"part-1.csv": "FLAG,REGION,ID,VALUE,SEQ\nI,eu,1,a,1\nI,us,1,b,1\nI,eu,2,c,1\n"})
-    run_ok(cfg, "CS")
+    run_steps(spark, cfg, "CS", bigquery=client)
     land(cfg, "CS", "b2", {"part-1.csv": "FLAG,REGION,ID,VALUE,SEQ\nD,eu,1,,2\nU,us,1,bb,2\nD,eu,9,,2\n"})
-    out = run_ok(cfg, "CS")
-    assert out.figures["bigquery"]["deletes_sent"] == 2  # eu/1, and eu/9 which BigQuery never held
+    out = run_steps(spark, cfg, "CS", bigquery=client)
+    assert out.published.deletes_sent == 2  # eu/1, and eu/9 which BigQuery never held
     published = sorted((dict(r.items()) for r in client.query(f"SELECT * FROM `{dest}`").result()),
                        key=lambda r: (r["REGION"], r["ID"]))
     assert published == sorted(target_rows(cfg, "CS"), key=lambda r: (r["REGION"], r["ID"]))
@@ -270,12 +274,12 @@ def test_odd_column_names_publish_under_their_bigquery_names(spark, workdir, big
                                   "publish": {"bigquery": dest}}])
     land(cfg, "ODD", "b1", {"a.jsonl": jsonl([mysql("INSERT", {"user.id": i, **{c: f"{c}{i}" for c in cols}}, 1, i)
                                              for i in (1, 2, 3)])})
-    out = run_ok(cfg, "ODD")
-    assert out.checks["reconciles_with_target"] is True
+    run_steps(spark, cfg, "ODD", bigquery=client)
+    assert reconciles(client, cfg, "ODD")
     land(cfg, "ODD", "b2", {"a.jsonl": jsonl([mysql("UPDATE", {"user.id": 2, **{c: "new" for c in cols}}, 1, 10),
                                              mysql("DELETE", {"user.id": 3}, 1, 11)])})
-    out = run_ok(cfg, "ODD")
-    assert out.figures["bigquery"]["mode"] == "changes" and out.checks["reconciles_with_target"] is True
+    out = run_steps(spark, cfg, "ODD", bigquery=client)
+    assert out.published.mode == "changes" and reconciles(client, cfg, "ODD")
     published = sorted((dict(r.items()) for r in client.query(f"SELECT * FROM `{dest}`").result()),
                        key=lambda r: r["user_id"])
     from cdc_assets.core.names import bigquery_name
@@ -299,13 +303,13 @@ def test_a_soft_deleted_row_and_a_truncate_reach_the_copy_as_deletes(spark, work
         return {r["id"]: r["v"] for r in bigquery_rows(client, dest)}
 
     land(cfg, "ORDERS", "b1", {"p.jsonl": lines(pg("c", 100, 1, "a"), pg("c", 110, 2, "a"), pg("c", 120, 3, "a"))})
-    run_ok(cfg, "ORDERS")
+    run_steps(spark, cfg, "ORDERS", bigquery=client)
     land(cfg, "ORDERS", "b2", {"p.jsonl": lines(pg("d", 200, 2, "a"), pg("u", 210, 3, "b"))})
-    out = run_ok(cfg, "ORDERS")
-    assert out.figures["bigquery"]["mode"] == "changes" and out.checks["reconciles_with_target"] is True
+    out = run_steps(spark, cfg, "ORDERS", bigquery=client)
+    assert out.published.mode == "changes" and reconciles(client, cfg, "ORDERS")
     assert published() == {1: "a", 3: "b"}
     assert len(target_rows(cfg, "ORDERS")) == 3  # 2 is kept, flagged
     land(cfg, "ORDERS", "b3", {"p.jsonl": lines(pg("t", 205), pg("c", 300, 4, "a"))})
-    out = run_ok(cfg, "ORDERS")
-    assert out.figures["bigquery"]["mode"] == "all" and out.checks["reconciles_with_target"] is True
+    out = run_steps(spark, cfg, "ORDERS", bigquery=client)
+    assert out.published.mode == "all" and reconciles(client, cfg, "ORDERS")
     assert published() == {3: "b", 4: "a"}

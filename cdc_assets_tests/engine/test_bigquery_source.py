@@ -17,7 +17,8 @@ from google.cloud import bigquery
 from cdc_assets.engine import bigquery_source
 from cdc_assets.engine.landing import registered
 from cdc_assets_tests.support.config import write_config
-from cdc_assets_tests.support.runs import MARKS, run_ok, run_table
+from cdc_assets_tests.support.runs import MARKS, run_table
+from cdc_assets_tests.support.steps import run_steps
 from cdc_assets_tests.support.warehouse import target_rows, target_version, values
 
 pytestmark = MARKS
@@ -67,9 +68,9 @@ def test_seed000_append_table_read_in_two_runs_gives_the_conformance_result(
     first, second = (scenario_rows(shared_dir, "seed000_split_merge", b) for b in ("batch-1", "batch-2"))
 
     append(client, source, first)
-    assert run_ok(cfg, "TABLE1").new_batch == "b000001"
+    assert run_steps(spark, cfg, "TABLE1", bigquery=client).new_batch == "b000001"
     append(client, source, second)
-    assert run_ok(cfg, "TABLE1").new_batch == "b000002"
+    assert run_steps(spark, cfg, "TABLE1", bigquery=client).new_batch == "b000002"
 
     assert values(target_rows(cfg, "TABLE1"), "COL1", "COL2") == expected(shared_dir, "seed000_split_merge")
     # each run took only the rows it had not taken: every source row is in exactly one batch's extract
@@ -85,7 +86,7 @@ def test_seed000_append_table_read_in_two_runs_gives_the_conformance_result(
 
     # nothing new in the source: no batch, no commit
     version = target_version(cfg, "TABLE1")
-    assert run_ok(cfg, "TABLE1").new_batch is None
+    assert run_steps(spark, cfg, "TABLE1", bigquery=client).new_batch is None
     assert target_version(cfg, "TABLE1") == version
 
 
@@ -106,8 +107,8 @@ def test_an_extract_a_crash_left_unregistered_is_taken_once(spark, workdir, bigq
     append(client, source, [row("a", "2", 12, "UPDATE"), row("b", "1", 13, "DELETE"),
                             row("a", "2", 12, "UPDATE", uuid="u12")])  # Datastream delivered u12 twice
     # the next run reads from where the left-over extract stopped, and takes both extracts as one batch
-    assert run_ok(cfg, "TABLE1").new_batch == "b000001"
-    assert run_ok(cfg, "TABLE1").new_batch is None
+    assert run_steps(spark, cfg, "TABLE1", bigquery=client).new_batch == "b000001"
+    assert run_steps(spark, cfg, "TABLE1", bigquery=client).new_batch is None
     assert [b.files for b in registered(cfg.table_dir("TABLE1"))] == [
         ("extract-00000001.parquet", "extract-00000002.parquet")]
     assert values(target_rows(cfg, "TABLE1"), "COL1", "COL2") == {"a": "2"}
@@ -126,10 +127,10 @@ def test_bigquery_cdc_rows_are_read_by_their_position_column_with_types_kept(spa
                 "_CHANGE_SEQUENCE_NUMBER": csn, "ingested_at": f"2024-03-01T10:00:{at:02d}Z"}
 
     append(client, source, [row(1, "10.25", "UPSERT", "A/1", 1), row(2, "3.10", "UPSERT", "A/2", 1)])
-    run_ok(cfg, "ORDERS")
+    run_steps(spark, cfg, "ORDERS", bigquery=client)
     # a later arrival with a smaller sequence number loses; a delete of 2 wins
     append(client, source, [row(1, "99.99", "UPSERT", "A/0", 2), row(2, "3.10", "DELETE", "A/3", 2)])
-    run_ok(cfg, "ORDERS")
+    run_steps(spark, cfg, "ORDERS", bigquery=client)
 
     [one] = target_rows(cfg, "ORDERS")
     assert one["id"] == 1 and one["amount"] == decimal.Decimal("10.25")

@@ -17,12 +17,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cdc_assets.cli.main import main
-from cdc_assets.engine import fresh
+from cdc_assets.core.reconcile import discrepancies
+from cdc_assets.engine import checks, fresh
 from cdc_assets_tests.support.config import settings_of, write_config
 from cdc_assets_tests.support.landing import jsonl, land, parquet
 from cdc_assets_tests.support.records import bq_cdc, mysql
-from cdc_assets_tests.support.runs import MARKS, run_ok
-from cdc_assets_tests.support.steps import take_and_apply
+from cdc_assets_tests.support.runs import MARKS
+from cdc_assets_tests.support.steps import take, take_and_apply
 from cdc_assets_tests.support.warehouse import by_key, delta_rows, target_rows, target_version
 
 pytestmark = MARKS
@@ -188,7 +189,7 @@ def test_a_number_no_double_holds_goes_to_quarantine_naming_column_and_line(work
         assert "'d'" in reason and "double" in reason and "1e400" not in reason and "999" not in reason
 
 
-def test_a_nan_key_is_one_key_and_zero_is_one_key_whatever_the_file_spells(workdir):
+def test_a_nan_key_is_one_key_and_zero_is_one_key_whatever_the_file_spells(workdir, spark_when_needed):
     # every NaN is the same key (as in PostgreSQL's float8 keys and Spark's grouping), and so are
     # 0.0 and -0.0; a Parquet double and a CSV text of one value are one key
     negative_nan = struct.unpack(">d", bytes.fromhex("fff8000000000001"))[0]
@@ -196,23 +197,21 @@ def test_a_nan_key_is_one_key_and_zero_is_one_key_whatever_the_file_spells(workd
                                   "columns": {"k": "double"}}])
     land(cfg, "K", "batch-1", {"c.parquet": parquet(pa.table({
         "op": ["I"] * 5, "seq": [1] * 5, "k": [NAN, INF, -INF, 0.0, 5e-324], "v": ["a"] * 5}))})
-    out = run_ok(cfg, "K")
-    assert out.checks and all(out.checks.values()), out.checks
+    take_and_apply(spark_when_needed, cfg, "K")  # its checks pass: asserted by the steps
     land(cfg, "K", "batch-2", {"c.parquet": parquet(pa.table({
         "op": ["U", "U"], "seq": [2, 2], "k": [negative_nan, -0.0], "v": ["b", "b"]})),
         "d.csv": "op,seq,k,v\nU,3,Infinity,c\nU,3,-inf,c\nU,3,4.9e-324,c\n"})
-    out = run_ok(cfg, "K")
-    assert out.checks and all(out.checks.values()), out.checks
+    take_and_apply(spark_when_needed, cfg, "K")  # its checks pass: asserted by the steps
     rows = target_rows(cfg, "K")
     assert len(rows) == 5
     got = {struct.pack(">d", r["k"]) if not math.isnan(r["k"]) else "NaN": r["v"] for r in rows}
     assert got == {"NaN": "b", bits(INF): "c", bits(-INF): "c", bits(-0.0): "b", bits(5e-324): "c"}
     land(cfg, "K", "batch-3", {"d.csv": "op,seq,k,v\nD,4,NaN,\nD,4,0,\n"})
-    run_ok(cfg, "K")
+    take_and_apply(spark_when_needed, cfg, "K")
     assert sorted(r["k"] for r in target_rows(cfg, "K")) == [-INF, 5e-324, INF]
 
 
-def test_the_fresh_read_and_the_reconciliation_see_the_same_doubles(workdir, capsys):
+def test_the_fresh_read_and_the_reconciliation_see_the_same_doubles(workdir, capsys, spark_when_needed):
     # the export the target must match, as a CSV (Java's spellings) and as Parquet; a merge that
     # waits leaves the second batch staged, which the fresh read lays over the target
     csv_export, pq_export = workdir / "export.csv", workdir / "export.parquet"
@@ -224,14 +223,15 @@ def test_the_fresh_read_and_the_reconciliation_see_the_same_doubles(workdir, cap
     first = parquet(edge_table(op=lambda n: pa.array(["I"] * n), seq=lambda n: pa.array([1] * n)).drop_columns(["f"]))
     for name in ("CSV_EXPORT", "PQ_EXPORT"):
         land(cfg, name, "batch-1", {"c.parquet": first})
-        out = run_ok(cfg, name)
-        assert out.checks["reconciles_with_source"], (name, out.checks)
+        take_and_apply(spark_when_needed, cfg, name)
+        report = checks.reconciliation(cfg, cfg.table(name))
+        assert discrepancies(report) == 0, (name, report)
 
     # a merge that waits: the fresh read (and `cdc-assets read`) shows the staged doubles
     cfg = write_config(workdir, [{**tables[1], "apply": {"min_changes": 10**9}}])
     land(cfg, "PQ_EXPORT", "batch-2", {"c.csv": "op,id,seq,d\nU,0,2,-Infinity\nU,1,2,NaN\nU,3,2,0\n"})
     version = target_version(cfg, "PQ_EXPORT")
-    run_ok(cfg, "PQ_EXPORT")
+    take(spark_when_needed, cfg, "PQ_EXPORT")  # staged: its merge waits
     assert target_version(cfg, "PQ_EXPORT") == version
     expected = [-INF, NAN, -INF, 0.0, 5e-324, 0.1 + 0.2]
     shown = by_key(fresh.fresh_table(cfg, cfg.table("PQ_EXPORT")).to_pylist(), "id")
@@ -255,10 +255,10 @@ def test_the_spark_apply_keeps_the_same_doubles_and_nan_keys(spark, workdir, mon
          "base_snapshot": str(workdir / "base.parquet"), "partition_by": ["d"]},  # rows move between partitions
         {"name": "SK", "keys": ["d"], "format": "changeset", "options": CHANGESET, "columns": {"d": "double"}},
     ])
-    run_ok(cfg, "SP")
+    take_and_apply(spark, cfg, "SP")
     assert_edges(target_rows(cfg, "SP"))
     land(cfg, "SP", "batch-1", {"c.csv": "op,id,seq,d\nU,0,2,-Infinity\nU,1,2,NaN\nU,3,2,0\nU,4,2,-0.0\n"})
-    assert run_ok(cfg, "SP").figures["target"]["applied_on"].startswith("spark")
+    assert take_and_apply(spark, cfg, "SP").applied_on.startswith("spark")
     got = by_key(target_rows(cfg, "SP"), "id")
     assert [bits(got[(i,)]["d"]) for i in range(len(EDGES))] == \
         [bits(x) for x in [-INF, NAN, -INF, 0.0, -0.0, 0.1 + 0.2]]
@@ -266,16 +266,15 @@ def test_the_spark_apply_keeps_the_same_doubles_and_nan_keys(spark, workdir, mon
 
     land(cfg, "SK", "batch-1", {"c.parquet": parquet(pa.table({
         "op": ["I"] * 4, "seq": [1] * 4, "d": [NAN, INF, -INF, 0.0], "v": ["a"] * 4}))})
-    run_ok(cfg, "SK")
+    take_and_apply(spark, cfg, "SK")
     land(cfg, "SK", "batch-2", {"c.csv": "op,seq,d,v\nU,2,NaN,b\nU,2,-0,b\nD,2,-Infinity,\n"})
-    out = run_ok(cfg, "SK")
-    assert out.checks and all(out.checks.values()), out.checks
-    assert out.figures["target"]["applied_on"].startswith("spark")
+    out = take_and_apply(spark, cfg, "SK")  # its checks pass: asserted by the steps
+    assert out.applied_on.startswith("spark")
     got = {"NaN" if math.isnan(r["d"]) else bits(r["d"]): r["v"] for r in target_rows(cfg, "SK")}
     assert got == {"NaN": "b", bits(INF): "a", bits(-0.0): "b"}
 
 
-def test_a_double_partition_column_keeps_nan_and_both_zeros_apart(workdir):
+def test_a_double_partition_column_keeps_nan_and_both_zeros_apart(workdir, spark_when_needed):
     # each row lands once, in the partition of its value: NaN's (spelled as the Delta protocol and
     # Spark spell it), -0.0's and 0.0's apart
     cfg = write_config(workdir, [{"name": "P", "keys": ["id"], "format": "changeset", "options": CHANGESET,
@@ -285,8 +284,7 @@ def test_a_double_partition_column_keeps_nan_and_both_zeros_apart(workdir):
     for batch, (seq, v) in enumerate([(1, "a"), (2, "b")], start=1):
         land(cfg, "P", f"batch-{batch}", {"c.parquet": parquet(pa.table({
             "op": ["I"] * n, "id": list(range(n)), "seq": [seq] * n, "d": values, "v": [v] * n}))})
-        out = run_ok(cfg, "P")
-        assert out.checks and all(out.checks.values()), out.checks
+        take_and_apply(spark_when_needed, cfg, "P")  # its checks pass: asserted by the steps
         got = by_key(target_rows(cfg, "P"), "id")
         assert len(target_rows(cfg, "P")) == n and sorted(got) == [(i,) for i in range(n)]
         assert [bits(got[(i,)]["d"]) for i in range(n)] == [bits(x) for x in values]

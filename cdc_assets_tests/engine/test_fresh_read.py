@@ -14,6 +14,7 @@ from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql
 from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.steps import take, take_and_apply
 from cdc_assets_tests.support.warehouse import canonical, target_rows, target_version, values
 
 pytestmark = MARKS
@@ -101,16 +102,16 @@ def test_a_fresh_read_holds_one_target_version_while_an_apply_commits(spark, wor
     the read shows the pending changes laid over the version it opened, so it still shows them all."""
     cfg = write_config(workdir, [{**TABLE, "apply": {"min_changes": 50}}])
     land(cfg, "ORDERS", "batch-1", {"p.jsonl": jsonl(FIRST)})
-    run_ok(cfg, "ORDERS")
+    take_and_apply(spark, cfg, "ORDERS")
     land(cfg, "ORDERS", "batch-2", {"p.jsonl": jsonl(SECOND)})
-    run_ok(cfg, "ORDERS")  # batch 2 staged, its merge waits
+    take(spark, cfg, "ORDERS")  # batch 2 staged, its merge waits
     version = target_version(cfg, "ORDERS")
 
     real_pending = fresh.pending
 
     def apply_meanwhile(*args, **kwargs):
         monkeypatch.setattr(fresh, "pending", real_pending)  # once: the apply itself reads what is pending
-        run_ok(write_config(workdir, [TABLE]), "ORDERS")  # another process's apply lands now
+        take_and_apply(spark, write_config(workdir, [TABLE]), "ORDERS")  # another process's apply lands now
         return real_pending(*args, **kwargs)
 
     monkeypatch.setattr(fresh, "pending", apply_meanwhile)

@@ -12,7 +12,8 @@ from cdc_assets_tests.emulators import put
 from cdc_assets_tests.support.config import settings_of, write_config
 from cdc_assets_tests.support.landing import jsonl
 from cdc_assets_tests.support.records import mysql
-from cdc_assets_tests.support.runs import MARKS, run_ok, run_table
+from cdc_assets_tests.support.runs import MARKS, run_table
+from cdc_assets_tests.support.steps import run_steps
 from cdc_assets_tests.support.warehouse import delta_rows, target_rows, values
 
 pytestmark = MARKS
@@ -33,16 +34,16 @@ def test_a_gcs_landing_takes_datastream_objects_at_any_depth(spark, workdir, gcs
         mysql("INSERT", {"id": 1, "v": "a"}, 1, 1), mysql("INSERT", {"id": 2, "v": "a"}, 1, 2)]) + "not json\n")
     put(gcs_bucket, f"{folder}/_SUCCESS", "")  # a marker, not a change file
     put(gcs_bucket, "datastream/OTHER/2024/01/01/10/00/part-1.jsonl", jsonl([mysql("INSERT", {"id": 9}, 1, 1)]))
-    out = run_ok(cfg, "ORDERS")
+    out = run_steps(spark, cfg, "ORDERS")
     assert out.new_batch == "b000001"
     assert values(target_rows(cfg, "ORDERS"), "id", "v") == {1: "a", 2: "a"}
     (q,) = delta_rows(cfg, "ORDERS", "quarantine")
     assert (q["_cdc_file"], q["_cdc_line"], q["_cdc_raw"]) == ("2024/01/01/10/00/part-1.jsonl", 3, "not json")
 
-    assert run_ok(cfg, "ORDERS").new_batch is None  # nothing new: no object is taken twice
+    assert run_steps(spark, cfg, "ORDERS").new_batch is None  # nothing new: no object is taken twice
     put(gcs_bucket, "datastream/ORDERS/2024/01/01/10/01/part-1.jsonl", jsonl([
         mysql("UPDATE", {"id": 1, "v": "b"}, 1, 3), mysql("DELETE", {"id": 2, "v": "a"}, 1, 4)]))
-    assert run_ok(cfg, "ORDERS").new_batch == "b000002"
+    assert run_steps(spark, cfg, "ORDERS").new_batch == "b000002"
     assert values(target_rows(cfg, "ORDERS"), "id", "v") == {1: "b"}
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-import dagster as dg
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
@@ -18,6 +17,7 @@ from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import bq_cdc, mysql
 from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.steps import run_steps
 from cdc_assets_tests.support.warehouse import target_rows
 
 pytestmark = MARKS
@@ -103,15 +103,15 @@ def test_a_redelivered_change_counts_once_and_a_tie_keeps_both_in_arrival_order(
     cfg = write_config(workdir, [{"name": "PAY", "keys": ["id"], "format": "bigquery-cdc", "history": True}])
     first = bq_cdc("UPSERT", {"id": 1, "amount": 1}, "0/1")
     land(cfg, "PAY", "batch-1", {"a.jsonl": jsonl([first])})
-    run_ok(cfg, "PAY")
+    run_steps(spark, cfg, "PAY")
     # BigQuery CDC rows have no event id: the same row again is recognised by its content
     land(cfg, "PAY", "batch-2", {"a.jsonl": jsonl([first, bq_cdc("UPSERT", {"id": 1, "amount": 2}, "0/2")])})
-    run_ok(cfg, "PAY")
+    run_steps(spark, cfg, "PAY")
     rows = history_rows(cfg, "PAY")
     assert versions_of(rows, 1, "amount") == [("insert", False, 1), ("update", True, 2)]
     # the same sequence number with other values is a tie: both kept, the later arrival last (SPEC 3)
     land(cfg, "PAY", "batch-3", {"a.jsonl": jsonl([bq_cdc("UPSERT", {"id": 1, "amount": 3}, "0/2")])})
-    run_ok(cfg, "PAY")
+    run_steps(spark, cfg, "PAY")
     rows = history_rows(cfg, "PAY")
     assert versions_of(rows, 1, "amount") == [("insert", False, 1), ("update", False, 2), ("update", True, 3)]
     assert_linked(rows)
@@ -152,24 +152,3 @@ def test_history_needs_every_change_kept():
     raw["tables"][0].update(history="yes", maintenance={})
     with pytest.raises(ConfigError, match="field 'history' must be true, false or a mapping"):
         parse_config(raw, "/etc/cdc/cdc.yaml")
-
-
-def test_the_sensor_keeps_the_history_current(spark, workdir):
-    """Without `cdc-assets run`: the landing sensor's runs (ingest, apply, then history) keep
-    the history's current versions equal to the target, batch after batch."""
-    from cdc_assets.defs.definitions import build_definitions
-    from cdc_assets_tests.defs.test_sensor import Daemon
-
-    cfg = write_config(workdir, [ACCOUNTS])
-    with dg.instance_for_test() as instance:
-        daemon = Daemon(build_definitions(cfg), instance, table="ACCOUNTS")
-        for n, events in enumerate([[mysql("INSERT", {"id": 1, "balance": "1.00"}, 1, 10)],
-                                    [mysql("UPDATE-INSERT", {"id": 1, "balance": "2.00"}, 1, 20),
-                                     mysql("INSERT", {"id": 2, "balance": "3.00"}, 1, 21)]], start=1):
-            land(cfg, "ACCOUNTS", f"batch-{n}", {"a.jsonl": jsonl(events)})
-            daemon.settle()
-            assert "ACCOUNTS_history_job" in daemon.launched_jobs
-            rows = history_rows(cfg, "ACCOUNTS")
-            assert source_part(r for r in rows if r["_cdc_is_current"]) == source_part(target_rows(cfg, "ACCOUNTS"))
-        assert len(rows) == 3
-        assert daemon.settle() == 0  # nothing new: no history run asked for again

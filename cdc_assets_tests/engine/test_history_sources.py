@@ -14,7 +14,8 @@ from cdc_assets.engine import history
 from cdc_assets_tests.reference_model import TRUNCATE, ReferenceTable, SourceChange
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
-from cdc_assets_tests.support.runs import MARKS, run_ok, run_table
+from cdc_assets_tests.support.runs import MARKS
+from cdc_assets_tests.support.steps import run_steps
 from cdc_assets_tests.support.warehouse import delta_rows, target_rows
 
 from .test_history import assert_linked, history_rows, source_part
@@ -51,10 +52,10 @@ def versions_by_key(rows: list[dict], *columns: str) -> dict:
     return out
 
 
-def run_batches(cfg, table: str, batches: list[list[dict]], first: int = 1) -> None:
+def run_batches(spark, cfg, table: str, batches: list[list[dict]], first: int = 1) -> None:
     for n, events in enumerate(batches, start=first):
         land(cfg, table, f"batch-{n}", {"a.jsonl": jsonl(events)})
-        run_ok(cfg, table)
+        run_steps(spark, cfg, table)
         rows = history_rows(cfg, table)
         assert_linked(rows)
         assert source_part(r for r in rows if r["_cdc_is_current"]) == source_part(target_rows(cfg, table))
@@ -68,7 +69,7 @@ def assert_rebuild_agrees(spark, cfg, table: str) -> None:
 
 def test_a_truncate_closes_every_version_current_at_it_whatever_the_arrival_order(spark, workdir):
     cfg = write_config(workdir, [{"name": "TR", "keys": ["id"], "format": "debezium-json", "history": True}])
-    run_batches(cfg, "TR", [
+    run_batches(spark, cfg, "TR", [
         [pg("c", 100, {"id": 1, "v": "a"}), pg("c", 110, {"id": 2, "v": "a"}), pg("c", 900, {"id": 3, "v": "a"})],
         # the truncate at 500; 1 inserted again above it, 2 updated below it in the same batch
         [pg("t", 500), pg("c", 600, {"id": 1, "v": "b"}), pg("u", 450, {"id": 2, "v": "below"})],
@@ -86,7 +87,7 @@ def test_a_truncate_closes_every_version_current_at_it_whatever_the_arrival_orde
 
     # late: 2 updated below the truncate (a version it closes); 1 deleted below it (the truncate then
     # finds it gone and closes nothing of it); an older truncate at 120 closes the versions current at it
-    run_batches(cfg, "TR", [[pg("u", 480, {"id": 2, "v": "late"}), pg("d", 140, {"id": 1}), pg("t", 120),
+    run_batches(spark, cfg, "TR", [[pg("u", 480, {"id": 2, "v": "late"}), pg("d", 140, {"id": 1}), pg("t", 120),
                              pg("c", 130, {"id": 4, "v": "a"})]], first=3)
     rows = history_rows(cfg, "TR")
     assert versions_by_key(rows, "v") == {
@@ -114,8 +115,8 @@ def test_each_version_shows_the_whole_row_and_a_late_change_refills_the_versions
               pg("d", 400, {"id": 1}),
               pg("c", 500, {"id": 1, "a": "a5"})]  # after the delete: nothing to keep
     cfg = write_config(workdir, [{"name": "INORDER", **PARTIAL}, {"name": "LATE", **PARTIAL}])
-    run_batches(cfg, "INORDER", [events])
-    run_batches(cfg, "LATE", [[events[0], events[2]], [events[4], events[3]], [events[1]]])
+    run_batches(spark, cfg, "INORDER", [events])
+    run_batches(spark, cfg, "LATE", [[events[0], events[2]], [events[4], events[3]], [events[1]]])
     rows = history_rows(cfg, "INORDER")
     assert versions_by_key(rows, "a", "b", "c") == {1: [
         ("insert", False, "a1", "b1", "c1"), ("update", False, "a1", "b2", "c1"), ("update", False, "a3", "b2", "c1"),
@@ -134,7 +135,7 @@ def test_track_except_folds_changes_of_untracked_columns_into_the_current_versio
               pg("c", 600, {"id": 1, "v": "b", "seen": 5})]  # after a delete: a version of its own
     cfg = write_config(workdir, [{"name": "INORDER", **TRACKED}, {"name": "LATE", **TRACKED},
                                  {"name": "TYPO", **TRACKED, "history": {"track_except": ["sen"]}}])
-    run_batches(cfg, "INORDER", [events])
+    run_batches(spark, cfg, "INORDER", [events])
     rows = history_rows(cfg, "INORDER")
     assert versions_by_key(rows, "v", "seen") == {1: [
         ("insert", False, "a", 2), ("update", False, "c", 9), ("update", False, "b", 4), ("delete", False, None, None),
@@ -143,14 +144,15 @@ def test_track_except_folds_changes_of_untracked_columns_into_the_current_versio
     opened = sorted(r["_cdc_order"] for r in delta_rows(cfg, "INORDER", "changes"))
     assert [r["_cdc_valid_from"] for r in rows] == [opened[i] for i in (0, 2, 3, 5, 6)]
     # late arrivals across batches: 250 splits the version 300 and 400 share only once it lands
-    run_batches(cfg, "LATE", [[events[0], events[3], events[6], events[5]], [events[4], events[1]], [events[2]]])
+    run_batches(spark, cfg, "LATE", [[events[0], events[3], events[6], events[5]], [events[4], events[1]], [events[2]]])
     assert story(history_rows(cfg, "LATE"), "v", "seen") == story(rows, "v", "seen")
     assert_rebuild_agrees(spark, cfg, "LATE")
 
     land(cfg, "TYPO", "batch-1", {"a.jsonl": jsonl(events[:2])})
-    outcome = run_table(cfg, "TYPO")
-    assert not outcome.ok
-    assert "table TYPO" in str(outcome) and "'sen'" in str(outcome) and "track_except" in str(outcome)
+    with pytest.raises(ConfigError) as failure:
+        run_steps(spark, cfg, "TYPO")
+    assert "table TYPO" in str(failure.value) and "'sen'" in str(failure.value) \
+        and "track_except" in str(failure.value)
 
 
 def test_track_except_is_checked_with_the_configuration():
@@ -198,11 +200,11 @@ def test_generated_feeds_delivered_late_give_the_in_order_history(spark, workdir
     for suffix in kept:
         model = ReferenceTable(partial=True)  # the current versions are the reference model's state
         land(cfg, "INORDER" + suffix, "b0", {"a.jsonl": jsonl(events)})
-        run_ok(cfg, "INORDER" + suffix)
+        run_steps(spark, cfg, "INORDER" + suffix)
         for n, files in enumerate(landed):
             land(cfg, "LATE" + suffix, f"b{n}", {f"f{j}.jsonl": jsonl([events[i] for i in f])
                                                  for j, f in enumerate(files)})
-            run_ok(cfg, "LATE" + suffix)
+            run_steps(spark, cfg, "LATE" + suffix)
             rows = history_rows(cfg, "LATE" + suffix)
             assert_linked(rows)
             for i in sum(files, []):
@@ -219,7 +221,7 @@ def test_a_truncate_closes_versions_of_columns_named_with_backticks_and_dots(spa
     """A truncate's closing versions are selected by column name: names Delta allows that Spark
     would parse (a backtick, a dot) are columns, not expressions, there too."""
     cfg = write_config(workdir, [{"name": "TN", "keys": ["id"], "format": "debezium-json", "history": True}])
-    run_batches(cfg, "TN", [[pg("c", 100, {"id": 1, "a.b": "x", "k`ey": "y"}), pg("t", 200),
+    run_batches(spark, cfg, "TN", [[pg("c", 100, {"id": 1, "a.b": "x", "k`ey": "y"}), pg("t", 200),
                              pg("c", 300, {"id": 2, "a.b": "z", "k`ey": None})]])
     rows = history_rows(cfg, "TN")
     assert sorted((r["id"], r["_cdc_operation"], r["_cdc_is_current"], r["a.b"], r["k`ey"]) for r in rows) == [
@@ -232,7 +234,7 @@ def test_a_placeholder_update_that_arrives_before_the_insert_takes_the_inserts_v
     later: the update's version shows the insert's value of the left-out column (rule 10), in the
     history the batches built and in a rebuild."""
     cfg = write_config(workdir, [{"name": "TL", "keys": ["id"], "format": "debezium-json", "history": True}])
-    run_batches(cfg, "TL", [[pg("u", 200, {"id": 1, "a": PLACEHOLDER, "b": "b2"})],
+    run_batches(spark, cfg, "TL", [[pg("u", 200, {"id": 1, "a": PLACEHOLDER, "b": "b2"})],
                             [pg("c", 100, {"id": 1, "a": "a1", "b": "b1"})]])
     assert versions_by_key(history_rows(cfg, "TL"), "a", "b") == {
         1: [("insert", False, "a1", "b1"), ("update", True, "a1", "b2")]}
@@ -244,7 +246,7 @@ def test_a_rebuild_keeps_a_placeholder_beside_a_non_finite_double(spark, workdir
     column out: the rebuilt history still knows the column was left out, as the updates did."""
     cfg = write_config(workdir, [{"name": "NF", "keys": ["id"], "format": "debezium-json", "history": True,
                                   "columns": {"x": "double"}}])
-    run_batches(cfg, "NF", [[pg("c", 100, {"id": 1, "a": "a1", "x": 1.5}),
+    run_batches(spark, cfg, "NF", [[pg("c", 100, {"id": 1, "a": "a1", "x": 1.5}),
                              pg("u", 200, {"id": 1, "a": PLACEHOLDER, "x": float("inf")})],
                             [pg("u", 300, {"id": 1, "a": PLACEHOLDER, "x": float("-inf")})]])
     assert [v[:3] for v in versions_by_key(history_rows(cfg, "NF"), "a")[1]] == [
@@ -259,18 +261,18 @@ def test_a_truncate_closing_more_versions_than_an_update_here_takes_builds_the_h
     executors, with the versions an update gives; a truncate closing fewer is an update."""
     monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", "3")
     cfg = write_config(workdir, [{"name": "TR", "keys": ["id"], "format": "debezium-json", "history": True}])
-    run_batches(cfg, "TR", [[pg("c", 100 + i, {"id": i, "v": "a"}) for i in range(1, 6)]])
+    run_batches(spark, cfg, "TR", [[pg("c", 100 + i, {"id": i, "v": "a"}) for i in range(1, 6)]])
     land(cfg, "TR", "batch-2", {"a.jsonl": jsonl([pg("t", 500), pg("c", 600, {"id": 1, "v": "b"})])})
-    out = run_ok(cfg, "TR")
-    assert out.figures["history"]["built"] == "truncate"  # five versions live at it
+    out = run_steps(spark, cfg, "TR").history
+    assert out.built == "truncate"  # five versions live at it
     rows = history_rows(cfg, "TR")
     assert_linked(rows)
     assert versions_by_key(rows, "v") == {
         1: [("insert", False, "a"), ("delete", False, None), ("insert", True, "b")],
         **{i: [("insert", False, "a"), ("delete", False, None)] for i in range(2, 6)}}
     land(cfg, "TR", "batch-3", {"a.jsonl": jsonl([pg("t", 700)])})
-    out = run_ok(cfg, "TR")
-    assert out.figures["history"].get("built") is None and out.figures["history"]["keys_touched"] == 1
+    out = run_steps(spark, cfg, "TR").history
+    assert out.built is None and out.keys_touched == 1
     assert versions_by_key(history_rows(cfg, "TR"), "v")[1] == [("insert", False, "a"), ("delete", False, None),
                                                                 ("insert", False, "b"), ("delete", False, None)]
     assert_rebuild_agrees(spark, cfg, "TR")

@@ -11,7 +11,8 @@ from cdc_assets.engine.table_layout import QUARANTINE, TARGET, path
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql
-from cdc_assets_tests.support.runs import MARKS, run_ok, run_table
+from cdc_assets_tests.support.runs import MARKS, run_table
+from cdc_assets_tests.support.steps import take_and_apply
 from cdc_assets_tests.support.warehouse import delta_rows, target_rows, values
 
 pytestmark = MARKS
@@ -24,7 +25,7 @@ def test_an_insert_only_table_appends_and_quarantines_what_is_not_an_insert(spar
     cfg = write_config(workdir, [TABLE])
     land(cfg, "EVENTS", "batch-1", {"p.jsonl": jsonl([mysql("INSERT", {"id": i, "day": "d1", "v": "a"}, 1, i)
                                                       for i in (1, 2, 3)])})
-    run_ok(cfg, "EVENTS")
+    take_and_apply(spark, cfg, "EVENTS")
     target = path(cfg.table_dir("EVENTS"), TARGET)
     files_before = set(DeltaTable(target).file_uris())
 
@@ -35,9 +36,8 @@ def test_an_insert_only_table_appends_and_quarantines_what_is_not_an_insert(spar
         again,
         mysql("DELETE", {"id": 2, "day": "d1", "v": None}, 1, 13),  # line 4
     ])})
-    out = run_ok(cfg, "EVENTS")
-    figures = out.figures["target"]
-    assert figures["appended"] is True and (figures["inserts"], figures["files_removed"]) == (2, 0)
+    figures = take_and_apply(spark, cfg, "EVENTS")
+    assert figures.appended is True and (figures.inserts, figures.files_removed) == (2, 0)
     assert files_before <= set(DeltaTable(target).file_uris())  # nothing rewritten
     assert values(target_rows(cfg, "EVENTS"), "id", "v") == {1: "a", 2: "a", 3: "a", 4: "a", 5: "a"}
     assert {r["id"]: r["extra"] for r in target_rows(cfg, "EVENTS")}[4] == "x"  # a new column, as in a MERGE
@@ -47,13 +47,12 @@ def test_an_insert_only_table_appends_and_quarantines_what_is_not_an_insert(spar
 
     # at least once: the same event again counts once
     land(cfg, "EVENTS", "batch-3", {"p.jsonl": jsonl([again, mysql("INSERT", {"id": 6, "day": "d2", "v": "a"}, 1, 20)])})
-    out = run_ok(cfg, "EVENTS")
-    assert out.figures["target"]["inserts"] == 1
+    assert take_and_apply(spark, cfg, "EVENTS").inserts == 1
     assert sorted(r["id"] for r in target_rows(cfg, "EVENTS")) == [1, 2, 3, 4, 5, 6]
 
     # a key the source inserts twice is appended twice, and the key check says so
     land(cfg, "EVENTS", "batch-4", {"p.jsonl": jsonl([mysql("INSERT", {"id": 6, "day": "d2", "v": "b"}, 1, 30)])})
-    out = run_table(cfg, "EVENTS")
+    out = run_table(cfg, "EVENTS")  # the run's key check, on Dagster
     assert out.checks.get("keys_unique") is False
     assert sorted(r["id"] for r in target_rows(cfg, "EVENTS")) == [1, 2, 3, 4, 5, 6, 6]
 

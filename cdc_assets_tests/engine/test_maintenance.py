@@ -22,7 +22,8 @@ from cdc_assets.engine.target_versions import RestoreFailed, restore, versions
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql
-from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.runs import MARKS
+from cdc_assets_tests.support.steps import run_steps, take_and_apply
 from cdc_assets_tests.support.warehouse import canonical, target_rows, values
 
 pytestmark = MARKS
@@ -43,7 +44,7 @@ def test_maintenance_compacts_trims_and_vacuums_without_changing_a_row(spark, wo
     first = batch(1)
     for n in range(1, 6):
         land(cfg, "ORDERS", f"batch-{n}", {"p.jsonl": jsonl(first if n == 1 else batch(n))})
-        run_ok(cfg, "ORDERS")
+        take_and_apply(spark, cfg, "ORDERS")
     target_path = path(cfg.table_dir("ORDERS"), TARGET)
     before_rows = canonical(target_rows(cfg, "ORDERS", source_only=False))
     before = delta.load(target_path)
@@ -77,9 +78,9 @@ def test_maintenance_compacts_trims_and_vacuums_without_changing_a_row(spark, wo
     # the next batches apply as before; a change re-delivered from a trimmed batch changes no value
     land(cfg, "ORDERS", "batch-6", {"p.jsonl": jsonl(batch(6) + [mysql("UPDATE", {"id": 10, "region": "eu", "v": "b"},
                                                                        1, 99)])})
-    run_ok(cfg, "ORDERS")
+    take_and_apply(spark, cfg, "ORDERS")
     land(cfg, "ORDERS", "batch-7", {"p.jsonl": jsonl(first[:1])})  # the same event, its uuid included
-    assert run_ok(cfg, "ORDERS").figures["changes"]["duplicates_skipped"] == 1  # known from `seen`
+    assert run_steps(spark, cfg, "ORDERS").taken.duplicates_skipped == 1  # known from `seen`
     got = values(target_rows(cfg, "ORDERS"), "id", "v")
     assert len(got) == 24 and got[10] == "b" and got[11] == "a"
 

@@ -11,8 +11,8 @@ from cdc_assets.engine.table_layout import HISTORY, path
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql
-from cdc_assets_tests.support.runs import MARKS, run_ok
-from cdc_assets_tests.support.steps import take_and_apply
+from cdc_assets_tests.support.runs import MARKS
+from cdc_assets_tests.support.steps import run_steps, take, take_and_apply
 from cdc_assets_tests.support.warehouse import delta_rows, target_rows
 
 pytestmark = MARKS
@@ -41,8 +41,8 @@ def test_every_name_delta_allows_goes_through_build_merge_rebuild_fresh_read_and
     first = {(1, "a"): image(1, "a", "eu", "v1"), (2, "b"): image(2, "b", "eu", "v1"),
              (3, "c"): image(3, "c", "us", "v1"), (4, "d"): image(4, "d", "us", "v1")}
     land(cfg, "ODD", "b1", {"a.jsonl": jsonl([mysql("INSERT", r, 1, n) for n, r in enumerate(first.values(), 1)])})
-    out = run_ok(cfg, "ODD")  # the first build, on Spark
-    assert out.figures["changes"]["quarantined"] == 0
+    out = run_steps(spark, cfg, "ODD")  # the first build, on Spark
+    assert out.taken.quarantined == 0
     assert by_key(target_rows(cfg, "ODD")) == first
 
     # an update that moves a key to another partition, a delete, an insert: the incremental MERGE
@@ -51,9 +51,9 @@ def test_every_name_delta_allows_goes_through_build_merge_rebuild_fresh_read_and
         mysql("DELETE", image(2, "b", "eu", "v1"), 1, 11),
         mysql("INSERT", image(5, "e", "eu", "v2"), 1, 12),
     ])})
-    out = run_ok(cfg, "ODD")
-    assert out.figures["changes"]["quarantined"] == 0
-    assert out.figures["target"]["deletes"] == 1 and out.figures["target"]["inserts"] == 1
+    out = run_steps(spark, cfg, "ODD")
+    assert out.taken.quarantined == 0
+    assert out.applied.deletes == 1 and out.applied.inserts == 1
     want = {k: v for k, v in first.items() if k != (2, "b")}
     want[(1, "a")] = image(1, "a", "us", "v2")
     want[(5, "e")] = image(5, "e", "eu", "v2")
@@ -72,7 +72,8 @@ def test_every_name_delta_allows_goes_through_build_merge_rebuild_fresh_read_and
     cfg = write_config(workdir, [{**ODD, "apply": {"min_changes": 50}}])
     land(cfg, "ODD", "b3", {"a.jsonl": jsonl([mysql("UPDATE", image(3, "c", "eu", "v3"), 1, 20),
                                               mysql("DELETE", image(4, "d", "us", "v1"), 1, 21)])})
-    assert run_ok(cfg, "ODD").waiting
+    take(spark, cfg, "ODD")
+    assert not fresh.decision(cfg, cfg.table("ODD"))[0].due  # staged: its merge waits
     shown = by_key(fresh.fresh_table(cfg, cfg.table("ODD")).to_pylist())
     want[(3, "c")] = image(3, "c", "eu", "v3")
     del want[(4, "d")]
@@ -80,7 +81,7 @@ def test_every_name_delta_allows_goes_through_build_merge_rebuild_fresh_read_and
 
     # the merge commits what the fresh read showed; the history's current versions are the target
     cfg = write_config(workdir, [ODD])
-    run_ok(cfg, "ODD")
+    run_steps(spark, cfg, "ODD")
     assert by_key(target_rows(cfg, "ODD")) == want
     versions = DeltaTable(path(cfg.table_dir("ODD"), HISTORY)).to_pyarrow_table().to_pylist()
     assert [(r["select"], r["_cdc_operation"]) for r in sorted(versions, key=lambda r: r["_cdc_version"])
@@ -110,8 +111,7 @@ def test_a_name_no_target_can_hold_is_quarantined_and_rename_lets_later_batches_
     bad = mysql("INSERT", {"id": 1, "unit price": 5, "_cdc_key": "x"}, 1, 1)
     good = mysql("INSERT", {"id": 2, "v": "a"}, 1, 2)
     land(cfg, "R", "b1", {"a.jsonl": jsonl([bad, good])})
-    out = run_ok(cfg, "R")
-    assert out.figures["changes"]["quarantined"] == 1
+    assert run_steps(spark, cfg, "R").taken.quarantined == 1
     [q] = delta_rows(cfg, "R", "quarantine")
     assert (q["table"], q["_cdc_file"], q["_cdc_line"]) == ("R", "b1/a.jsonl", 1)
     assert "column 'unit price': Delta Lake forbids ' '" in q["_cdc_reason"] and "rename:" in q["_cdc_reason"]
@@ -119,10 +119,9 @@ def test_a_name_no_target_can_hold_is_quarantined_and_rename_lets_later_batches_
 
     cfg = write_config(workdir, [{**table, "rename": {"unit price": "unit_price", "_cdc_key": "cdc_key"}}])
     land(cfg, "R", "b2", {"a.jsonl": jsonl([mysql("INSERT", {"id": 3, "unit price": 7, "_cdc_key": "y"}, 1, 3)])})
-    assert run_ok(cfg, "R").figures["changes"]["quarantined"] == 0
+    assert run_steps(spark, cfg, "R").taken.quarantined == 0
     land(cfg, "R", "b3", {"again.jsonl": jsonl([bad, good])})  # the quarantined file, landed again
-    out = run_ok(cfg, "R")
-    assert out.figures["changes"]["duplicates_skipped"] == 1  # the record applied the first time
+    assert run_steps(spark, cfg, "R").taken.duplicates_skipped == 1  # the record applied the first time
     rows = {r["id"]: r for r in target_rows(cfg, "R")}
     assert rows == {1: {"id": 1, "v": None, "unit_price": 5, "cdc_key": "x"},
                     2: {"id": 2, "v": "a", "unit_price": None, "cdc_key": None},

@@ -17,6 +17,7 @@ from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql
 from cdc_assets_tests.support.runs import MARKS, run_ok, run_table
+from cdc_assets_tests.support.steps import take_and_apply
 from cdc_assets_tests.support.warehouse import delta_rows, target_rows, values
 
 pytestmark = MARKS
@@ -47,16 +48,16 @@ def test_an_earlier_warehouse_is_rekeyed_once_and_then_keys_are_exact(spark, wor
     cfg = write_config(workdir, [{"name": "OLD", "keys": ["id"], "format": "datastream-json"}])
     land(cfg, "OLD", "b1", {"a.jsonl": jsonl([mysql("INSERT", {"id": i, "v": "v1"}, 1, n + 1)
                                              for n, i in enumerate(["1.10", "2", "x", "3.0"])])})
-    run_ok(cfg, "OLD")
+    take_and_apply(spark, cfg, "OLD")
     land(cfg, "OLD", "b2", {"a.jsonl": jsonl([mysql("DELETE", {"id": "3.0", "v": None}, 2, 1)])})
-    run_ok(cfg, "OLD")
+    take_and_apply(spark, cfg, "OLD")
     as_earlier_release_wrote_it(cfg, "OLD", ["1.10", "3.0"])
     assert earlier_key_text(["1.10"]) == earlier_key_text(["1.1"])  # what the earlier release merged
 
     land(cfg, "OLD", "b3", {"a.jsonl": jsonl([mysql("UPDATE", {"id": "1.10", "v": "v3"}, 3, 1),
                                              mysql("INSERT", {"id": "1.1", "v": "other"}, 3, 2),
                                              mysql("INSERT", {"id": "3", "v": "v3"}, 3, 3)])})
-    stopped = run_table(cfg, "OLD")
+    stopped = run_table(cfg, "OLD")  # the run's batch step asks for the rekey before it takes anything
     assert not stopped.ok
     assert "cdc-assets rekey OLD" in stopped.error, stopped.error
     assert {r["id"] for r in target_rows(cfg, "OLD")} == {"1.10", "2", "x"}  # nothing applied meanwhile
@@ -69,7 +70,7 @@ def test_an_earlier_warehouse_is_rekeyed_once_and_then_keys_are_exact(spark, wor
     assert {r["_cdc_key"] for r in delta_rows(cfg, "OLD", "tombstones")} == {key_text(["3.0"])}
     assert cli_main(["rekey", "--config", str(cfg.path)]) == 0  # a second rekey finds nothing to do
 
-    run_ok(cfg, "OLD")
+    take_and_apply(spark, cfg, "OLD")
     assert values(target_rows(cfg, "OLD"), "id", "v") == {"1.10": "v3", "1.1": "other", "2": "v1", "x": "v1",
                                                           "3": "v3"}
 
@@ -78,12 +79,12 @@ def test_an_earlier_warehouse_whose_keys_read_the_same_goes_on(spark, workdir):
     cfg = write_config(workdir, [{"name": "SAME", "keys": ["id"], "format": "datastream-json"}])
     land(cfg, "SAME", "b1", {"a.jsonl": jsonl([mysql("INSERT", {"id": i, "v": "v1"}, 1, n + 1)
                                               for n, i in enumerate(["a", "7", "-3"])])})
-    run_ok(cfg, "SAME")
+    take_and_apply(spark, cfg, "SAME")
     land(cfg, "SAME", "b2", {"a.jsonl": jsonl([mysql("DELETE", {"id": "a", "v": None}, 2, 1)])})
-    run_ok(cfg, "SAME")
+    take_and_apply(spark, cfg, "SAME")
     as_earlier_release_wrote_it(cfg, "SAME", [])
     land(cfg, "SAME", "b3", {"a.jsonl": jsonl([mysql("UPDATE", {"id": "7", "v": "v3"}, 3, 1)])})
-    run_ok(cfg, "SAME")
+    take_and_apply(spark, cfg, "SAME")
     assert values(target_rows(cfg, "SAME"), "id", "v") == {"7": "v3", "-3": "v1"}
     assert os.path.exists(os.path.join(cfg.table_dir("SAME"), MARKER))
 

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import pytest
 
+from cdc_assets.core.reconcile import discrepancies
 from cdc_assets.engine import checks, fresh
 from cdc_assets.engine.apply import apply_pending
 from cdc_assets.engine.status import table_status
 from cdc_assets.engine.target_build import rebuild
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
-from cdc_assets_tests.support.runs import MARKS, run_batches, run_ok
+from cdc_assets_tests.support.runs import MARKS
+from cdc_assets_tests.support.steps import apply_batches, take, take_and_apply
 from cdc_assets_tests.support.warehouse import delta_rows, target_rows
 
 from .test_debezium_feed import lines
@@ -50,18 +52,18 @@ def test_a_soft_delete_table_keeps_deleted_rows_flagged(spark, workdir):
     table = cfg.table("SD")
     for n, (events, expected) in enumerate(BATCHES, start=1):
         land(cfg, "SD", f"batch-{n}", {"orders.jsonl": lines(*events)})
-        outcome = run_ok(cfg, "SD")  # its checks pass: keys_unique among them
+        applied = take_and_apply(spark, cfg, "SD")  # its checks pass: keys_unique among them
         assert _state(target_rows(cfg, "SD", source_only=False)) == expected, n
     final = BATCHES[-1][1]
     rows = {r["id"]: r for r in target_rows(cfg, "SD", source_only=False)}
     staged = {(r["_cdc_key"], r["_cdc_op"]): r["_cdc_order"] for r in delta_rows(cfg, "SD", "staging")}
     assert rows[1]["_cdc_order"] == staged[(rows[1]["_cdc_key"], "D")]  # the delete's ordering key
-    assert outcome.checks["reconciles_with_source"]  # the live rows are the export's
+    assert discrepancies(checks.reconciliation(cfg, table)) == 0  # the live rows are the export's
     assert checks.reconciliation(cfg, table).missing_rows == 0
     assert checks.reconciliation(cfg, table).extra_rows == 0
     status = table_status(cfg, table)
     assert (status.rows, status.soft_deleted_rows) == (2, 4)
-    assert outcome.figures["target"]["deletes"] == 2  # 2 and 4 flagged by the last batch's truncate
+    assert applied.deletes == 2  # 2 and 4 flagged by the last batch's truncate
     # the fresh read shows the flag; a rebuild gives the same rows
     assert _state(fresh.fresh_table(cfg, table).to_pylist()) == final
     rebuild(spark, cfg, table, None)
@@ -74,7 +76,7 @@ def test_a_fresh_read_of_a_soft_delete_table_equals_the_next_apply(spark, workdi
     table = cfg.table("SD")
     for n, (events, expected) in enumerate(BATCHES, start=1):
         land(cfg, "SD", f"batch-{n}", {"orders.jsonl": lines(*events)})
-        run_ok(cfg, "SD")
+        (take_and_apply if n == 1 else take)(spark, cfg, "SD")  # the first build never waits: readers need a target
         assert _state(fresh.fresh_table(cfg, table).to_pylist()) == expected, n
     shown = sorted(map(repr, fresh.fresh_table(cfg, table, with_metadata=True).to_pylist()))
     apply_pending(spark, cfg, table)
@@ -118,7 +120,7 @@ def test_a_delete_carrying_only_the_key_keeps_the_last_live_row(spark, workdir, 
              "columns": {"v": "string", "w": "string", "region": "string"},
              "options": {"op_column": "FLAG", "inserts": ["I"], "updates": ["U"], "deletes": ["D"],
                          "sequence_by": ["SEQ"]}}
-    cfg = run_batches(workdir, table, KEY_ONLY, _kept)  # the last batch waits: the fresh read shows it
+    cfg = apply_batches(spark, workdir, table, KEY_ONLY, _kept)  # the last batch waits: the fresh read shows it
     final = KEY_ONLY[-1][1]
     rows = target_rows(cfg, "SK", source_only=False)
     flagged = next(r for r in rows if r["k"] == 1)
@@ -137,17 +139,17 @@ def test_a_table_switched_back_to_hard_deletes_drops_its_flagged_rows(spark, wor
                         "sequence_by": ["SEQ"]}}
     cfg = write_config(workdir, [soft])
     land(cfg, "SH", "b0", {"c.jsonl": jsonl([cs("I", 1, 1, v="a"), cs("I", 1, 2, v="a"), cs("D", 2, 1)])})
-    run_ok(cfg, "SH")
+    take_and_apply(spark, cfg, "SH")
     assert _state([{**r, "id": r["k"]} for r in target_rows(cfg, "SH", source_only=False)]) == \
         {1: ("a", True), 2: ("a", False)}
     hard = {**soft, "deletes": "hard"}
     cfg = write_config(workdir, [{**hard, "apply": {"min_changes": 10**9}}])
     land(cfg, "SH", "b1", {"c.jsonl": jsonl([cs("I", 3, 3, v="a"), cs("U", 1, 1, v="late")])})  # 1's is stale
-    run_ok(cfg, "SH")
+    take(spark, cfg, "SH")  # staged: its merge waits
     # the deleted key is no row of a hard-delete table: not in the fresh read, gone at the next apply
     assert sorted(r["k"] for r in fresh.fresh_table(cfg, cfg.table("SH")).to_pylist()) == [2, 3]
     cfg = write_config(workdir, [hard])
-    run_ok(cfg, "SH")
+    take_and_apply(spark, cfg, "SH")
     rows = target_rows(cfg, "SH", source_only=False)
     assert sorted((r["k"], r["v"]) for r in rows) == [(2, "a"), (3, "a")]
     assert all("_cdc_deleted" not in r for r in rows)  # the flag column goes with the flagged rows
@@ -170,6 +172,6 @@ TRUNCATES_OUT_OF_ORDER = [
 def test_an_earlier_truncate_applied_after_a_later_one_still_ends_what_a_partial_update_keeps(spark, workdir):
     table = {"name": "ST", "keys": ["id"], "format": "debezium-json", "deletes": "soft", "partial_updates": True}
     # the last batch waits: the fresh read shows it, then the incremental apply in this process
-    cfg = run_batches(workdir, table, TRUNCATES_OUT_OF_ORDER, _state)
+    cfg = apply_batches(spark, workdir, table, TRUNCATES_OUT_OF_ORDER, _state)
     rebuild(spark, cfg, cfg.table("ST"), None)
     assert _state(target_rows(cfg, "ST", source_only=False)) == TRUNCATES_OUT_OF_ORDER[-1][1]

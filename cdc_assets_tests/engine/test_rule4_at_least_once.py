@@ -11,7 +11,8 @@ from cdc_assets.engine.maintenance import maintain
 from cdc_assets_tests.support.config import settings_of, write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql
-from cdc_assets_tests.support.runs import MARKS, run_ok, run_table
+from cdc_assets_tests.support.runs import MARKS, run_table
+from cdc_assets_tests.support.steps import run_steps
 from cdc_assets_tests.support.warehouse import delta_rows, delta_version, target_rows, values
 
 pytestmark = MARKS
@@ -38,14 +39,13 @@ def test_same_event_in_several_files_and_a_later_batch_counts_once(spark, workdi
         "part-a.jsonl": jsonl([e1, e2, e3, e4, e5]),
         "part-b.jsonl": jsonl([e2, e3, e2]),            # re-delivered in another file, and twice in one
     })
-    first = run_ok(cfg, "DUP").figures["changes"]
-    assert (first["records_read"], first["changes_new"], first["duplicates_skipped"]) == (8, 5, 3)
+    first = run_steps(spark, cfg, "DUP").taken
+    assert (first.records_read, first.changes_new, first.duplicates_skipped) == (8, 5, 3)
 
     e6 = mysql("UPDATE", {"id": 2, "v": "updated"}, 1, 40)
     land(cfg, "DUP", "batch-2", {"part-a.jsonl": jsonl([e1, e4, e6, e2])})  # a batch later, plus one new
-    second = run_ok(cfg, "DUP")
-    assert (second.figures["changes"]["changes_new"], second.figures["changes"]["duplicates_skipped"]) == (1, 3)
-    assert second.checks == {"batch_accounted": True, "keys_unique": True}
+    second = run_steps(spark, cfg, "DUP").taken  # the batch's counts add up, each key once: asserted by the steps
+    assert (second.changes_new, second.duplicates_skipped) == (1, 3)
 
     changes = delta_rows(cfg, "DUP", "changes")
     assert sorted(r["_cdc_event_id"] for r in changes) == sorted(e["uuid"] for e in (e1, e2, e3, e4, e5, e6))
@@ -57,17 +57,16 @@ def test_a_batch_of_only_redelivered_events_leaves_the_target_as_it_was(spark, w
     cfg = write_config(workdir, [{"name": "REDO", "keys": ["id"], "format": "datastream-json"}])
     events = [mysql("INSERT", {"id": 1, "v": "a"}, 1, 10), mysql("UPDATE", {"id": 1, "v": "b"}, 1, 20)]
     land(cfg, "REDO", "batch-1", {"part-1.jsonl": jsonl(events)})
-    run_ok(cfg, "REDO")
+    run_steps(spark, cfg, "REDO")
     before = target_rows(cfg, "REDO", source_only=False)
     target_before = delta_version(cfg, "REDO", "target")
     land(cfg, "REDO", "batch-2", {"part-1.jsonl": jsonl(events[::-1])})
-    outcome = run_ok(cfg, "REDO")
-    assert outcome.figures["changes"]["duplicates_skipped"] == 2
+    assert run_steps(spark, cfg, "REDO").taken.duplicates_skipped == 2
     assert target_rows(cfg, "REDO", source_only=False) == before
     assert delta_version(cfg, "REDO", "target") == target_before
     # and the run after it, with nothing landed, commits nothing anywhere
     settled = versions(cfg, "REDO")
-    run_ok(cfg, "REDO")
+    run_steps(spark, cfg, "REDO")
     assert versions(cfg, "REDO") == settled
 
 
@@ -77,8 +76,8 @@ def test_changeset_redelivery_without_event_ids_counts_once(spark, workdir):
         "op_column": "FLAG", "sequence_by": ["TS"], "inserts": ["I"], "updates": ["U"], "deletes": ["D"]}}])
     text = "FLAG,ID,VALUE,TS\nI,1,A1,2018-01-01 16:02:00\nU,1,A2,2018-01-01 16:02:01\n"
     land(cfg, "CSDUP", "batch-1", {"part-0001.csv": text, "part-0002.csv": text})
-    outcome = run_ok(cfg, "CSDUP")
-    assert (outcome.figures["changes"]["changes_new"], outcome.figures["changes"]["duplicates_skipped"]) == (2, 2)
+    taken = run_steps(spark, cfg, "CSDUP").taken
+    assert (taken.changes_new, taken.duplicates_skipped) == (2, 2)
     assert values(target_rows(cfg, "CSDUP"), "ID", "VALUE") == {1: "A2"}
 
 
@@ -106,10 +105,10 @@ def test_a_change_redelivered_after_its_batch_was_trimmed_changes_no_value(spark
     cfg = write_config(workdir, [{"name": "TIE", "keys": ["id"], **spec,
                                   "maintenance": {"trim_changes_after": "1h"}}])
     land(cfg, "TIE", "batch-1", {name: first})
-    run_ok(cfg, "TIE")
+    run_steps(spark, cfg, "TIE")
     assert values(target_rows(cfg, "TIE"), "id", "v") == {1: "B"}
     land(cfg, "TIE", "batch-2", {name: again})
-    assert run_ok(cfg, "TIE").figures["changes"]["duplicates_skipped"] == 1
+    assert run_steps(spark, cfg, "TIE").taken.duplicates_skipped == 1
     assert values(target_rows(cfg, "TIE"), "id", "v") == {1: "B"}
 
     report = maintain(cfg, cfg.table("TIE"), now=dt.datetime.now(dt.UTC) + dt.timedelta(hours=2))
@@ -117,7 +116,7 @@ def test_a_change_redelivered_after_its_batch_was_trimmed_changes_no_value(spark
     assert report.changes_trimmed_through >= 1 and delta_rows(cfg, "TIE", "changes") == []
     target = target_rows(cfg, "TIE", source_only=False)
     land(cfg, "TIE", "batch-3", {name: again})
-    assert run_ok(cfg, "TIE").figures["changes"]["duplicates_skipped"] == 1
+    assert run_steps(spark, cfg, "TIE").taken.duplicates_skipped == 1
     assert target_rows(cfg, "TIE", source_only=False) == target
 
 

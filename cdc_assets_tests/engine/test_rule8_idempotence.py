@@ -13,6 +13,7 @@ from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql
 from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.steps import take_and_apply
 from cdc_assets_tests.support.warehouse import delta_rows, delta_version, target_rows, values
 
 pytestmark = MARKS
@@ -35,7 +36,7 @@ def test_steps_applied_again_do_nothing(spark, workdir):
         mysql("UPDATE", {"id": 1, "v": "changed"}, 1, 10),
         mysql("INSERT", {"id": 3, "v": "new"}, 1, 11),
     ]) + "not json\n"})
-    run_ok(cfg, "AGAIN")
+    take_and_apply(spark, cfg, "AGAIN")
     expected = {1: "changed", 2: "base", 3: "new"}
     assert values(target_rows(cfg, "AGAIN"), "id", "v") == expected
     before = versions(cfg, "AGAIN")

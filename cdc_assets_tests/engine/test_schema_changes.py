@@ -19,8 +19,8 @@ from deltalake import DeltaTable
 from cdc_assets.engine import target_build
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land, parquet
-from cdc_assets_tests.support.runs import MARKS, run_ok
-from cdc_assets_tests.support.steps import take_and_apply
+from cdc_assets_tests.support.runs import MARKS
+from cdc_assets_tests.support.steps import run_steps, take_and_apply
 from cdc_assets_tests.support.warehouse import by_key, delta_rows, target_rows
 
 pytestmark = MARKS
@@ -172,18 +172,17 @@ def test_a_widening_on_spark_gives_what_the_apply_in_process_gives(spark, tmp_pa
             "op": ["I", "I", "I"], "id": pa.array([1, 2, 3], pa.int64()), "seq": [1, 1, 1],
             "region": ["eu", "us", "eu"], "qty": pa.array([1 << 40, -3, None], pa.int64()),
             "day": pa.array([dt.date(2024, 2, 29), None, dt.date(1, 1, 1)], pa.date32())}))})
-        run_ok(cfg, "SPW")
+        run_steps(spark, cfg, "SPW")
         land(cfg, "SPW", "batch-2", {"a.parquet": parquet(pa.table({
             "op": ["U", "I"], "id": pa.array([2, 4], pa.int64()), "seq": [2, 1], "region": ["us", "us"],
             "qty": pa.array([Decimal("-3.75"), Decimal("0.01")], pa.decimal128(12, 2)),
             "day": pa.array([dt.datetime(2024, 3, 1, 10, tzinfo=UTC), None], pa.timestamp("us", tz="UTC"))}))})
-        outcome = run_ok(cfg, "SPW")
-        return cfg, outcome.figures["target"]
+        return cfg, run_steps(spark, cfg, "SPW").applied
 
     local_cfg, _ = feed(tmp_path / "local")
     monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", "0")
     spark_cfg, figures = feed(tmp_path / "spark")
-    assert figures["applied_on"] == "spark"
+    assert figures.applied_on == "spark"
     rows = by_key(target_rows(spark_cfg, "SPW"), "id")
     assert rows == by_key(target_rows(local_cfg, "SPW"), "id")
     assert schema_of(spark_cfg, "SPW") == schema_of(local_cfg, "SPW")

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-import dagster as dg
-
-from cdc_assets.defs.definitions import build_definitions
 from cdc_assets.engine import checks, delta, maintenance
 from cdc_assets.engine.maintenance import maintain
 from cdc_assets.engine.status import table_status
@@ -20,7 +17,8 @@ from cdc_assets.engine.target_versions import restore
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql
-from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.runs import MARKS
+from cdc_assets_tests.support.steps import take_and_apply
 from cdc_assets_tests.support.warehouse import canonical, delta_rows, target_rows, values
 
 pytestmark = MARKS
@@ -62,7 +60,7 @@ def test_a_trimmed_staging_rebuilds_restores_and_applies_late_changes_as_the_who
     clean = []  # the target's rows after each batch of a clean run: the states a target may show
     for n, changes in enumerate(BATCHES, start=1):
         land(cfg, "ORDERS", f"batch-{n}", {"p.jsonl": jsonl(changes)})
-        run_ok(cfg, "ORDERS")
+        take_and_apply(spark, cfg, "ORDERS")
         clean.append(canonical(target_rows(cfg, "ORDERS")))
     target = target_rows(cfg, "ORDERS", source_only=False)
     assert values(target_rows(cfg, "ORDERS"), "id", "v") == {1: "b", 2: "again", 3: "c", 4: "b", 6: "b", 7: "a"}
@@ -113,7 +111,7 @@ def test_a_trimmed_staging_rebuilds_restores_and_applies_late_changes_as_the_who
     # a rebuild (of a partition, or of all), and the next run, commit only states a clean run
     # passes through, ending where the clean run ended
     for then in (lambda: rebuild(spark, cfg, table, ["region=eu"]), lambda: rebuild(spark, cfg, table, None),
-                 lambda: run_ok(cfg, "ORDERS")):
+                 lambda: take_and_apply(spark, cfg, "ORDERS")):
         restored = restore("ORDERS", table_dir, version_after_batch_1).version
         assert canonical(target_rows(cfg, "ORDERS")) == clean[0]
         then()
@@ -126,24 +124,8 @@ def test_a_trimmed_staging_rebuilds_restores_and_applies_late_changes_as_the_who
         mysql("UPDATE", row(3, "us", "older"), 1, 202),  # older than batch 2's last update of id 3
         mysql("UPDATE", row(5, "us", "older"), 1, 360),  # older than id 5's delete
         mysql("UPDATE", row(7, "us", "b"), 1, 600)])})
-    run_ok(cfg, "ORDERS")
+    take_and_apply(spark, cfg, "ORDERS")
     assert values(target_rows(cfg, "ORDERS"), "id", "v") == {1: "b", 2: "again", 3: "c", 4: "b", 6: "b", 7: "b"}
-
-
-def test_the_maintenance_job_reports_the_staging_trim(workdir):
-    cfg = write_config(workdir, [TABLE])
-    for n, changes in enumerate(BATCHES[:2], start=1):
-        land(cfg, "ORDERS", f"batch-{n}", {"p.jsonl": jsonl(changes)})
-        run_ok(cfg, "ORDERS")
-    # a retention of an hour: nothing registered minutes ago is old enough yet
-    result = build_definitions(cfg).resolve_job_def("ORDERS_maintenance_job").execute_in_process(
-        instance=dg.DagsterInstance.ephemeral())
-    assert result.success
-    [observation] = [e.event_specific_data.asset_observation for e in result.all_events
-                     if e.event_type_value == "ASSET_OBSERVATION"]
-    assert observation.metadata["staging_trimmed_through_batch"].value == "none"
-    assert observation.metadata["staging_rows_trimmed"].value == 0
-    assert len(delta_rows(cfg, "ORDERS", STAGING)) == 6 + 3
 
 
 def test_a_widening_after_a_restore_older_than_the_trim_commits_only_clean_states(spark, workdir):
@@ -161,13 +143,13 @@ def test_a_widening_after_a_restore_older_than_the_trim_commits_only_clean_state
     clean = []
     for n, changes in enumerate(batches, start=1):
         land(cfg, "WIDE", f"batch-{n}", {"p.jsonl": jsonl(changes)})
-        run_ok(cfg, "WIDE")
+        take_and_apply(spark, cfg, "WIDE")
         clean.append(shown(target_rows(cfg, "WIDE")))
     assert maintain(cfg, table, now=dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)) \
         .staging_trimmed_through == 3
     restored = restore("WIDE", table_dir, 0).version
     land(cfg, "WIDE", "batch-4", {"p.jsonl": jsonl([mysql("UPDATE", {"id": 1, "n": 2.5}, 1, 40)])})  # no integer
-    run_ok(cfg, "WIDE")
+    take_and_apply(spark, cfg, "WIDE")
     final = {1: 2.5, 2: 3.0}
     assert target_rows(cfg, "WIDE") and shown(target_rows(cfg, "WIDE")) == final
     states = [shown(target_rows_at(table_dir, v))
@@ -193,7 +175,7 @@ def test_a_trim_keeps_what_a_soft_deleted_key_keeps(spark, workdir):
                [cs("D", 4, 2)]]
     for n, records in enumerate(batches):
         land(cfg, "SK", f"b{n}", {"c.jsonl": jsonl(records)})
-        run_ok(cfg, "SK")
+        take_and_apply(spark, cfg, "SK")
 
     def kept() -> dict:
         return {r["k"]: (r["v"], r["_cdc_deleted"]) for r in target_rows(cfg, "SK", source_only=False)}
@@ -204,5 +186,5 @@ def test_a_trim_keeps_what_a_soft_deleted_key_keeps(spark, workdir):
     rebuild(spark, cfg, cfg.table("SK"), None)
     assert kept() == {1: ("b", True), 2: ("b", True)}
     land(cfg, "SK", "b3", {"c.jsonl": jsonl([cs("D", 5, 1), cs("D", 6, 2)])})  # deleted again
-    run_ok(cfg, "SK")
+    take_and_apply(spark, cfg, "SK")
     assert kept() == {1: ("b", True), 2: ("b", True)}

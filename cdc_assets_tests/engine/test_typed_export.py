@@ -15,7 +15,8 @@ from cdc_assets.engine import base_import
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql
-from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.runs import MARKS
+from cdc_assets_tests.support.steps import run_steps
 
 pytestmark = MARKS
 
@@ -46,20 +47,20 @@ def export_table() -> pa.Table:
     })
 
 
-def import_and_apply(workdir, name: str, partition_by: list[str]):
+def import_and_apply(spark, workdir, name: str, partition_by: list[str]):
     export = workdir / f"{name}.parquet"
     pq.write_table(export_table(), export, row_group_size=3)  # several row groups: several tasks
     table = {"name": name, "keys": ["id"], "format": "datastream-json", "base_snapshot": str(export)}
     if partition_by:
         table["partition_by"] = partition_by
     cfg = write_config(workdir, [table])
-    first = run_ok(cfg, name)
+    first = run_steps(spark, cfg, name)
     land(cfg, name, "batch-1", {"part-1.jsonl": jsonl([
         mysql("UPDATE", {"id": 1, "amount": "7.25", "region": "eu", "small": 9}, 1, 10),
         mysql("DELETE", {"id": 2, "region": "us"}, 1, 11),
         mysql("INSERT", {"id": 9, "amount": "1.5", "region": "us", "small": 1}, 1, 12),
     ])})
-    second = run_ok(cfg, name)
+    second = run_steps(spark, cfg, name)
     target = DeltaTable(os.path.join(cfg.table_dir(name), "target")).to_pyarrow_table()
     source = [f.name for f in target.schema if not f.name.startswith("_cdc_")]
     rows = sorted(target.select(source).to_pylist(), key=lambda r: r["id"])
@@ -72,14 +73,15 @@ def import_and_apply(workdir, name: str, partition_by: list[str]):
 def test_a_parquet_export_ends_in_the_same_target_typed_or_row_by_row(spark, tmp_path, monkeypatch, partition_by):
     (tmp_path / "typed" / "landing").mkdir(parents=True)
     (tmp_path / "rows" / "landing").mkdir(parents=True)
-    first, _, typed_rows, typed_types, typed_rejects, cfg = import_and_apply(tmp_path / "typed", "TYPED", partition_by)
-    assert first.figures["base"]["typed_columns"] == 14  # every column but the null-typed one
+    first, _, typed_rows, typed_types, typed_rejects, cfg = import_and_apply(spark, tmp_path / "typed", "TYPED",
+                                                                             partition_by)
+    assert first.base.typed_columns == 14  # every column but the null-typed one
     base_schema = DeltaTable(os.path.join(cfg.table_dir("TYPED"), "base")).schema().to_arrow()
     assert pa.schema(base_schema).field("amount").type == pa.decimal128(12, 2)
 
     monkeypatch.setattr(base_import, "typed_export_columns", lambda table: None)  # the row-by-row reader
-    first_rows, _, rows, types, rejects, _ = import_and_apply(tmp_path / "rows", "ROWS", partition_by)
-    assert "typed_columns" not in first_rows.figures["base"]
+    first_rows, _, rows, types, rejects, _ = import_and_apply(spark, tmp_path / "rows", "ROWS", partition_by)
+    assert first_rows.base.typed_columns is None
 
     assert typed_rows == rows
     assert typed_types == types
@@ -106,14 +108,13 @@ def test_a_typed_export_widens_with_its_changes_and_keeps_every_value(spark, wor
     }), export)
     cfg = write_config(workdir, [{"name": "WIDE", "keys": ["id"], "format": "datastream-json",
                                   "base_snapshot": str(export)}])
-    assert run_ok(cfg, "WIDE").figures["base"]["typed_columns"] == 3
+    assert run_steps(spark, cfg, "WIDE").base.typed_columns == 3
     land(cfg, "WIDE", "batch-1", {"part-1.jsonl": jsonl([
         mysql("INSERT", {"id": 4, "n": 3_000_000_000, "amount": 123456789012.345}, 1, 10)])})
-    outcome = run_ok(cfg, "WIDE")
+    run_steps(spark, cfg, "WIDE")  # its checks pass: asserted by the steps
     target = DeltaTable(os.path.join(cfg.table_dir("WIDE"), "target")).to_pyarrow_table()
     assert target.schema.field("n").type == pa.int64()
     assert target.schema.field("amount").type == pa.decimal128(15, 3)
     rows = {r["id"]: (r["n"], r["amount"]) for r in target.select(["id", "n", "amount"]).to_pylist()}
     assert rows == {1: (2**31 - 1, Decimal("9999999999.990")), 2: (-(2**31), Decimal("-0.010")), 3: (7, None),
                     4: (3_000_000_000, Decimal("123456789012.345"))}
-    assert outcome.checks == {"batch_accounted": True, "keys_unique": True}
