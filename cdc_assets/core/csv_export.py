@@ -103,22 +103,18 @@ def line_texts(data: bytes, rows: Sequence[int]) -> list[str]:
     """The text of the given records of `data` (0-based), as the row reader quarantines a line."""
     if not rows:
         return []
-    lines = data.split(b"\n")
-    return [lines[i].decode("utf-8").rstrip("\r") for i in rows]
+    picked = _lines(data).take(pa.array(rows, pa.int64()))
+    return [line.decode("utf-8").rstrip("\n").rstrip("\r") for line in picked.to_pylist()]
 
 
 def typed_columns(text: pa.Table, columns: Mapping[str, str], declared_order: Sequence[str],
                   arrow_type: ArrowType) -> tuple[pa.Table, dict[int, str]]:
     """The text columns converted to their declared types, and the rows that do not fit with the
     reason the row reader gives: the first declared column (in `columns:` order) that misfits."""
-    reasons: dict[int, str] = {}
-    typed: dict[str, pa.Array] = {}
-    for c in [c for c in declared_order if c in columns]:
-        misfits: dict[int, str] = {}
-        typed[c] = declared_column(text.column(c), c, columns[c], arrow_type, misfits,
-                                   reason=f"column {c!r} is declared {columns[c]}; this change's value does not fit it")
-        for row, why in misfits.items():
-            reasons.setdefault(row, why)
+    reasons: dict[int, str] = {}  # declared_column keeps a row's first reason
+    typed = {c: declared_column(text.column(c), c, columns[c], arrow_type, reasons,
+                                reason=f"column {c!r} is declared {columns[c]}; this change's value does not fit it")
+             for c in declared_order if c in columns}
     return pa.table({c: typed[c] for c in columns}), reasons
 
 

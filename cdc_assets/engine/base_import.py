@@ -185,8 +185,9 @@ _SAMPLE_BYTES = 2**16
 
 
 def _csv_slices(file_path: str) -> tuple[list[dict], int]:
-    """The lines after a CSV export's header as task slices (byte ranges that start and end at
-    a line's start), and an estimate of its rows from the lines at its start, middle and end."""
+    """The lines after a CSV export's header as task slices (CSV_LISTING: byte ranges that start
+    and end at a line's start, their first lines not yet counted), and an estimate of its rows
+    from the lines at its start, middle and end."""
     size = os.path.getsize(file_path)
     with open(file_path, "rb") as fh:
         start = len(fh.readline())
@@ -204,7 +205,7 @@ def _csv_slices(file_path: str) -> tuple[list[dict], int]:
             sample += fh.read(_SAMPLE_BYTES)
     bounds.append(size)
     per_line = len(sample) / max(1, sample.count(b"\n")) if sample else 1
-    slices = [{"path": file_path, "row_group": i, "start": a, "rows": b - a}
+    slices = [{"path": file_path, "slice": i, "start": a, "length": b - a, "first_line": 0}
               for i, (a, b) in enumerate(zip(bounds, bounds[1:])) if b > a]
     return slices, round((size - start) / per_line)
 
@@ -268,9 +269,8 @@ def _export_tasks(table: TableConfig, columns: dict[str, str], folder: str, head
         data, misfits = csv_export.typed_columns(text, columns, declared_order, shape.arrow_type)
         valued = csv_export.non_null_columns(data, misfits)
         for at in range(0, max(data.num_rows, 1), FILE_ROWS):
-            part = {i - at: why for i, why in misfits.items() if at <= i < at + FILE_ROWS}
-            yield write_file(data.slice(at, FILE_ROWS), f["slice"], at, f["first_line"] + at, part,
-                             lambda rows, at=at: csv_export.line_texts(raw, [at + i for i in rows]))
+            yield write_file(data.slice(at, FILE_ROWS), f["slice"], at, f["first_line"] + at, _within(misfits, at, FILE_ROWS),
+                             _shifted(lambda rows: csv_export.line_texts(raw, rows), at))
         yield pa.RecordBatch.from_pylist([small("column", c) for c in valued], schema=out_schema)
 
     def write_file(data: pa.Table, row_group: int, start: int, first: int, rejected: dict[int, str] | None = None,
@@ -284,9 +284,8 @@ def _export_tasks(table: TableConfig, columns: dict[str, str], folder: str, head
         with fs.open_output_stream(target_path) as stream, pq.ParquetWriter(
                 stream, file_schema, use_dictionary=spark_files.dictionary_columns(file_schema, data)) as writer:
             for at in range(0, max(data.num_rows, 1), SLICE_ROWS):
-                part = {i - at: why for i, why in (rejected or {}).items() if at <= i < at + SLICE_ROWS}
                 batch = export_batch(data.slice(at, SLICE_ROWS), first + at, keys, partition_by,
-                                     file_name, columns, shape.arrow_type, rejected=part,
+                                     file_name, columns, shape.arrow_type, rejected=_within(rejected or {}, at, SLICE_ROWS),
                                      raw_of=_shifted(raw_of, at) if raw_of else None)
                 bad = pc.is_valid(batch.column("_cdc_reason"))
                 for r in batch.filter(bad).select([n for n, _ in REJECT_FIELDS]).to_pylist():
@@ -301,12 +300,17 @@ def _export_tasks(table: TableConfig, columns: dict[str, str], folder: str, head
     return run
 
 
+def _within(rejected: dict[int, str], at: int, n: int) -> dict[int, str]:
+    """The rejected rows among rows at .. at+n, numbered from `at`."""
+    return {i - at: why for i, why in rejected.items() if at <= i < at + n}
+
+
 def _shifted(raw_of: Callable[[list[int]], list[str]], by: int) -> Callable[[list[int]], list[str]]:
     """`raw_of` for the rows of a slice starting at row `by`."""
     return lambda rows: raw_of([by + i for i in rows])
 
 
-def _csv_line_counts(slices: list[dict]):
+def _csv_line_counts():
     """A task counting the line breaks of each CSV slice it is handed: where each slice's lines start."""
     out = delta.arrow_schema(LINE_BREAKS)
 
@@ -349,19 +353,15 @@ def _written(spark, table: TableConfig, columns: dict[str, str], folder: str) ->
         slices = _export_slices(export)
         return _run_tasks(spark, _export_tasks(table, columns, folder), slices, LISTING, out,
                           sum(s["rows"] for s in slices)), set(columns)
-    header = _csv_header(export)
-    assert header is not None
-    slices, rows = _csv_slices(export)
-    count = _csv_line_counts(slices)
-    listing = [{"path": s["path"], "slice": s["row_group"], "start": s["start"], "length": s["rows"], "first_line": 0}
-               for s in slices]
+    listing, rows = _csv_slices(export)
     # Counting line breaks costs a read of the file; this process reads twice the rows it would
     # parse itself, so that an estimate a little high does not send an export of its size to Spark.
-    breaks = dict(zip(*_run_tasks(spark, count, listing, CSV_LISTING, LINE_BREAKS, rows // 2).to_pydict().values()))
+    breaks = dict(zip(*_run_tasks(spark, _csv_line_counts(), listing, CSV_LISTING, LINE_BREAKS, rows // 2).to_pydict().values()))
     rows = sum(breaks.values())
     line = 1  # the header's
     for s in listing:
         s["first_line"], line = line, line + breaks[s["slice"]]
+    header = list(columns)  # csv_export.export_columns: the header's columns, in its order
     results = _run_tasks(spark, _export_tasks(table, columns, folder, header), listing, CSV_LISTING, out, rows)
     kinds = results.column("kind")
     if pc.any(pc.equal(kinds, "decline")).as_py():
