@@ -81,7 +81,7 @@ def import_base(spark, cfg: Config, table: TableConfig, log=None) -> BaseResult:
         ledgers, n_rejected, partitions, adds = _import_rows_here(table, table_dir, files, log)
     else:
         ledgers, n_rejected, partitions, adds = _import_rows_on_spark(session_of(spark), table, table_dir, files, log)
-    rows = sum(json.loads(a.stats)["numRecords"] for a in adds)
+    rows = spark_files.rows_written(adds)
     # An export's values widen the column types; a CSV export's are inferred and never misfit.
     types = joined(*ledgers)
     imported = BaseResult(rows_read=rows + n_rejected, rows=rows, quarantined=n_rejected, files=len(adds))
@@ -393,7 +393,7 @@ def _import_typed(spark, table: TableConfig, table_dir: str, columns: dict[str, 
     except Exception:
         storage.remove_tree(folder)
         raise
-    rows = sum(json.loads(a.stats)["numRecords"] for a in adds)
+    rows = spark_files.rows_written(adds)
     # the export's own schema says them; a CSV column holding no value has no type yet, as when read row by row
     types = {c: STRICT + t for c, t in columns.items() if c in valued}
     imported = BaseResult(rows_read=rows + n_rejected, rows=rows, quarantined=n_rejected, files=len(adds),

@@ -14,7 +14,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import functools
-import json
 import math
 import re
 import time
@@ -414,5 +413,4 @@ def changing_rows(spark, target_path: str, dt_, state, deletes, truncate: str | 
     gone = gone.select(*[F.col(f.name) if f.name in (KEY, ORDER) else F.lit(None).cast(f.dataType).alias(f.name)
                          for f in fields], F.lit(DELETE).alias("_cdc_apply"))
     adds = spark_files.write_files(upserts.unionByName(refills).unionByName(gone), target_path)
-    rows = sum(json.loads(a.stats)["numRecords"] for a in adds)
-    return Changing(adds, [storage.join(target_path, unquote(a.path)) for a in adds], rows)
+    return Changing(adds, [storage.join(target_path, unquote(a.path)) for a in adds], spark_files.rows_written(adds))

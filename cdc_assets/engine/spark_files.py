@@ -89,6 +89,11 @@ def rows_reaching(table_path: str, column: str, lo, hi=None) -> int:
     return sum(files[i].rows for i in ids)
 
 
+def rows_written(adds: list) -> int:
+    """The rows of written files (their add actions), from their statistics."""
+    return sum(json.loads(a.stats)["numRecords"] for a in adds)
+
+
 def write_session_settings(spark) -> None:
     """Parquet as delta-rs and every Delta reader expect it: microsecond timestamps."""
     for key, value in {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",

@@ -238,11 +238,6 @@ def _stored_task(ledger: dict, stored: dict[str, str], out: pa.Schema):
     return run
 
 
-def rows_written(adds: list) -> int:
-    """The rows of written files, from their statistics."""
-    return sum(json.loads(a.stats)["numRecords"] for a in adds)
-
-
 def commit_written(table_path: str, step: str, batch_seq: int, schema: pa.Schema, adds: list, metadata: dict) -> int:
     """Files the executors wrote into the table, committed by delta-rs as one version marking
     `step` done for `batch_seq` (as `delta.append` does): its version. Files not committed are
@@ -335,7 +330,7 @@ def ingest_on_spark(spark, table: TableConfig, table_dir: str, batch: Batch, fil
         n_rejected = quarantine(table, table_dir, pa.concat_tables([unreadable, misfits]), batch.seq, log)
         written = rows.select(*[_column(c) for c in [n for n, _ in RECORD_FIELDS] + list(columns) if c not in dropped])
         adds = spark_files.write_files(written, changes_path)
-        taken = ChangesResult(files=len(files), records_read=records_read, changes_new=rows_written(adds),
+        taken = ChangesResult(files=len(files), records_read=records_read, changes_new=spark_files.rows_written(adds),
                               duplicates_skipped=records_read - unreadable.num_rows - n_distinct,
                               quarantined=n_rejected)
         version = commit_written(changes_path, CHANGES, batch.seq, spark_files.arrow_schema_of(written), adds,
@@ -363,16 +358,15 @@ def stage_on_spark(spark, table: TableConfig, table_dir: str, batch: Batch) -> t
     files, ids = spark_files.files_reaching(changes_path, "_cdc_batch_seq", batch.seq, batch.seq)
     if not ids:
         raise OutOfOrder(f"table {table.name}: batch {batch.id} has no committed changes yet")
-    # Not cached: the counts read one column or two of the batch's files, the staging reads them once.
+    # Not cached: one job counts the batch's changes and asks whether one lists columns it does not
+    # carry (where columns are combined, staging keeps every such change); the staging reads them once.
     changes = spark_apply.read(spark, files, ids, schema).drop(spark_apply.FILE).where(F.col("_cdc_batch_seq") == batch.seq)
-    n_changes = changes.count()
+    n_changes, listed = changes.agg(F.count(F.lit(1)), F.max(F.col("_cdc_row").contains(UNSET_KEY))).first()
     staged = changes.repartition("_cdc_key").mapInArrow(_whole(schema, lambda rows: staged_records(rows, table)),
                                                         _struct(schema))
     staging_path = path(table_dir, STAGING)
     adds = spark_files.write_files(staged, staging_path)
-    n_staged = rows_written(adds)
+    n_staged = spark_files.rows_written(adds)
     counts = {"changes": n_changes, "staged": n_staged, "superseded_in_batch": n_changes - n_staged}
-    # the batch's changes: where columns are combined, staging keeps every change that lists some
-    listed = changes.where(F.col("_cdc_row").contains(UNSET_KEY)).limit(1).count() > 0
     return counts, commit_written(staging_path, STAGING, batch.seq, spark_files.arrow_schema_of(staged), adds,
-                                  {**counts, **left_out_through(table_dir, batch.seq, listed)})
+                                  {**counts, **left_out_through(table_dir, batch.seq, bool(listed))})

@@ -7,7 +7,6 @@ whose values cast exactly rewrites the target's files with a cast instead (engin
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 
@@ -92,7 +91,7 @@ def build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reache
         faults.point("target.committed")
     finally:
         history.close()
-    rows = sum(json.loads(a.stats)["numRecords"] for a in adds)
+    rows = spark_files.rows_written(adds)
     replaced = len(dt_.file_uris()) if removes is None and dt_ is not None else len(removes or [])
     figures = ApplyResult(applied_batch=reached, rows_written=rows, files_added=len(adds), files_removed=replaced,
                           rows=final.count(), delta_version=final.version(),
