@@ -95,18 +95,18 @@ def _lsn_text(n: int) -> str:
     return f"{n >> 32:X}/{n & 0xFFFFFFFF:X}"
 
 
-def _slot_exists(conn: psycopg.Connection, names: Slot) -> bool:
-    return bool(ps._one(conn, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (names.slot,)))
+def slot_exists(conn: psycopg.Connection, names: Slot) -> bool:
+    return bool(ps.single_value(conn, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (names.slot,)))
 
 
 def _check_server(conn: psycopg.Connection, where: str) -> None:
-    level = ps._one(conn, "SELECT current_setting('wal_level')", ())
+    level = ps.single_value(conn, "SELECT current_setting('wal_level')", ())
     if level != "logical":
         raise ps.SourceError(f"{where}: capture: logical needs the server's wal_level = logical (it is {level}): "
                              "run ALTER SYSTEM SET wal_level = logical and restart PostgreSQL (max_replication_slots "
                              "and max_wal_senders must be at least 1), or use capture: changelog, which needs no "
                              "server setting")
-    encoding = ps._one(conn, "SELECT current_setting('server_encoding')", ())
+    encoding = ps.single_value(conn, "SELECT current_setting('server_encoding')", ())
     if encoding != "UTF8":
         raise ps.SourceError(f"{where}: capture: logical reads the server's text as UTF-8, and its encoding is "
                              f"{encoding}: use capture: changelog")
@@ -115,7 +115,7 @@ def _check_server(conn: psycopg.Connection, where: str) -> None:
 def _check_identity(conn: psycopg.Connection, source: PgSource, keys: Sequence[str], where: str) -> str:
     """The replica identity, if it gives the old key of every update and delete (else an error saying
     what to run)."""
-    identity = ps._one(conn, "SELECT relreplident FROM pg_class WHERE oid = to_regclass(%s)", (ps._regclass(source),))
+    identity = ps.single_value(conn, "SELECT relreplident FROM pg_class WHERE oid = to_regclass(%s)", (ps.regclass(source),))
     if identity == "f":
         return "full"
     if identity in ("d", "i"):
@@ -123,7 +123,7 @@ def _check_identity(conn: psycopg.Connection, source: PgSource, keys: Sequence[s
         covered = {r[0] for r in conn.execute(
             "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
             f"AND a.attnum = ANY(i.indkey) WHERE i.indrelid = to_regclass(%s) AND i.{flag}",
-            (ps._regclass(source),)).fetchall()}
+            (ps.regclass(source),)).fetchall()}
         if covered and set(keys) <= covered:
             return "default" if identity == "d" else "index"
     shown = {"d": "default (the primary key)", "i": "an index", "n": "nothing"}.get(str(identity), str(identity))
@@ -145,7 +145,7 @@ def enable(table: TableConfig, table_dir: str) -> ps.Enabled:
     with conn:
         try:
             _check_server(conn, where)
-            exists = _slot_exists(conn, names)
+            exists = slot_exists(conn, names)
             if os.path.exists(base):
                 if exists:
                     raise ps.SourceError(f"{where}: capture is already enabled (its base snapshot is {base})")
@@ -155,14 +155,14 @@ def enable(table: TableConfig, table_dir: str) -> ps.Enabled:
                 conn.execute("SELECT pg_drop_replication_slot(%s)", (names.slot,))
             cols = ps.columns(conn, source, where)
             keys = table.keys or ps.primary_key(conn, source)
-            ps._check_columns(cols, keys, where)
+            ps.check_columns(cols, keys, where)
             _check_identity(conn, source, keys, where)
-            if not ps._one(conn, "SELECT count(*) FROM pg_publication WHERE pubname = %s", (names.publication,)):
+            if not ps.single_value(conn, "SELECT count(*) FROM pg_publication WHERE pubname = %s", (names.publication,)):
                 conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
-                    sql.Identifier(names.publication), ps._table_ref(source)))
+                    sql.Identifier(names.publication), ps.table_ref(source)))
             conn.commit()
             os.makedirs(postgres.capture_dir(table_dir), exist_ok=True)
-            ps._durable_write(postgres.record_path(table_dir),
+            ps.durable_write(postgres.record_path(table_dir),
                               postgres.record_json(CaptureRecord(str(source), "logical", keys)).encode())
             with psycopg.connect(**source.conninfo(), application_name="cdc_assets",  # type: ignore[arg-type]
                                  replication="database", autocommit=True) as replication:
@@ -176,10 +176,10 @@ def enable(table: TableConfig, table_dir: str) -> ps.Enabled:
                 faults.point("postgres.slot_created")  # a slot and no base: the next enable starts over
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
-                rows = ps._write_parquet(
-                    base, ps._pages(conn, ps._select(cols, sql.SQL("{} r").format(ps._table_ref(source)),
+                rows = ps.write_parquet(
+                    base, ps.row_pages(conn, ps.select_query(cols, sql.SQL("{} r").format(ps.table_ref(source)),
                                                      changes=False), cols, changes=False),
-                    ps._schema(cols, changes=False), _upto(_lsn(start)))
+                    ps.extract_schema(cols, changes=False), _upto(_lsn(start)))
                 conn.commit()
             faults.point("postgres.base_written")
         except psycopg.Error as e:
@@ -190,7 +190,7 @@ def enable(table: TableConfig, table_dir: str) -> ps.Enabled:
 def _slots_in_use(conn: psycopg.Connection, where: str) -> ps.SourceError:
     """Every replication slot the server allows is taken: a configuration to change, not a server
     that is down, so a retry alone never gets past it."""
-    allowed = ps._one(conn, "SELECT current_setting('max_replication_slots')", ())
+    allowed = ps.single_value(conn, "SELECT current_setting('max_replication_slots')", ())
     return ps.SourceError(f"{where}: capture: logical needs a replication slot of its own, and every one of the "
                           f"server's max_replication_slots (it is {allowed}) is in use: drop a slot nothing reads "
                           "(pg_replication_slots lists them; pg_drop_replication_slot drops one) or raise "
@@ -205,7 +205,7 @@ def _last_upto(folder: str, base: str) -> tuple[int, int]:
     """(how many extracts there are, the LSN the last one, or else the base, took the slot to)."""
     import pyarrow.parquet as pq
 
-    names = ps._extract_names(folder)
+    names = ps.extract_names(folder)
     meta = pq.read_metadata(os.path.join(folder, names[-1]) if names else base).metadata or {}
     return len(names), _lsn(meta[UPTO_KEY].decode())
 
@@ -216,7 +216,7 @@ def _advance(conn: psycopg.Connection, names: Slot, upto: int) -> None:
                  "FROM pg_replication_slots WHERE slot_name = %s", (_lsn_text(upto), names.slot))
 
 
-def _peek(conn: psycopg.Connection, names: Slot, upto: int | None) -> Iterator[bytes]:
+def peek(conn: psycopg.Connection, names: Slot, upto: int | None) -> Iterator[bytes]:
     """The slot's messages (up to `upto`), a page at a time through a server-side cursor."""
     with conn.cursor(name="cdc_assets_slot") as cur:
         cur.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, 'proto_version', '1', "
@@ -236,13 +236,13 @@ def _changes(conn: psycopg.Connection, names: Slot, source: PgSource, keys: Sequ
     slot is confirmed) and before `upto`: decoding up to `upto` stops at the first record reaching
     it, which may be a commit starting at or past it (`upto` inside a page header): that one is
     left for the next extraction, as the slot advanced to `upto` gives it again."""
-    return pgoutput.changes(_peek(conn, names, upto), source.schema, source.table, keys, after=after, before=upto)
+    return pgoutput.changes(peek(conn, names, upto), source.schema, source.table, keys, after=after, before=upto)
 
 
 def _schema(cols: Sequence[PgColumn]) -> pa.Schema:
     import pyarrow as pa
 
-    schema = ps._schema(cols, changes=True)
+    schema = ps.extract_schema(cols, changes=True)
     return schema.insert(2, pa.field(postgres.UNSET_COLUMN, pa.string()))
 
 
@@ -290,13 +290,13 @@ def extract_new_rows(table: TableConfig, table_dir: str) -> ps.Extract | None:
     names = slot_names(source)
     with conn:
         try:
-            if not _slot_exists(conn, names):
+            if not slot_exists(conn, names):
                 raise ps.SourceError(f"{where}: capture is not enabled: its replication slot {names.slot} is gone "
                                      "(`cdc-assets capture disable` ran, or it was dropped)")
             cols = ps.columns(conn, source, where)
             _advance(conn, names, last)  # a crash may have come between the last extract and its confirmation
             conn.commit()
-            upto = _lsn(str(ps._one(conn, "SELECT pg_current_wal_flush_lsn()::text", ())))
+            upto = _lsn(str(ps.single_value(conn, "SELECT pg_current_wal_flush_lsn()::text", ())))
             pages = _rows(_changes(conn, names, source, record.keys, last, upto), cols)
             first = next(pages, None)
             if first is None:
@@ -305,7 +305,7 @@ def extract_new_rows(table: TableConfig, table_dir: str) -> ps.Extract | None:
                 conn.commit()
                 return None
             name = f"extract-{count + 1:08d}.parquet"  # names sort in extraction order: arrival order
-            rows = ps._write_parquet(os.path.join(folder, name), _chain(first, pages), _schema(cols), _upto(upto))
+            rows = ps.write_parquet(os.path.join(folder, name), _chain(first, pages), _schema(cols), _upto(upto))
             conn.commit()
             faults.point("postgres.extracted")  # the extract is in the warehouse; the slot is not yet past it
             _advance(conn, names, upto)
@@ -333,7 +333,7 @@ def disable(table: TableConfig) -> list[str]:
     removed = []
     with conn:
         try:
-            if _slot_exists(conn, names):
+            if slot_exists(conn, names):
                 conn.execute("SELECT pg_drop_replication_slot(%s)", (names.slot,))
                 removed.append(f"replication slot {names.slot}")
             conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(names.publication)))
@@ -352,7 +352,7 @@ def retained_wal(table: TableConfig) -> int | None:
     source, conn = ps.connect(table)
     with conn:
         try:
-            found = ps._one(conn, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint "
+            found = ps.single_value(conn, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint "
                                   "FROM pg_replication_slots WHERE slot_name = %s", (slot_names(source).slot,))
         except psycopg.Error as e:
             raise ps.failure(f"table {table.name}: source {table.source}", e) from None
@@ -374,7 +374,7 @@ def status(table: TableConfig) -> ps.CaptureStatus:
                 return ps.CaptureStatus(table.name, str(source), False, 0, None)
             retained, now = found
             waiting, oldest = 0, None
-            for change in pgoutput.changes(_peek(conn, names, None), source.schema, source.table, table.keys):
+            for change in pgoutput.changes(peek(conn, names, None), source.schema, source.table, table.keys):
                 waiting += 1
                 oldest = change.commit_time if oldest is None else min(oldest, change.commit_time)
             conn.commit()

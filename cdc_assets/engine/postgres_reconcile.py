@@ -107,7 +107,7 @@ def _changelog_pending(conn, source: postgres.PgSource, cols, keys: Sequence[str
     from psycopg import sql
 
     names = ps.objects(source)
-    if not ps._changelog_exists(conn, names):
+    if not ps.changelog_exists(conn, names):
         raise ps.SourceError(f"source {source}: capture is not enabled: its changelog is gone")
     key_cols = [c for c in cols if c.name in keys]
     by_name = {c.name: c for c in key_cols}
@@ -117,9 +117,9 @@ def _changelog_pending(conn, source: postgres.PgSource, cols, keys: Sequence[str
     image = sql.SQL("jsonb_build_object({})").format(sql.SQL(", ").join(
         sql.SQL("{}, l.image -> {}").format(sql.Literal(k), sql.Literal(k)) for k in keys))
     rows = sql.SQL("{} l, LATERAL jsonb_populate_record(NULL::{}, {}) r").format(
-        sql.Identifier(ps.SCHEMA, names.changelog), ps._table_ref(source), image)
+        sql.Identifier(ps.SCHEMA, names.changelog), ps.table_ref(source), image)
     types = [postgres.column_type(c) for c in ordered]
-    for page in ps._pages(conn, ps._select(ordered, rows, changes=True), ordered, changes=True):
+    for page in ps.row_pages(conn, ps.select_query(ordered, rows, changes=True), ordered, changes=True):
         ops, values = page[0], page[3:]
         for i, op in enumerate(ops):
             if op == "TRUNCATE":
@@ -135,7 +135,7 @@ def _slot_pending(conn, table: TableConfig, source: postgres.PgSource, cols, key
     record is flushed: a transaction of its own, committed synchronously after S was taken, has its
     commit record after every commit S sees, and flushes the WAL up to it."""
     names = postgres_logical.slot_names(source)
-    if not postgres_logical._slot_exists(conn, names):
+    if not postgres_logical.slot_exists(conn, names):
         raise ps.SourceError(f"{where}: capture is not enabled: its replication slot {names.slot} is gone")
     _, flusher = ps.connect(table)
     with flusher:
@@ -144,7 +144,7 @@ def _slot_pending(conn, table: TableConfig, source: postgres.PgSource, cols, key
         flusher.commit()
     by_name = {c.name: c for c in cols}
     types = [postgres.column_type(by_name[k]) for k in keys]
-    for change in pgoutput.changes(postgres_logical._peek(conn, names, None), source.schema, source.table, keys):
+    for change in pgoutput.changes(postgres_logical.peek(conn, names, None), source.schema, source.table, keys):
         if change.op == "TRUNCATE":
             pending.truncate = True
         else:
@@ -156,7 +156,7 @@ def _extracts_pending(table_dir: str, applied: int, cols, keys: Sequence[str], p
     import pyarrow.parquet as pq
 
     folder = extracts_dir(table_dir)
-    names = ps._extract_names(folder)
+    names = ps.extract_names(folder)
     in_target = {f for b in registered(table_dir) if b.seq <= applied for f in b.files}
     by_name = {c.name: c for c in cols}
     types = [postgres.column_type(by_name[k]) for k in keys]
@@ -176,8 +176,8 @@ def _source_rows(conn, source: postgres.PgSource, cols) -> Iterator[list]:
     """The source's rows as S sees them, read as an extraction reads them."""
     from psycopg import sql
 
-    query = ps._select(cols, sql.SQL("{} r").format(ps._table_ref(source)), changes=False)
-    for page in ps._pages(conn, query, cols, changes=False):
+    query = ps.select_query(cols, sql.SQL("{} r").format(ps.table_ref(source)), changes=False)
+    for page in ps.row_pages(conn, query, cols, changes=False):
         yield from zip(*page)
 
 

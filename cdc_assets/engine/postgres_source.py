@@ -181,7 +181,7 @@ def columns(conn: psycopg.Connection, source: PgSource, where: str) -> list[PgCo
         "SELECT a.attname, format_type(a.atttypid, a.atttypmod), t.typcategory, t.typname "
         "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
         "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
-        (_regclass(source),)).fetchall()
+        (regclass(source),)).fetchall()
     if not rows:
         raise SourceError(f"{where}: no table {source.qualified} in database {source.database}")
     return [PgColumn(r[0], r[1], r[2], r[3]) for r in rows]
@@ -191,11 +191,11 @@ def primary_key(conn: psycopg.Connection, source: PgSource) -> tuple[str, ...]:
     rows = conn.execute(
         "SELECT a.attname FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, n) "
         "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
-        "WHERE i.indrelid = to_regclass(%s) AND i.indisprimary ORDER BY k.n", (_regclass(source),)).fetchall()
+        "WHERE i.indrelid = to_regclass(%s) AND i.indisprimary ORDER BY k.n", (regclass(source),)).fetchall()
     return tuple(r[0] for r in rows)
 
 
-def _regclass(source: PgSource) -> str:
+def regclass(source: PgSource) -> str:
     from psycopg import sql
 
     return sql.SQL(".").join([sql.Identifier(source.schema), sql.Identifier(source.table)]).as_string()
@@ -213,23 +213,24 @@ def enable(table: TableConfig, table_dir: str) -> Enabled:
     with conn:
         try:
             if os.path.exists(base):
-                if _changelog_exists(conn, objects(source)):
+                if changelog_exists(conn, objects(source)):
                     raise SourceError(f"{where}: capture is already enabled (its base snapshot is {base})")
                 raise starts_over(where, table_dir, "capture was disabled after it started here")
             check_starts_here(where, table_dir)
             cols = columns(conn, source, where)
             keys = table.keys or primary_key(conn, source)
-            _check_columns(cols, keys, where)
+            check_columns(cols, keys, where)
             names = objects(source)
             _create_waiting_for_writers(conn, source, names, keys, where)
             os.makedirs(postgres.capture_dir(table_dir), exist_ok=True)
-            _durable_write(postgres.record_path(table_dir),
+            durable_write(postgres.record_path(table_dir),
                            postgres.record_json(CaptureRecord(str(source), table.capture or "changelog", keys)).encode())
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             changelog = sql.Identifier(SCHEMA, names.changelog)
             seen = postgres.ranges(r[0] for r in conn.execute(sql.SQL("SELECT seq FROM {}").format(changelog)))
-            rows = _write_parquet(base, _pages(conn, _select(cols, sql.SQL("{} r").format(_table_ref(source)), changes=False),
-                                               cols, changes=False), _schema(cols, changes=False), _taken(seen))
+            query = select_query(cols, sql.SQL("{} r").format(table_ref(source)), changes=False)
+            rows = write_parquet(base, row_pages(conn, query, cols, changes=False), extract_schema(cols, changes=False),
+                                 _taken(seen))
             faults.point("postgres.base_written")
             _delete_taken(conn, names, seen)
             conn.commit()
@@ -251,7 +252,7 @@ def check_starts_here(where: str, table_dir: str) -> None:
     made between the two were never captured, the new base snapshot is never imported over the
     earlier one, and a new changelog's sequence starts again, ranking every new change below the
     earlier ones: the target would silently stay behind the source."""
-    if _extract_names(extracts_dir(table_dir)) or any(os.path.isdir(os.path.join(table_dir, name))
+    if extract_names(extracts_dir(table_dir)) or any(os.path.isdir(os.path.join(table_dir, name))
                                                       for name in (BASE, CHANGES, TARGET)):
         raise starts_over(where, table_dir, f"{table_dir} holds an earlier capture's batches or target, and not its "
                                             "base snapshot")
@@ -268,10 +269,10 @@ def disable(table: TableConfig) -> list[str]:
     removed = []
     with conn:
         try:
-            if _one(conn, "SELECT to_regclass(%s)", (_regclass(source),)) is not None:
+            if single_value(conn, "SELECT to_regclass(%s)", (regclass(source),)) is not None:
                 for trigger in (TRIGGER, TRUNCATE_TRIGGER):
                     conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(trigger),
-                                                                                   _table_ref(source)))
+                                                                                   table_ref(source)))
                     removed.append(f"trigger {trigger} on {source.qualified}")
             conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}()").format(sql.Identifier(SCHEMA, names.function)))
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(SCHEMA, names.changelog)))
@@ -279,7 +280,7 @@ def disable(table: TableConfig) -> list[str]:
             removed += [f"function {SCHEMA}.{names.function}", f"table {SCHEMA}.{names.changelog}",
                         f"sequence {SCHEMA}.{names.sequence}"]
             conn.commit()
-            empty = _one(conn, "SELECT NOT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = "
+            empty = single_value(conn, "SELECT NOT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = "
                                "c.relnamespace WHERE n.nspname = %s) AND NOT EXISTS (SELECT 1 FROM pg_proc p "
                                "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %s)",
                          (SCHEMA, SCHEMA))
@@ -300,7 +301,7 @@ def status(table: TableConfig) -> CaptureStatus:
     names = objects(source)
     with conn:
         try:
-            if not _changelog_exists(conn, names):
+            if not changelog_exists(conn, names):
                 return CaptureStatus(table.name, str(source), False, 0, None)
             found = conn.execute(sql.SQL("SELECT count(*), clock_timestamp() - min(captured_at) FROM {}")
                                  .format(sql.Identifier(SCHEMA, names.changelog))).fetchone()
@@ -310,20 +311,20 @@ def status(table: TableConfig) -> CaptureStatus:
     return CaptureStatus(table.name, str(source), True, int(waiting), oldest)
 
 
-def _changelog_exists(conn: psycopg.Connection, names: Objects) -> bool:
+def changelog_exists(conn: psycopg.Connection, names: Objects) -> bool:
     from psycopg import sql
 
     qualified = sql.Identifier(SCHEMA, names.changelog).as_string(conn)
-    return _one(conn, "SELECT to_regclass(%s)", (qualified,)) is not None
+    return single_value(conn, "SELECT to_regclass(%s)", (qualified,)) is not None
 
 
-def _one(conn: psycopg.Connection, query: str, params: tuple) -> object:
+def single_value(conn: psycopg.Connection, query: str, params: tuple) -> object:
     """The single value a query returns."""
     row = conn.execute(query, params).fetchone()  # type: ignore[arg-type]  # a constant query, parameters apart
     return None if row is None else row[0]
 
 
-def _check_columns(cols: Sequence[PgColumn], keys: Sequence[str], where: str) -> None:
+def check_columns(cols: Sequence[PgColumn], keys: Sequence[str], where: str) -> None:
     names = [c.name for c in cols]
     if not keys:
         raise SourceError(f"{where}: the table has no primary key: list its key columns in 'keys'")
@@ -399,18 +400,18 @@ def _create(conn: psycopg.Connection, source: PgSource, names: Objects, keys: Se
         # SECURITY DEFINER: the source's writers need no privilege on the changelog
         sql.SQL("CREATE OR REPLACE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER "
                 "SET search_path = pg_catalog, pg_temp AS {}").format(function, sql.Literal(body)),
-        sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(TRIGGER), _table_ref(source)),
+        sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(TRIGGER), table_ref(source)),
         sql.SQL("CREATE TRIGGER {} AFTER INSERT OR UPDATE OR DELETE ON {} FOR EACH ROW EXECUTE FUNCTION {}()").format(
-            sql.Identifier(TRIGGER), _table_ref(source), function),
+            sql.Identifier(TRIGGER), table_ref(source), function),
         # a TRUNCATE fires no row trigger: a statement trigger records it
-        sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(TRUNCATE_TRIGGER), _table_ref(source)),
+        sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(TRUNCATE_TRIGGER), table_ref(source)),
         sql.SQL("CREATE TRIGGER {} AFTER TRUNCATE ON {} FOR EACH STATEMENT EXECUTE FUNCTION {}()").format(
-            sql.Identifier(TRUNCATE_TRIGGER), _table_ref(source), function),
+            sql.Identifier(TRUNCATE_TRIGGER), table_ref(source), function),
     ):
         conn.execute(statement)
 
 
-def _table_ref(source: PgSource):
+def table_ref(source: PgSource):
     from psycopg import sql
 
     return sql.Identifier(source.schema, source.table)
@@ -439,7 +440,7 @@ def extract_new_rows(table: TableConfig, table_dir: str) -> Extract | None:
     names = objects(source)
     with conn:
         try:
-            if not _changelog_exists(conn, names):
+            if not changelog_exists(conn, names):
                 raise SourceError(f"{where}: capture is not enabled: its changelog is gone (`cdc-assets capture "
                                   "disable` ran, or it was dropped)")
             cols = columns(conn, source, where)
@@ -473,9 +474,9 @@ def _write_changes(conn: psycopg.Connection, source: PgSource, names: Objects, c
     changelog = sql.Identifier(SCHEMA, names.changelog)
     try:
         with conn.transaction():  # a savepoint: the transaction's snapshot, and what it took, stay
-            return _write_parquet(path, _pages(conn, _select(cols, sql.SQL(
-                "{} l, LATERAL jsonb_populate_record(NULL::{}, l.image) r").format(changelog, _table_ref(source)),
-                changes=True), cols, changes=True), _schema(cols, changes=True), metadata)
+            return write_parquet(path, row_pages(conn, select_query(cols, sql.SQL(
+                "{} l, LATERAL jsonb_populate_record(NULL::{}, l.image) r").format(changelog, table_ref(source)),
+                changes=True), cols, changes=True), extract_schema(cols, changes=True), metadata)
     except psycopg.errors.DataError:
         pass
     conn.execute(sql.SQL(
@@ -495,18 +496,18 @@ def _write_changes(conn: psycopg.Connection, source: PgSource, names: Objects, c
             "    END;\n"
             "  END LOOP;\n"
             "  RETURN bad;\n"
-            "END").format(t=_table_ref(source)).as_string(conn))))
+            "END").format(t=table_ref(source)).as_string(conn))))
     rows = sql.SQL("{} l, LATERAL (SELECT pg_temp.cdc_assets_misfits(l.image) AS bad) m, "
-                   "LATERAL jsonb_populate_record(NULL::{}, l.image - m.bad) r").format(changelog, _table_ref(source))
-    return _write_parquet(path, _pages(conn, _select(cols, rows, changes=True, misfits=sql.SQL("m.bad")), cols,
-                                       changes=True), _schema(cols, changes=True), metadata)
+                   "LATERAL jsonb_populate_record(NULL::{}, l.image - m.bad) r").format(changelog, table_ref(source))
+    query = select_query(cols, rows, changes=True, misfits=sql.SQL("m.bad"))
+    return write_parquet(path, row_pages(conn, query, cols, changes=True), extract_schema(cols, changes=True), metadata)
 
 
 def _last_taken(folder: str, base: str) -> tuple[int, Ranges]:
     """(how many extracts there are, the sequence numbers the last one, or else the base, took)."""
     import pyarrow.parquet as pq
 
-    names = _extract_names(folder)
+    names = extract_names(folder)
     meta = pq.read_metadata(os.path.join(folder, names[-1]) if names else base).metadata or {}
     return len(names), postgres.decode_ranges(json.loads(meta.get(TAKEN_KEY, b"[]")))
 
@@ -515,7 +516,7 @@ def _taken(taken: Ranges) -> dict[bytes, bytes]:
     return {TAKEN_KEY: json.dumps(postgres.encode_ranges(taken)).encode()}
 
 
-def _extract_names(folder: str) -> list[str]:
+def extract_names(folder: str) -> list[str]:
     """The extracts written so far, in the order they were written."""
     return sorted(n for n in os.listdir(folder) if n.endswith(".parquet") and not n.startswith((".", "_"))) \
         if os.path.isdir(folder) else []
@@ -530,7 +531,7 @@ def _delete_taken(conn: psycopg.Connection, names: Objects, taken: Ranges) -> No
                      ([a for a, _ in taken], [b for _, b in taken]))
 
 
-def _select(cols: Sequence[PgColumn], source, changes: bool, misfits=None):
+def select_query(cols: Sequence[PgColumn], source, changes: bool, misfits=None):
     """The query of a base's rows (`r` the source) or of changelog rows (`l`, with `r` the row they
     hold, and `misfits` the names of the columns whose values do not fit, if found)."""
     from psycopg import sql
@@ -568,7 +569,7 @@ def _field(column: PgColumn) -> pa.Field:
                                   "double": pa.float64(), "binary": pa.binary()}.get(type_, pa.string()))
 
 
-def _schema(cols: Sequence[PgColumn], changes: bool) -> pa.Schema:
+def extract_schema(cols: Sequence[PgColumn], changes: bool) -> pa.Schema:
     import pyarrow as pa
 
     head = [pa.field(postgres.OP_COLUMN, pa.string()), pa.field(postgres.SEQUENCE_COLUMN, pa.string()),
@@ -576,7 +577,7 @@ def _schema(cols: Sequence[PgColumn], changes: bool) -> pa.Schema:
     return pa.schema(head + [_field(c) for c in cols])
 
 
-def _pages(conn: psycopg.Connection, query, cols: Sequence[PgColumn], changes: bool) -> Iterator[list[list]]:
+def row_pages(conn: psycopg.Connection, query, cols: Sequence[PgColumn], changes: bool) -> Iterator[list[list]]:
     """The query's rows, a page at a time, as columns; a change's op, sequence and reason to be
     quarantined first."""
     ops = {"U": "UPSERT", "D": "DELETE", "T": "TRUNCATE"}
@@ -594,7 +595,7 @@ def _pages(conn: psycopg.Connection, query, cols: Sequence[PgColumn], changes: b
             yield [list(c) for c in zip(*rows)]
 
 
-def _write_parquet(final: str, pages: Iterable[list[list]], schema: pa.Schema, metadata: dict[bytes, bytes]) -> int:
+def write_parquet(final: str, pages: Iterable[list[list]], schema: pa.Schema, metadata: dict[bytes, bytes]) -> int:
     """The pages as one Parquet file under `final`, complete and durable or not there at all, with
     `metadata` (what it took from the source) in its own."""
     import pyarrow as pa
@@ -615,7 +616,7 @@ def _write_parquet(final: str, pages: Iterable[list[list]], schema: pa.Schema, m
     return written
 
 
-def _durable_write(path: str, data: bytes) -> None:
+def durable_write(path: str, data: bytes) -> None:
     partial = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.partial")
     with open(partial, "wb") as fh:
         fh.write(data)

@@ -345,7 +345,7 @@ def _state_on_spark(session, table_dir: str, table: TableConfig, dt_: DeltaTable
     wanted = [F.col(KEY), F.col(ORDER), F.col(OP)] + [F.col(names.spark(c)) for c in columns]
     frames = []
     if dt_ is not None:
-        schema = spark_apply._plain_schema(pa.schema(dt_.schema().to_arrow()))
+        schema = spark_apply.plain_schema(pa.schema(dt_.schema().to_arrow()))
         files = spark_apply.files_of(path(table_dir, TARGET), dt_)
         rows = spark_apply.read(session, files, list(range(len(files))), schema).drop(spark_apply.FILE)
         soft = SOFT_DELETED in schema.names
@@ -513,7 +513,7 @@ def _on_spark(session, cfg: Config, table: TableConfig, batch: Batch, files: lis
         dt_ = delta.open_table(changes_path)
         if delta.txn_version(dt_, CHANGES) >= batch.seq:
             raise delta.CommitConflict(f"{changes_path}: another writer committed {CHANGES} batch {batch.seq} first")
-        schema = spark_apply._plain_schema(pa.schema(dt_.schema().to_arrow())) if dt_ is not None else \
+        schema = spark_apply.plain_schema(pa.schema(dt_.schema().to_arrow())) if dt_ is not None else \
             delta.arrow_schema(RECORD_FIELDS)
         adds = spark_files.write_files(derived, changes_path, sort_by=[KEY])
         props = delta.commit_props(CHANGES, batch.seq, {**taken.to_metadata(), "column_types": json.dumps(types)})

@@ -156,7 +156,7 @@ def _read_natively(spark, files: list[TableFile], ids: list[int], with_file: pa.
     return frame.join(F.broadcast(listing), "_cdc_path").select(*[F.col(names.spark(f.name)) for f in with_file])
 
 
-def _plain_schema(schema: pa.Schema) -> pa.Schema:
+def plain_schema(schema: pa.Schema) -> pa.Schema:
     """A Delta schema as Spark reads and writes it: plain strings and binaries."""
     fields = []
     for f in schema:
@@ -255,7 +255,7 @@ def apply(spark, table: TableConfig, table_dir: str, dt_, applied: int, reached:
         if delta.txn_version(tomb_dt, TOMBSTONES) < reached:
             _tombstones(tomb_path, tomb_dt, tomb_files, tombs, winners, reached, rows_per_file)
 
-        schema = _plain_schema(pa.schema(dt_.schema().to_arrow()))
+        schema = plain_schema(pa.schema(dt_.schema().to_arrow()))
         files = files_of(target_path, dt_)
         # a truncate can take a row of any file
         ids = list(range(len(files))) if truncate else candidates(live, files)
@@ -390,7 +390,7 @@ def changing_rows(spark, target_path: str, dt_, state, deletes, truncate: str | 
     change leave them."""
     from pyspark.sql import functions as F
 
-    schema = _plain_schema(pa.schema(dt_.schema().to_arrow()))
+    schema = plain_schema(pa.schema(dt_.schema().to_arrow()))
     files = files_of(target_path, dt_)
     old = read(spark, files, list(range(len(files))), schema).drop(FILE)
     if truncate is not None:

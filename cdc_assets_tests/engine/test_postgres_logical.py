@@ -247,4 +247,4 @@ def test_the_database_killed_during_an_extraction_fails_the_run_retryably_and_a_
         orders, monkeypatch):
     from cdc_assets_tests.engine.test_postgres_source import killed_database_rounds
 
-    killed_database_rounds(orders, monkeypatch, (postgres_logical, "_peek"), extracted_sequences)
+    killed_database_rounds(orders, monkeypatch, (postgres_logical, "peek"), extracted_sequences)

@@ -452,7 +452,7 @@ def killed_database_rounds(orders, monkeypatch, reader, taken) -> None:
 
 def test_the_database_killed_during_an_extraction_fails_the_run_retryably_and_a_later_run_loses_and_doubles_nothing(
         orders, monkeypatch):
-    killed_database_rounds(orders, monkeypatch, (postgres_source, "_pages"), taken_sequences)
+    killed_database_rounds(orders, monkeypatch, (postgres_source, "row_pages"), taken_sequences)
 
 
 def test_the_database_going_down_during_a_sensor_tick_skips_the_tick_and_a_later_tick_catches_up(orders_by_method,
@@ -468,8 +468,8 @@ def test_the_database_going_down_during_a_sensor_tick_skips_the_tick_and_a_later
     cluster, db, cfg = orders_by_method
     rng = random.Random(53)
     cfg = enabled(orders_by_method, 4, rng)
-    module, name = (postgres_logical, "_peek") if cfg.table("ORDERS").capture == "logical" \
-        else (postgres_source, "_pages")
+    module, name = (postgres_logical, "peek") if cfg.table("ORDERS").capture == "logical" \
+        else (postgres_source, "row_pages")
     real_reader, armed = getattr(module, name), []
 
     def reading(*args, **kwargs):
