@@ -413,7 +413,8 @@ def _source(source: object, position: object, fmt: str, here: str) -> tuple[str 
                               "own sequence; leave 'source_position' out")
         return source, None
     if not isinstance(source, str) or not BIGQUERY_SOURCE.fullmatch(source):
-        raise ConfigError(f"{here}: field 'source' {source!r} must be bigquery://project.dataset.table or "
+        shown = repr(postgres.redacted(source)) if isinstance(source, str) else f"of type {type(source).__name__}"
+        raise ConfigError(f"{here}: field 'source' {shown} must be bigquery://project.dataset.table or "
                           "postgresql://USER@HOST:PORT/DATABASE/SCHEMA.TABLE")
     if fmt not in BIGQUERY_SOURCE_FORMATS:
         raise ConfigError(f"{here}: field 'source': format '{fmt}' is read from files; a BigQuery source "

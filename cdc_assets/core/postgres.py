@@ -65,9 +65,32 @@ def parse_source(url: str) -> PgSource:
     return PgSource(m["user"], m["host"], int(m["port"]), m["database"], m["schema"], m["table"])
 
 
-def redacted(url: str) -> str:
-    """A URL as a message may show it: a password written into it (which is refused) replaced by ***."""
-    return re.sub(r"^(postgresql://[^:@/]*):[^@/]*@", r"\1:***@", url)
+# A URL's `user:password@`: everything from the user's colon to the last @ (a password written with an
+# unescaped @ or / is masked whole, the host with it at worst).
+_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:@/?#\s]*):.*@", re.DOTALL)
+# A query's `key=value` (up to the next & or #) and libpq's `key = value` or `key = 'quoted value'`.
+_QUERY_PAIR = re.compile(r"(?P<key>[^?&=#\s]+)=(?P<value>[^&#]*)")
+_CONNINFO_PAIR = re.compile(r"(?P<key>[^\s=']+)(?P<eq>\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'?|\S*)")
+
+
+def redacted(source: str) -> str:
+    """A source as any message, status line, log or metadata may show it: every password it holds
+    replaced by ***, whatever its form: `user:password@` in a URL, a query's `password=` or
+    `sslpassword=` (any case, percent-encoded or not), libpq's `password = '...'`. cdc.yaml refuses
+    them all (libpq reads the password from PGPASSWORD or ~/.pgpass); this is what its errors show."""
+    from urllib.parse import unquote
+
+    def secret(key: str) -> bool:  # libpq's password and sslpassword, and any key naming a password
+        return "password" in unquote(key).lower()
+
+    def masked(pair: re.Match[str]) -> str:
+        return f"{pair['key']}{pair.groupdict().get('eq', '=')}***" if secret(pair["key"]) else pair[0]
+
+    if "://" in source:
+        shown = _USERINFO.sub(r"\g<head>:***@", source, count=1)
+        base, question, query = shown.partition("?")
+        return base + question + _QUERY_PAIR.sub(masked, query)
+    return _CONNINFO_PAIR.sub(masked, source)
 
 
 def is_postgresql(source: str | None) -> bool:

@@ -138,7 +138,7 @@ def enable(table: TableConfig, table_dir: str) -> ps.Enabled:
     import psycopg
     from psycopg import sql
 
-    where = f"table {table.name}: source {table.source}"
+    where = ps.where_of(table)
     base = postgres.base_path(table_dir)
     source, conn = ps.connect(table)
     names = slot_names(source)
@@ -279,7 +279,7 @@ def extract_new_rows(table: TableConfig, table_dir: str) -> ps.Extract | None:
     past them (module docstring: why nothing is lost or doubled)."""
     import psycopg
 
-    where = f"table {table.name}: source {table.source}"
+    where = ps.where_of(table)
     folder = extracts_dir(table_dir)
     base = postgres.base_path(table_dir)
     record = postgres.read_record(table_dir)
@@ -327,7 +327,7 @@ def disable(table: TableConfig) -> list[str]:
     import psycopg
     from psycopg import sql
 
-    where = f"table {table.name}: source {table.source}"
+    where = ps.where_of(table)
     source, conn = ps.connect(table)
     names = slot_names(source)
     removed = []
@@ -355,7 +355,7 @@ def retained_wal(table: TableConfig) -> int | None:
             found = ps.single_value(conn, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint "
                                   "FROM pg_replication_slots WHERE slot_name = %s", (slot_names(source).slot,))
         except psycopg.Error as e:
-            raise ps.failure(f"table {table.name}: source {table.source}", e) from None
+            raise ps.failure(ps.where_of(table), e) from None
     return None if found is None else int(found)  # type: ignore[call-overload]
 
 
@@ -363,7 +363,7 @@ def status(table: TableConfig) -> ps.CaptureStatus:
     """The WAL the slot retains, the changes waiting in it and how long the oldest has waited."""
     import psycopg
 
-    where = f"table {table.name}: source {table.source}"
+    where = ps.where_of(table)
     source, conn = ps.connect(table)
     names = slot_names(source)
     with conn:

@@ -64,7 +64,7 @@ def reconcile_live(table: TableConfig, table_dir: str) -> LiveReconciliation:
     """The target compared with the live source (module docstring: why it is exact with changes in flight)."""
     import psycopg
 
-    where = f"table {table.name}: source {table.source}"
+    where = ps.where_of(table)
     target = delta.open_table(path(table_dir, TARGET))  # T, before S
     if target is None:
         return LiveReconciliation(target_exists=False)

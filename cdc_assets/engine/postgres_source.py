@@ -146,6 +146,11 @@ def objects(source: PgSource) -> Objects:
     return Objects(f"{stem}_changelog", f"{stem}_seq", f"{stem}_capture")
 
 
+def where_of(table: TableConfig) -> str:
+    """How a message names a table and its source: the source as `postgres.redacted` shows it."""
+    return f"table {table.name}: source {postgres.redacted(table.source or '')}"
+
+
 def connect(table: TableConfig) -> tuple[PgSource, psycopg.Connection]:
     import psycopg
 
@@ -207,7 +212,7 @@ def enable(table: TableConfig, table_dir: str) -> Enabled:
     """Create the capture objects and take the base snapshot (module docstring: why they agree)."""
     from psycopg import sql
 
-    where = f"table {table.name}: source {table.source}"
+    where = where_of(table)
     base = postgres.base_path(table_dir)
     source, conn = connect(table)
     with conn:
@@ -263,7 +268,7 @@ def disable(table: TableConfig) -> list[str]:
     the trigger, the function; the schema when nothing else is in it). The warehouse keeps its data."""
     from psycopg import sql
 
-    where = f"table {table.name}: source {table.source}"
+    where = where_of(table)
     source, conn = connect(table)
     names = objects(source)
     removed = []
@@ -296,7 +301,7 @@ def disable(table: TableConfig) -> list[str]:
 def status(table: TableConfig) -> CaptureStatus:
     from psycopg import sql
 
-    where = f"table {table.name}: source {table.source}"
+    where = where_of(table)
     source, conn = connect(table)
     names = objects(source)
     with conn:
@@ -430,7 +435,7 @@ def extract_new_rows(table: TableConfig, table_dir: str) -> Extract | None:
     then delete them from the changelog (module docstring: why nothing is lost or doubled)."""
     from psycopg import sql
 
-    where = f"table {table.name}: source {table.source}"
+    where = where_of(table)
     folder = extracts_dir(table_dir)
     base = postgres.base_path(table_dir)
     if not os.path.exists(base):

@@ -62,3 +62,32 @@ def test_a_bad_configuration_stops_run_before_anything_is_written(tmp_path, caps
     assert err.startswith("cdc-assets: cdc.yaml:") and expected in err, err
     assert not (tmp_path / "warehouse").exists()
     assert sorted(os.listdir(tmp_path)) == ["cdc.yaml", "landing"]
+
+
+SECRET = "s3cr3t-4c9e1f"
+
+
+@pytest.mark.parametrize("source", [
+    f"postgresql://cdc@127.0.0.1:5432/shop/public.orders?password={SECRET}",
+    f"postgresql://cdc@127.0.0.1:5432/shop/public.orders?sslmode=require&PassWord={SECRET}&connect_timeout=5",
+    f"postgresql://cdc@127.0.0.1:5432/shop/public.orders?SSLPASSWORD={SECRET}",
+    f"postgresql://cdc@127.0.0.1:5432/shop/public.orders?pass%77ord={SECRET}",  # a percent-encoded key
+    f"postgresql://cdc:{SECRET}@127.0.0.1:5432/shop/public.orders",
+    f"postgresql://cdc:{SECRET}@127.0.0.1:5432/shop/public.orders?password={SECRET}",
+    f"POSTGRES://cdc:{SECRET}@127.0.0.1:5432/shop?Password={SECRET}",
+    f"host=127.0.0.1 port=5432 dbname=shop user=cdc password={SECRET}",  # libpq's key=value form
+    f"host=127.0.0.1 dbname=shop sslpassword = '{SECRET} and more'",
+])
+def test_a_password_in_a_source_is_never_printed_in_any_of_its_forms(tmp_path, capsys, source):
+    """A source holding a password (which cdc.yaml refuses: libpq reads it from PGPASSWORD or ~/.pgpass)
+    fails every command as a configuration error naming the table's field, with the password masked."""
+    # a source that is no postgresql:// URL is read as a BigQuery table's, whose format it then needs
+    table = {"name": "ORDERS", "source": source} if source.startswith("postgresql://") else \
+        {"name": "ORDERS", "keys": ["id"], "format": "bigquery-cdc", "source": source, "source_position": "t"}
+    (tmp_path / "cdc.yaml").write_text(json.dumps({"warehouse": "./warehouse", "landing": "./landing",
+                                                   "tables": [table]}))
+    for command in (["run"], ["capture", "enable"], ["capture", "status"], ["status"]):
+        assert main([*command, "--config", str(tmp_path / "cdc.yaml")]) == 2, command
+        out, err = capsys.readouterr()
+        assert SECRET not in out + err, (command, err)
+        assert "field 'source'" in err and "***" in err, (command, err)
