@@ -78,12 +78,52 @@ class Slot:
 
 def slot_names(source: PgSource) -> Slot:
     """Names within a slot's rules (lower-case letters, digits, underscores; 63 bytes), distinct for
-    distinct tables of one server."""
+    distinct tables of one server: a stem of the database, schema and table (`ps.name_stem`)."""
+    stem = ps.name_stem(source.database, source.schema, source.table)
+    return Slot(f"cdc_assets_{stem}", f"cdc_assets_{stem}")
+
+
+def legacy_slot_names(source: PgSource) -> Slot:
+    """The names an earlier cdc_assets gave a table's slot and publication: `database_schema_table`
+    (`shop`, `a_b`, `c` and `shop`, `a`, `b_c` shared them); a capture under them goes on (`slot_in_use`)."""
     identity = f"{source.database}_{source.schema}_{source.table}"
     stem = re.sub(r"[^a-z0-9_]", "_", identity.lower())
     if stem != identity or len(stem) > 40:
         stem = stem[:31] + "_" + hashlib.sha1(identity.encode()).hexdigest()[:8]
     return Slot(f"cdc_assets_{stem}", f"cdc_assets_{stem}")
+
+
+def slot_in_use(conn: psycopg.Connection, source: PgSource, where: str, sharing_ok: bool = False) -> Slot:
+    """The slot and publication of a source as they are on its server: under their names (`slot_names`),
+    or, for a capture enabled by an earlier cdc_assets, under the names it gave (`legacy_slot_names`).
+    A publication of those names that holds another table means two tables' captures shared them (the
+    later enable made the slot anew, and its table's changes were never published): an error says to
+    start both over (`sharing_ok`: disable, which removes them)."""
+    names, legacy = slot_names(source), legacy_slot_names(source)
+    if slot_exists(conn, names) or not slot_exists(conn, legacy):
+        return names
+    published = sorted(f"{r[0]}.{r[1]}" for r in conn.execute(
+        "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s", (legacy.publication,)))
+    if published != [source.qualified] and not sharing_ok:
+        others = [p for p in published if p != source.qualified]
+        raise ps.SourceError(f"{where}: its capture was enabled by an earlier cdc_assets, whose slot {legacy.slot} and "
+                             f"publication {legacy.publication} it shares with the capture of {', '.join(others) or 'another table'}: "
+                             "changes were lost. Start both over: `cdc-assets capture disable` each, remove their "
+                             "warehouse folders, then `cdc-assets capture enable` each")
+    return legacy
+
+
+def _check_owner(conn: psycopg.Connection, source: PgSource, names: Slot, where: str) -> None:
+    """Refuse an enable whose publication or slot name anything but this source's own capture holds (an
+    earlier enable of it that stopped half-way is its own: its publication, made first, says so)."""
+    found = conn.execute("SELECT obj_description(oid, 'pg_publication') FROM pg_publication WHERE pubname = %s",
+                         (names.publication,)).fetchone()
+    if found is not None and found[0] != ps.owner(source):
+        raise ps.owned_by_another(where, "publication", names.publication, found[0])
+    if slot_exists(conn, names):
+        database = ps.single_value(conn, "SELECT database FROM pg_replication_slots WHERE slot_name = %s", (names.slot,))
+        if found is None or database != source.database:
+            raise ps.owned_by_another(where, "replication slot", names.slot, None)
 
 
 def _lsn(text: str) -> int:
@@ -145,21 +185,23 @@ def enable(table: TableConfig, table_dir: str) -> ps.Enabled:
     with conn:
         try:
             _check_server(conn, where)
-            exists = slot_exists(conn, names)
             if os.path.exists(base):
-                if exists:
+                if slot_exists(conn, slot_in_use(conn, source, where, sharing_ok=True)):
                     raise ps.SourceError(f"{where}: capture is already enabled (its base snapshot is {base})")
                 raise ps.starts_over(where, table_dir, "capture was disabled after it started here")
             ps.check_starts_here(where, table_dir)
-            if exists:  # an enable that stopped before its base was in the warehouse: nothing was taken from it
-                conn.execute("SELECT pg_drop_replication_slot(%s)", (names.slot,))
+            _check_owner(conn, source, names, where)
             cols = ps.columns(conn, source, where)
             keys = table.keys or ps.primary_key(conn, source)
             ps.check_columns(cols, keys, where)
             _check_identity(conn, source, keys, where)
+            if slot_exists(conn, names):  # an enable that stopped before its base was in the warehouse: nothing was taken from it
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (names.slot,))
             if not ps.single_value(conn, "SELECT count(*) FROM pg_publication WHERE pubname = %s", (names.publication,)):
                 conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
                     sql.Identifier(names.publication), ps.table_ref(source)))
+                conn.execute(sql.SQL("COMMENT ON PUBLICATION {} IS {}").format(
+                    sql.Identifier(names.publication), sql.Literal(ps.owner(source))))
             conn.commit()
             os.makedirs(postgres.capture_dir(table_dir), exist_ok=True)
             ps.durable_write(postgres.record_path(table_dir),
@@ -290,6 +332,7 @@ def extract_new_rows(table: TableConfig, table_dir: str) -> ps.Extract | None:
     names = slot_names(source)
     with conn:
         try:
+            names = slot_in_use(conn, source, where)
             if not slot_exists(conn, names):
                 raise ps.SourceError(f"{where}: capture is not enabled: its replication slot {names.slot} is gone "
                                      "(`cdc-assets capture disable` ran, or it was dropped)")
@@ -329,10 +372,12 @@ def disable(table: TableConfig) -> list[str]:
 
     where = ps.where_of(table)
     source, conn = ps.connect(table)
-    names = slot_names(source)
     removed = []
     with conn:
         try:
+            names = slot_in_use(conn, source, where, sharing_ok=True)
+            if names == slot_names(source):
+                _check_owner(conn, source, names, where)  # never another source's slot or publication
             if slot_exists(conn, names):
                 conn.execute("SELECT pg_drop_replication_slot(%s)", (names.slot,))
                 removed.append(f"replication slot {names.slot}")
@@ -349,13 +394,15 @@ def retained_wal(table: TableConfig) -> int | None:
     catalog: cheap enough for a check on every evaluation."""
     import psycopg
 
+    where = ps.where_of(table)
     source, conn = ps.connect(table)
     with conn:
         try:
             found = ps.single_value(conn, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint "
-                                  "FROM pg_replication_slots WHERE slot_name = %s", (slot_names(source).slot,))
+                                  "FROM pg_replication_slots WHERE slot_name = %s",
+                                    (slot_in_use(conn, source, where).slot,))
         except psycopg.Error as e:
-            raise ps.failure(ps.where_of(table), e) from None
+            raise ps.failure(where, e) from None
     return None if found is None else int(found)  # type: ignore[call-overload]
 
 
@@ -368,6 +415,7 @@ def status(table: TableConfig) -> ps.CaptureStatus:
     names = slot_names(source)
     with conn:
         try:
+            names = slot_in_use(conn, source, where)
             found = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, clock_timestamp() "
                                  "FROM pg_replication_slots WHERE slot_name = %s", (names.slot,)).fetchone()
             if found is None:

@@ -106,7 +106,7 @@ def _changelog_pending(conn, source: postgres.PgSource, cols, keys: Sequence[str
     """The keys of the changelog rows S sees (captured, not yet extracted)."""
     from psycopg import sql
 
-    names = ps.objects(source)
+    names = ps.objects_in_use(conn, source, f"source {source}")
     if not ps.changelog_exists(conn, names):
         raise ps.SourceError(f"source {source}: capture is not enabled: its changelog is gone")
     key_cols = [c for c in cols if c.name in keys]
@@ -134,7 +134,7 @@ def _slot_pending(conn, table: TableConfig, source: postgres.PgSource, cols, key
     Decoding reads only flushed WAL, and with synchronous_commit off a commit is visible before its
     record is flushed: a transaction of its own, committed synchronously after S was taken, has its
     commit record after every commit S sees, and flushes the WAL up to it."""
-    names = postgres_logical.slot_names(source)
+    names = postgres_logical.slot_in_use(conn, source, where)
     if not postgres_logical.slot_exists(conn, names):
         raise ps.SourceError(f"{where}: capture is not enabled: its replication slot {names.slot} is gone")
     _, flusher = ps.connect(table)

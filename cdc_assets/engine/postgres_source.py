@@ -50,6 +50,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -137,13 +138,90 @@ class CaptureStatus:
     retained_wal: int | None = None  # bytes of WAL a logical-capture table's slot keeps on the server
 
 
+def name_stem(*parts: str) -> str:
+    """The stem of a capture object's name, distinct for distinct parts: a readable prefix (lower-case
+    letters, digits and underscores, which alone would make `a_b`+`c` and `a`+`b_c` alike) and a hash
+    of the parts as a JSON list (which no two lists of parts share). 41 bytes: with a suffix, within a
+    PostgreSQL name's 63 and a replication slot's rules."""
+    readable = re.sub(r"[^a-z0-9]+", "_", "_".join(parts).lower()).strip("_")[:24]
+    return f"{readable}_{hashlib.sha256(json.dumps(list(parts)).encode()).hexdigest()[:16]}"
+
+
 def objects(source: PgSource) -> Objects:
-    """Names of a source table's capture objects: readable, within PostgreSQL's 63 bytes, distinct
-    for distinct tables."""
+    """Names of a source table's capture objects, in the source's database: a stem of its schema and
+    table (`name_stem`), distinct for distinct tables."""
+    stem = name_stem(source.schema, source.table)
+    return Objects(f"{stem}_changelog", f"{stem}_seq", f"{stem}_capture")
+
+
+def owner(source: PgSource) -> str:
+    """The comment a capture object carries: the source table it captures (`schema.table`, which names
+    one table: the URL's names hold no dot)."""
+    return f"{OWNER_PREFIX}{source.qualified}"
+
+
+OWNER_PREFIX = "cdc_assets capture of "
+
+
+def owned_by_another(where: str, kind: str, name: str, found: object) -> SourceError:
+    """The error of an enable whose object's name another source's capture (or something else) holds."""
+    holder = (f"the capture of {str(found).removeprefix(OWNER_PREFIX)}" if str(found).startswith(OWNER_PREFIX)
+              else "an object cdc_assets did not make")
+    return SourceError(f"{where}: the {kind} {name} this capture needs belongs to another source ({holder}); "
+                       "nothing was made for this table: drop or rename that object if nothing uses it, then "
+                       "enable capture")
+
+
+def check_owner(conn: psycopg.Connection, source: PgSource, names: Objects, where: str) -> None:
+    """Refuse an enable whose changelog, sequence or function name is held by anything but this
+    source's own capture (an earlier enable of it that stopped half-way is its own)."""
+    from psycopg import sql
+
+    for kind, name, lookup, catalog in (("table", names.changelog, "to_regclass", "pg_class"),
+                                        ("sequence", names.sequence, "to_regclass", "pg_class"),
+                                        ("function", names.function, "to_regprocedure", "pg_proc")):
+        qualified = sql.Identifier(SCHEMA, name).as_string(conn) + ("()" if kind == "function" else "")
+        row = conn.execute(f"SELECT {lookup}(%s) IS NOT NULL, obj_description({lookup}(%s), %s)",  # type: ignore[arg-type]
+                           (qualified, qualified, catalog)).fetchone()
+        if row is not None and row[0] and row[1] != owner(source):
+            raise owned_by_another(where, kind, f"{SCHEMA}.{name}", row[1])
+
+
+def legacy_objects(source: PgSource) -> Objects:
+    """The names an earlier cdc_assets gave a source's capture objects: `schema_table`, cut and hashed
+    past 40 bytes. `a_b.c` and `a.b_c` shared them; a capture under them goes on (`objects_in_use`)."""
     stem = f"{source.schema}_{source.table}"
     if len(stem.encode()) > 40:
         stem = stem.encode()[:31].decode(errors="ignore") + "_" + hashlib.sha1(source.qualified.encode()).hexdigest()[:8]
     return Objects(f"{stem}_changelog", f"{stem}_seq", f"{stem}_capture")
+
+
+def objects_in_use(conn: psycopg.Connection, source: PgSource, where: str, sharing_ok: bool = False) -> Objects:
+    """The capture objects of a source as they are in its database: under their names (`objects`), or,
+    for a capture enabled by an earlier cdc_assets, under the names it gave (`legacy_objects`). Those
+    another table's trigger also writes to mixed the two tables' changes: an error says to start both
+    over (`sharing_ok`: disable, which removes this table's part of them)."""
+    names = objects(source)
+    legacy = legacy_objects(source)
+    if changelog_exists(conn, names) or not changelog_exists(conn, legacy):
+        return names
+    sharing = shared_with(conn, source, legacy)
+    if sharing and not sharing_ok:
+        raise SourceError(f"{where}: its capture was enabled by an earlier cdc_assets, whose changelog "
+                          f"{SCHEMA}.{legacy.changelog} is also written by the capture of {', '.join(sharing)}: the "
+                          "two tables' changes were mixed. Start both over: `cdc-assets capture disable` each, "
+                          "remove their warehouse folders, then `cdc-assets capture enable` each")
+    return legacy
+
+
+def shared_with(conn: psycopg.Connection, source: PgSource, names: Objects) -> list[str]:
+    """The other tables whose triggers call the capture function `names.function`."""
+    from psycopg import sql
+
+    function = sql.Identifier(SCHEMA, names.function).as_string(conn) + "()"
+    return sorted({str(r[0]) for r in conn.execute(
+        "SELECT DISTINCT tgrelid::regclass::text FROM pg_trigger WHERE NOT tgisinternal AND tgfoid = "
+        "to_regprocedure(%s) AND tgrelid <> to_regclass(%s)", (function, regclass(source))).fetchall()})
 
 
 def where_of(table: TableConfig) -> str:
@@ -218,7 +296,7 @@ def enable(table: TableConfig, table_dir: str) -> Enabled:
     with conn:
         try:
             if os.path.exists(base):
-                if changelog_exists(conn, objects(source)):
+                if changelog_exists(conn, objects_in_use(conn, source, where, sharing_ok=True)):
                     raise SourceError(f"{where}: capture is already enabled (its base snapshot is {base})")
                 raise starts_over(where, table_dir, "capture was disabled after it started here")
             check_starts_here(where, table_dir)
@@ -226,6 +304,7 @@ def enable(table: TableConfig, table_dir: str) -> Enabled:
             keys = table.keys or primary_key(conn, source)
             check_columns(cols, keys, where)
             names = objects(source)
+            check_owner(conn, source, names, where)
             _create_waiting_for_writers(conn, source, names, keys, where)
             os.makedirs(postgres.capture_dir(table_dir), exist_ok=True)
             durable_write(postgres.record_path(table_dir),
@@ -270,20 +349,27 @@ def disable(table: TableConfig) -> list[str]:
 
     where = where_of(table)
     source, conn = connect(table)
-    names = objects(source)
     removed = []
     with conn:
         try:
+            names = objects_in_use(conn, source, where, sharing_ok=True)
+            if names == objects(source):
+                check_owner(conn, source, names, where)  # never another source's objects
             if single_value(conn, "SELECT to_regclass(%s)", (regclass(source),)) is not None:
                 for trigger in (TRIGGER, TRUNCATE_TRIGGER):
                     conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(trigger),
                                                                                    table_ref(source)))
                     removed.append(f"trigger {trigger} on {source.qualified}")
-            conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}()").format(sql.Identifier(SCHEMA, names.function)))
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(SCHEMA, names.changelog)))
-            conn.execute(sql.SQL("DROP SEQUENCE IF EXISTS {}").format(sql.Identifier(SCHEMA, names.sequence)))
-            removed += [f"function {SCHEMA}.{names.function}", f"table {SCHEMA}.{names.changelog}",
-                        f"sequence {SCHEMA}.{names.sequence}"]
+            sharing = shared_with(conn, source, names)
+            if sharing:  # an earlier cdc_assets' objects, which another table's capture still writes to
+                removed.append(f"(kept {SCHEMA}.{names.changelog}, its sequence and function: the capture of "
+                               f"{', '.join(sharing)} still writes to them)")
+            else:
+                conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}()").format(sql.Identifier(SCHEMA, names.function)))
+                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(SCHEMA, names.changelog)))
+                conn.execute(sql.SQL("DROP SEQUENCE IF EXISTS {}").format(sql.Identifier(SCHEMA, names.sequence)))
+                removed += [f"function {SCHEMA}.{names.function}", f"table {SCHEMA}.{names.changelog}",
+                            f"sequence {SCHEMA}.{names.sequence}"]
             conn.commit()
             empty = single_value(conn, "SELECT NOT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = "
                                "c.relnamespace WHERE n.nspname = %s) AND NOT EXISTS (SELECT 1 FROM pg_proc p "
@@ -303,9 +389,9 @@ def status(table: TableConfig) -> CaptureStatus:
 
     where = where_of(table)
     source, conn = connect(table)
-    names = objects(source)
     with conn:
         try:
+            names = objects_in_use(conn, source, where)
             if not changelog_exists(conn, names):
                 return CaptureStatus(table.name, str(source), False, 0, None)
             found = conn.execute(sql.SQL("SELECT count(*), clock_timestamp() - min(captured_at) FROM {}")
@@ -402,9 +488,12 @@ def _create(conn: psycopg.Connection, source: PgSource, names: Objects, keys: Se
                 "op \"char\" NOT NULL, image jsonb NOT NULL)").format(
             changelog, sql.Literal(f"{SCHEMA}.{names.sequence}")),
         sql.SQL("ALTER SEQUENCE {} OWNED BY {}.seq").format(sequence, changelog),
+        sql.SQL("COMMENT ON TABLE {} IS {}").format(changelog, sql.Literal(owner(source))),
+        sql.SQL("COMMENT ON SEQUENCE {} IS {}").format(sequence, sql.Literal(owner(source))),
         # SECURITY DEFINER: the source's writers need no privilege on the changelog
         sql.SQL("CREATE OR REPLACE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER "
                 "SET search_path = pg_catalog, pg_temp AS {}").format(function, sql.Literal(body)),
+        sql.SQL("COMMENT ON FUNCTION {}() IS {}").format(function, sql.Literal(owner(source))),
         sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(TRIGGER), table_ref(source)),
         sql.SQL("CREATE TRIGGER {} AFTER INSERT OR UPDATE OR DELETE ON {} FOR EACH ROW EXECUTE FUNCTION {}()").format(
             sql.Identifier(TRIGGER), table_ref(source), function),
@@ -442,9 +531,9 @@ def extract_new_rows(table: TableConfig, table_dir: str) -> Extract | None:
         raise SourceError(f"{where}: capture is not enabled: run `cdc-assets capture enable {table.name}` first")
     count, last = _last_taken(folder, base)
     source, conn = connect(table)
-    names = objects(source)
     with conn:
         try:
+            names = objects_in_use(conn, source, where)
             if not changelog_exists(conn, names):
                 raise SourceError(f"{where}: capture is not enabled: its changelog is gone (`cdc-assets capture "
                                   "disable` ran, or it was dropped)")

@@ -196,8 +196,12 @@ def test_slot_names_are_a_slots_own_and_distinct_per_database():
     a = postgres_logical.slot_names(parse_source("postgresql://u@h:5432/shop/public.orders"))
     b = postgres_logical.slot_names(parse_source("postgresql://u@h:5432/shop2/public.orders"))
     c = postgres_logical.slot_names(parse_source("postgresql://u@h:5432/Shop/public.Orders$"))
-    assert a.slot == "cdc_assets_shop_public_orders" and a.slot != b.slot
-    assert all(ch.islower() or ch.isdigit() or ch == "_" for ch in c.slot) and len(c.slot) <= 63
+    d = postgres_logical.slot_names(parse_source("postgresql://u@h:5432/shop/a_b.c"))
+    e = postgres_logical.slot_names(parse_source("postgresql://u@h:5432/shop_a/b.c"))
+    long = postgres_logical.slot_names(parse_source(f"postgresql://u@h:5432/{'d' * 63}/{'s' * 63}.{'t' * 63}"))
+    assert a.slot.startswith("cdc_assets_shop_public_orders_") and len({a.slot, b.slot, c.slot, d.slot, e.slot}) == 5
+    for names in (a, c, long):
+        assert all(ch.islower() or ch.isdigit() or ch == "_" for ch in names.slot) and len(names.slot) <= 63
 
 
 def test_the_slot_retained_wal_check_warns_when_the_slot_keeps_more_wal_than_the_tables_limit(postgres_db, workdir):

@@ -19,6 +19,7 @@ from cdc_assets.engine import postgres_source, sources
 from cdc_assets.engine.landing import registered
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.postgres_source import (
+    LOOKALIKES,
     MARKS,
     SOURCE_DDL,
     answers,
@@ -29,6 +30,9 @@ from cdc_assets_tests.support.postgres_source import (
     extracted_sequences,
     insert,
     interleaved_rounds,
+    lookalike_changes,
+    lookalike_rows,
+    lookalike_tables,
     orders_table,
     reload,
     run_ok,
@@ -607,3 +611,87 @@ def test_one_sensor_for_all_tables_goes_on_with_the_other_tables_while_a_postgre
     finally:
         cluster.start()
     assert "SHIPMENTS_batch_job" in [r.job_name for r in data.run_requests]
+
+
+@pytest.mark.parametrize("method", ["changelog", "logical"])
+def test_two_sources_whose_schema_and_table_join_alike_are_captured_apart(postgres_db, workdir, cli, capsys, method):
+    """a_b.c and a.b_c both read `a_b_c` once their schema and table are joined by `_`: each still gets
+    capture objects of its own, so each target receives its own table's changes and no other's."""
+    cluster, db, cfg = lookalike_tables(postgres_db, workdir, method)
+    assert capture(cfg, "enable") == 0
+    cfg = reload(cfg)
+    for name in LOOKALIKES:
+        lookalike_changes(cluster, db, name)
+    capsys.readouterr()
+    assert capture(cfg, "status") == 0
+    out = capsys.readouterr().out
+    assert "AB_C: 3 changes waiting" in out and "A_BC: 3 changes waiting" in out, out  # an insert, an update, a delete
+    done = cli_run(cli, cfg)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    for name in LOOKALIKES:
+        assert sorted((r["id"], r["v"]) for r in target_rows(cfg, name)) == lookalike_rows(cluster, db, name), name
+    assert all(sources.status(cfg.table(name)).waiting == 0 for name in LOOKALIKES)
+
+
+@pytest.mark.parametrize("method", ["changelog", "logical"])
+def test_enable_refuses_capture_objects_another_source_owns_and_makes_nothing(postgres_db, workdir, capsys,
+                                                                               monkeypatch, method):
+    """The names A_BC's capture would take are made AB_C's (as names cut to PostgreSQL's 63 bytes
+    could be): its enable fails as a configuration error does (exit 1), naming the object and the source
+    that owns it; nothing is made for it, and AB_C's capture goes on untouched."""
+    from cdc_assets.core.postgres import capture_dir, parse_source
+    from cdc_assets.engine import postgres_logical
+
+    cluster, db, cfg = lookalike_tables(postgres_db, workdir, method)
+    owner = parse_source(cfg.table("AB_C").source)
+    assert capture(cfg, "enable", "AB_C") == 0
+    if method == "changelog":
+        own_names = postgres_source.objects
+        monkeypatch.setattr(postgres_source, "objects", lambda source: own_names(owner))
+    else:
+        own_slot = postgres_logical.slot_names
+        monkeypatch.setattr(postgres_logical, "slot_names", lambda source: own_slot(owner))
+    capsys.readouterr()
+    assert capture(cfg, "enable", "A_BC") == 1
+    err = capsys.readouterr().err
+    assert err.startswith("A_BC: FAILED; error: SourceError: table A_BC: "), err
+    assert "a_b.c" in err and "another source" in err, err
+    assert not os.path.exists(capture_dir(cfg.table_dir("A_BC")))
+    with cluster.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'a.b_c'::regclass").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM pg_publication_tables WHERE schemaname = 'a'").fetchone()[0] == 0
+    cfg = reload(cfg)
+    lookalike_changes(cluster, db, "AB_C")
+    assert run_table(cfg, "AB_C").ok
+    assert sorted((r["id"], r["v"]) for r in target_rows(cfg, "AB_C")) == lookalike_rows(cluster, db, "AB_C")
+
+
+def test_a_capture_enabled_under_the_earlier_names_goes_on_and_disable_removes_it(orders_by_method, monkeypatch,
+                                                                                    capsys):
+    """A capture an earlier cdc_assets enabled has its objects under the names it gave them (with no
+    comment naming their source): runs, status and disable find them there."""
+    from cdc_assets.engine import postgres_logical
+
+    cluster, db, cfg = orders_by_method
+    with monkeypatch.context() as earlier:
+        earlier.setattr(postgres_source, "objects", postgres_source.legacy_objects)
+        earlier.setattr(postgres_logical, "slot_names", postgres_logical.legacy_slot_names)
+        cfg = enabled(orders_by_method, 3, random.Random(83))
+    with cluster.connect(db) as conn:  # as an earlier cdc_assets left them: no comment
+        for kind, name in conn.execute("SELECT 'TABLE', relname FROM pg_class c JOIN pg_namespace n ON "
+                                       "n.oid = c.relnamespace WHERE nspname = 'cdc_assets' AND relkind = 'r' "
+                                       "UNION ALL SELECT 'PUBLICATION', pubname FROM pg_publication").fetchall():
+            conn.execute(f'COMMENT ON {kind} {"cdc_assets." if kind == "TABLE" else ""}"{name}" IS NULL')
+        insert(conn, 7, "us", random.Random(84))
+        conn.execute("DELETE FROM public.orders WHERE id = 1")
+    capsys.readouterr()
+    assert capture(cfg, "status") == 0
+    assert capsys.readouterr().out.startswith("ORDERS: 2 changes waiting")
+    run_ok(cfg)
+    assert_target_equals_source(cluster, db, cfg)
+    assert capture(cfg, "disable") == 0
+    with cluster.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                            "WHERE nspname = 'cdc_assets'").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE database = %s", (db,)).fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM pg_publication").fetchone()[0] == 0

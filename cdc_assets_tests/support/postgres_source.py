@@ -199,3 +199,38 @@ def answers(cluster) -> bool:
             return True
     except psycopg.OperationalError:
         return False
+
+
+# Two source tables whose `schema_table` read the same (`a_b_c`): a capture naming its objects by
+# that text alone gave both one changelog, one publication, one slot.
+LOOKALIKES = {"AB_C": ("a_b", "c"), "A_BC": ("a", "b_c")}
+
+
+def lookalike_tables(postgres_db, workdir, capture_method: str):
+    """(cluster, database, cfg): a_b.c and a.b_c (id integer PRIMARY KEY, v text), three rows each, and
+    tables AB_C and A_BC of cdc.yaml captured from them by `capture_method`."""
+    cluster, db = postgres_db
+    with cluster.connect(db) as conn:
+        for schema, table in LOOKALIKES.values():
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+            conn.execute(f"CREATE TABLE {schema}.{table} (id integer PRIMARY KEY, v text)")
+            for i in range(3):
+                conn.execute(f"INSERT INTO {schema}.{table} VALUES (%s, %s)", (i, f"{schema}.{table} {i}"))
+    tables = [{"name": name, "source": cluster.url(db, f"{schema}.{table}"), "capture": capture_method}
+              for name, (schema, table) in LOOKALIKES.items()]
+    return cluster, db, write_config(workdir, tables)
+
+
+def lookalike_rows(cluster, db, name: str) -> list[tuple]:
+    schema, table = LOOKALIKES[name]
+    with cluster.connect(db) as conn:
+        return sorted(tuple(r) for r in conn.execute(f"SELECT id, v FROM {schema}.{table}").fetchall())
+
+
+def lookalike_changes(cluster, db, name: str) -> None:
+    """An insert, an update and a delete of the table, each value naming the table."""
+    schema, table = LOOKALIKES[name]
+    with cluster.connect(db) as conn:
+        conn.execute(f"INSERT INTO {schema}.{table} VALUES (10, %s)", (f"{schema}.{table} new",))
+        conn.execute(f"UPDATE {schema}.{table} SET v = %s WHERE id = 1", (f"{schema}.{table} updated",))
+        conn.execute(f"DELETE FROM {schema}.{table} WHERE id = 2")
