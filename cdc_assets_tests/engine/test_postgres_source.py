@@ -695,3 +695,37 @@ def test_a_capture_enabled_under_the_earlier_names_goes_on_and_disable_removes_i
                             "WHERE nspname = 'cdc_assets'").fetchone()[0] == 0
         assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE database = %s", (db,)).fetchone()[0] == 0
         assert conn.execute("SELECT count(*) FROM pg_publication").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("method", ["changelog", "logical"])
+def test_captures_that_shared_the_earlier_names_say_to_start_both_over_and_then_capture_apart(
+        postgres_db, workdir, cli, monkeypatch, method):
+    """a_b.c and a.b_c enabled by an earlier cdc_assets shared one changelog (or publication and slot),
+    which mixed (or lost) their changes: a run says so for the table whose changes went astray, naming
+    the other, and what to do; done so, each target equals its own source."""
+    import shutil
+
+    from cdc_assets.engine import postgres_logical
+
+    cluster, db, cfg = lookalike_tables(postgres_db, workdir, method)
+    with monkeypatch.context() as earlier:  # as an earlier cdc_assets named its objects, and checked no owner
+        earlier.setattr(postgres_source, "objects", postgres_source.legacy_objects)
+        earlier.setattr(postgres_source, "check_owner", lambda *args: None)
+        earlier.setattr(postgres_logical, "slot_names", postgres_logical.legacy_slot_names)
+        earlier.setattr(postgres_logical, "_check_owner", lambda *args: None)
+        assert capture(cfg, "enable") == 0
+    cfg = reload(cfg)
+    done = cli_run(cli, cfg)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "A_BC" in done.stderr and "a_b.c" in done.stderr and "Start both over" in done.stderr, done.stderr
+    for name in LOOKALIKES:
+        assert capture(cfg, "disable", name) == 0
+        shutil.rmtree(cfg.table_dir(name), ignore_errors=True)
+    assert capture(cfg, "enable") == 0
+    cfg = reload(cfg)
+    for name in LOOKALIKES:
+        lookalike_changes(cluster, db, name)
+    done = cli_run(cli, cfg)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    for name in LOOKALIKES:
+        assert sorted((r["id"], r["v"]) for r in target_rows(cfg, name)) == lookalike_rows(cluster, db, name), name
