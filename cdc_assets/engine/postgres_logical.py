@@ -113,13 +113,15 @@ def slot_in_use(conn: psycopg.Connection, source: PgSource, where: str, sharing_
     return legacy
 
 
-def _check_owner(conn: psycopg.Connection, source: PgSource, names: Slot, where: str) -> None:
-    """Refuse an enable whose publication or slot name anything but this source's own capture holds (an
-    earlier enable of it that stopped half-way is its own: its publication, made first, says so)."""
+def _check_owner(conn: psycopg.Connection, source: PgSource, names: Slot, where: str, table_dir: str | None) -> None:
+    """Refuse an enable (or a disable: `table_dir` None) whose publication or slot name anything but
+    this source's own capture holds (an earlier enable of it that stopped half-way is its own: its
+    publication, made first, says so)."""
     found = conn.execute("SELECT obj_description(oid, 'pg_publication') FROM pg_publication WHERE pubname = %s",
                          (names.publication,)).fetchone()
-    if found is not None and found[0] != ps.owner(source):
-        raise ps.owned_by_another(where, "publication", names.publication, found[0])
+    error = found is not None and ps.owner_error(where, source, table_dir, "publication", names.publication, found[0])
+    if error:
+        raise error
     if slot_exists(conn, names):
         database = ps.single_value(conn, "SELECT database FROM pg_replication_slots WHERE slot_name = %s", (names.slot,))
         if found is None or database != source.database:
@@ -190,7 +192,7 @@ def enable(table: TableConfig, table_dir: str) -> ps.Enabled:
                     raise ps.SourceError(f"{where}: capture is already enabled (its base snapshot is {base})")
                 raise ps.starts_over(where, table_dir, "capture was disabled after it started here")
             ps.check_starts_here(where, table_dir)
-            _check_owner(conn, source, names, where)
+            _check_owner(conn, source, names, where, table_dir)
             cols = ps.columns(conn, source, where)
             keys = table.keys or ps.primary_key(conn, source)
             ps.check_columns(cols, keys, where)
@@ -201,7 +203,7 @@ def enable(table: TableConfig, table_dir: str) -> ps.Enabled:
                 conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
                     sql.Identifier(names.publication), ps.table_ref(source)))
                 conn.execute(sql.SQL("COMMENT ON PUBLICATION {} IS {}").format(
-                    sql.Identifier(names.publication), sql.Literal(ps.owner(source))))
+                    sql.Identifier(names.publication), sql.Literal(ps.owner(source, table_dir))))
             conn.commit()
             os.makedirs(postgres.capture_dir(table_dir), exist_ok=True)
             ps.durable_write(postgres.record_path(table_dir),
@@ -377,7 +379,7 @@ def disable(table: TableConfig) -> list[str]:
         try:
             names = slot_in_use(conn, source, where, sharing_ok=True)
             if names == slot_names(source):
-                _check_owner(conn, source, names, where)  # never another source's slot or publication
+                _check_owner(conn, source, names, where, None)  # never another source's slot or publication
             if slot_exists(conn, names):
                 conn.execute("SELECT pg_drop_replication_slot(%s)", (names.slot,))
                 removed.append(f"replication slot {names.slot}")

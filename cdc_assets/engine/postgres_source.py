@@ -154,27 +154,46 @@ def objects(source: PgSource) -> Objects:
     return Objects(f"{stem}_changelog", f"{stem}_seq", f"{stem}_capture")
 
 
-def owner(source: PgSource) -> str:
-    """The comment a capture object carries: the source table it captures (`schema.table`, which names
-    one table: the URL's names hold no dot)."""
-    return f"{OWNER_PREFIX}{source.qualified}"
-
-
 OWNER_PREFIX = "cdc_assets capture of "
+
+
+def owner(source: PgSource, table_dir: str) -> str:
+    """The comment a capture object carries: the source table it captures (`schema.table`, which names
+    one table: the URL's names hold no dot or space) and the warehouse table it captures into."""
+    return f"{OWNER_PREFIX}{source.qualified} into {table_dir}"
+
+
+def owner_error(where: str, source: PgSource, table_dir: str | None, kind: str, name: str,
+                found: object) -> SourceError | None:
+    """Why an object whose comment is `found` is not this capture's own (None: it is; `table_dir` None:
+    any capture of this source is). A source table is captured into one table: a second capture of it
+    would take the first one's changes."""
+    mine = f"{OWNER_PREFIX}{source.qualified} into "
+    if isinstance(found, str) and found.startswith(mine):
+        into = found.removeprefix(mine)
+        if table_dir is None or into == table_dir:
+            return None
+        return SourceError(f"{where}: {source.qualified} is already captured into {into} (its {kind} {name}): a "
+                           "source table is captured into one table, or the two would take each other's changes; "
+                           "nothing was made for this table: `capture disable` that table first, then enable "
+                           "capture here")
+    return owned_by_another(where, kind, name, found)
 
 
 def owned_by_another(where: str, kind: str, name: str, found: object) -> SourceError:
     """The error of an enable whose object's name another source's capture (or something else) holds."""
-    holder = (f"the capture of {str(found).removeprefix(OWNER_PREFIX)}" if str(found).startswith(OWNER_PREFIX)
-              else "an object cdc_assets did not make")
+    holder = (f"the capture of {found.removeprefix(OWNER_PREFIX)}" if isinstance(found, str)
+              and found.startswith(OWNER_PREFIX) else "an object cdc_assets did not make")
     return SourceError(f"{where}: the {kind} {name} this capture needs belongs to another source ({holder}); "
                        "nothing was made for this table: drop or rename that object if nothing uses it, then "
                        "enable capture")
 
 
-def check_owner(conn: psycopg.Connection, source: PgSource, names: Objects, where: str) -> None:
-    """Refuse an enable whose changelog, sequence or function name is held by anything but this
-    source's own capture (an earlier enable of it that stopped half-way is its own)."""
+def check_owner(conn: psycopg.Connection, source: PgSource, names: Objects, where: str,
+                table_dir: str | None) -> None:
+    """Refuse an enable (or a disable: `table_dir` None) whose changelog, sequence or function name is
+    held by anything but this source's own capture (an earlier enable of it that stopped half-way is
+    its own)."""
     from psycopg import sql
 
     for kind, name, lookup, catalog in (("table", names.changelog, "to_regclass", "pg_class"),
@@ -183,8 +202,9 @@ def check_owner(conn: psycopg.Connection, source: PgSource, names: Objects, wher
         qualified = sql.Identifier(SCHEMA, name).as_string(conn) + ("()" if kind == "function" else "")
         row = conn.execute(f"SELECT {lookup}(%s) IS NOT NULL, obj_description({lookup}(%s), %s)",  # type: ignore[arg-type]
                            (qualified, qualified, catalog)).fetchone()
-        if row is not None and row[0] and row[1] != owner(source):
-            raise owned_by_another(where, kind, f"{SCHEMA}.{name}", row[1])
+        error = row is not None and row[0] and owner_error(where, source, table_dir, kind, f"{SCHEMA}.{name}", row[1])
+        if error:
+            raise error
 
 
 def legacy_objects(source: PgSource) -> Objects:
@@ -304,8 +324,8 @@ def enable(table: TableConfig, table_dir: str) -> Enabled:
             keys = table.keys or primary_key(conn, source)
             check_columns(cols, keys, where)
             names = objects(source)
-            check_owner(conn, source, names, where)
-            _create_waiting_for_writers(conn, source, names, keys, where)
+            check_owner(conn, source, names, where, table_dir)
+            _create_waiting_for_writers(conn, source, names, keys, where, table_dir)
             os.makedirs(postgres.capture_dir(table_dir), exist_ok=True)
             durable_write(postgres.record_path(table_dir),
                            postgres.record_json(CaptureRecord(str(source), table.capture or "changelog", keys)).encode())
@@ -354,7 +374,7 @@ def disable(table: TableConfig) -> list[str]:
         try:
             names = objects_in_use(conn, source, where, sharing_ok=True)
             if names == objects(source):
-                check_owner(conn, source, names, where)  # never another source's objects
+                check_owner(conn, source, names, where, None)  # never another source's objects
             if single_value(conn, "SELECT to_regclass(%s)", (regclass(source),)) is not None:
                 for trigger in (TRIGGER, TRUNCATE_TRIGGER):
                     conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(trigger),
@@ -432,7 +452,7 @@ LOCK_TRIES, LOCK_WAIT = 12, "5s"
 
 
 def _create_waiting_for_writers(conn: psycopg.Connection, source: PgSource, names: Objects, keys: Sequence[str],
-                                where: str) -> None:
+                                where: str, table_dir: str) -> None:
     """Create the capture objects. CREATE TRIGGER waits for the transactions writing the table, and
     while it waits, every new writer queues behind it: it waits a few seconds at a time, then lets
     the writers through and tries again."""
@@ -441,7 +461,7 @@ def _create_waiting_for_writers(conn: psycopg.Connection, source: PgSource, name
     for attempt in range(LOCK_TRIES):
         try:
             conn.execute(f"SET LOCAL lock_timeout = '{LOCK_WAIT}'")
-            _create(conn, source, names, keys)
+            _create(conn, source, names, keys, table_dir)
             conn.commit()
             return
         except psycopg.errors.LockNotAvailable:
@@ -452,7 +472,7 @@ def _create_waiting_for_writers(conn: psycopg.Connection, source: PgSource, name
                                   "it ends; try again") from None
 
 
-def _create(conn: psycopg.Connection, source: PgSource, names: Objects, keys: Sequence[str]) -> None:
+def _create(conn: psycopg.Connection, source: PgSource, names: Objects, keys: Sequence[str], table_dir: str) -> None:
     from psycopg import sql
 
     changelog, sequence = sql.Identifier(SCHEMA, names.changelog), sql.Identifier(SCHEMA, names.sequence)
@@ -488,12 +508,12 @@ def _create(conn: psycopg.Connection, source: PgSource, names: Objects, keys: Se
                 "op \"char\" NOT NULL, image jsonb NOT NULL)").format(
             changelog, sql.Literal(f"{SCHEMA}.{names.sequence}")),
         sql.SQL("ALTER SEQUENCE {} OWNED BY {}.seq").format(sequence, changelog),
-        sql.SQL("COMMENT ON TABLE {} IS {}").format(changelog, sql.Literal(owner(source))),
-        sql.SQL("COMMENT ON SEQUENCE {} IS {}").format(sequence, sql.Literal(owner(source))),
+        sql.SQL("COMMENT ON TABLE {} IS {}").format(changelog, sql.Literal(owner(source, table_dir))),
+        sql.SQL("COMMENT ON SEQUENCE {} IS {}").format(sequence, sql.Literal(owner(source, table_dir))),
         # SECURITY DEFINER: the source's writers need no privilege on the changelog
         sql.SQL("CREATE OR REPLACE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER "
                 "SET search_path = pg_catalog, pg_temp AS {}").format(function, sql.Literal(body)),
-        sql.SQL("COMMENT ON FUNCTION {}() IS {}").format(function, sql.Literal(owner(source))),
+        sql.SQL("COMMENT ON FUNCTION {}() IS {}").format(function, sql.Literal(owner(source, table_dir))),
         sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(TRIGGER), table_ref(source)),
         sql.SQL("CREATE TRIGGER {} AFTER INSERT OR UPDATE OR DELETE ON {} FOR EACH ROW EXECUTE FUNCTION {}()").format(
             sql.Identifier(TRIGGER), table_ref(source), function),

@@ -11,6 +11,7 @@ import os
 import random
 import subprocess
 import uuid
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -729,3 +730,27 @@ def test_captures_that_shared_the_earlier_names_say_to_start_both_over_and_then_
     assert done.returncode == 0, (done.stdout, done.stderr)
     for name in LOOKALIKES:
         assert sorted((r["id"], r["v"]) for r in target_rows(cfg, name)) == lookalike_rows(cluster, db, name), name
+
+
+def test_enable_refuses_a_second_table_capturing_the_same_source_and_the_first_goes_on(orders_by_method, capsys):
+    """Two tables of cdc.yaml with one source: their captures would share the source's capture objects
+    and take each other's changes. The second enable fails (exit 1) naming the table the source is
+    captured into, and makes nothing; once that one is disabled, the second enables."""
+    from cdc_assets.core.postgres import capture_dir
+
+    cluster, db, cfg = orders_by_method
+    table = {"name": "ORDERS", "source": cfg.table("ORDERS").source, "capture": cfg.table("ORDERS").capture}
+    enabled(orders_by_method, 3, random.Random(89))
+    cfg = write_config(Path(cfg.path).parent, [table, {**table, "name": "ORDERS_AGAIN"}])
+    capsys.readouterr()
+    assert capture(cfg, "enable", "ORDERS_AGAIN") == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ORDERS_AGAIN: FAILED; error: SourceError: table ORDERS_AGAIN: "), err
+    assert f"already captured into {cfg.table_dir('ORDERS')}" in err and "capture disable" in err, err
+    assert not os.path.exists(capture_dir(cfg.table_dir("ORDERS_AGAIN")))
+    with cluster.connect(db) as conn:
+        insert(conn, 8, "us", random.Random(90))
+    run_ok(cfg)
+    assert_target_equals_source(cluster, db, cfg)
+    assert capture(cfg, "disable", "ORDERS") == 0
+    assert capture(cfg, "enable", "ORDERS_AGAIN") == 0
