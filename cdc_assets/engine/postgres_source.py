@@ -7,7 +7,10 @@ row, and an update that changes the key as a delete of the old key followed by a
 each with the next sequence number, the transaction id and the time. Rows are kept as jsonb, so a
 column added to the source later never breaks the source's own writes; they are read back typed
 through the source's current row type (`jsonb_populate_record`). The trigger function is SECURITY
-DEFINER: the source's writers need no privilege on `cdc_assets`.
+DEFINER: the source's writers need no privilege on `cdc_assets`. The objects' names hold a hash of
+the source's schema and table (`name_stem`), so no two tables share one, and each object's comment
+names the source and the warehouse table it is captured into (`owner`): enable refuses a name held
+by anything else, and by a second capture of the same source, which would take the first one's rows.
 
 Why the sequence orders a key's changes. A sequence number is drawn when the trigger fires, not when
 the transaction commits, so numbers do not follow commit order across keys, and a reader can see
