@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from cdc_assets.defs.sensors import ALL_TABLES_SENSOR
 
 from .bench import changes, child_env, parse_size, size_label, tree_pids, write_base
-from .latency import Ui, _pct
+from .latency import Ui, percentile
 
 MODES = ("sensors", "one-sensor", "group")
 GROUP = "all_tables"
@@ -268,7 +268,7 @@ class Outcome:
             lags = [f.lag_s for f in self.files if f.minute == m and f.lag_s is not None]
             missing = sum(1 for f in self.files if f.minute == m and f.lag_s is None)
             out.append({"minute": m, "files": len(lags) + missing, "not_visible": missing,
-                        "p50_s": _pct(lags, 0.5) if lags else None, "p95_s": _pct(lags, 0.95) if lags else None,
+                        "p50_s": percentile(lags, 0.5) if lags else None, "p95_s": percentile(lags, 0.95) if lags else None,
                         "max_s": max(lags) if lags else None})
         return out
 
@@ -297,7 +297,7 @@ class Outcome:
         lags = self.lags()
         return {"mode": self.mode, "tables": self.tables, "rows": self.rows, "changes_per_file": self.changes,
                 "minutes": self.minutes, "interval_s": self.interval, "files": len(self.files), "visible": len(lags),
-                "lag_p50_s": _pct(lags, 0.5) if lags else None, "lag_p95_s": _pct(lags, 0.95) if lags else None,
+                "lag_p50_s": percentile(lags, 0.5) if lags else None, "lag_p95_s": percentile(lags, 0.95) if lags else None,
                 "lag_max_s": max(lags) if lags else None, "lag_growth_s": self.growth_s(),
                 "keeps_up": self.keeps_up(), "ui_up_s": self.ui_up_s,
                 "daemon_cpu_s_per_minute": self.daemon_cpu_s_per_minute,
