@@ -46,6 +46,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from cdc_assets.defs.sensors import ALL_TABLES_SENSOR
+from cdc_assets_tests.figures import Figures, add_force_flag
 
 from .bench import changes, child_env, parse_size, size_label, tree_pids, write_base
 from .latency import Ui, percentile
@@ -389,10 +390,7 @@ def runs_by_status(home: str) -> dict[str, int]:
 
 # --- output -----------------------------------------------------------------------------------
 
-def write_outputs(outcomes: list[Outcome], out: str, command: str) -> list[str]:
-    from cdc_assets_tests.figures import Figures
-
-    figures = Figures(out)
+def write_outputs(outcomes: list[Outcome], figures: Figures, command: str) -> list[str]:
     results = [o.summary() for o in outcomes]
     stops = {}
     for mode in sorted({o.mode for o in outcomes}):
@@ -456,6 +454,7 @@ def parse_args(argv=None):
     ap.add_argument("--keep", action="store_true", help="keep each run's warehouse")
     ap.add_argument("--work", help="generated data, warehouses and Dagster homes (default: a new /tmp/continuous-*)")
     ap.add_argument("--out", default="docs/figures", help="where continuous.json, .csv and .png go")
+    add_force_flag(ap)
     args = ap.parse_args(argv)
     args.table_counts = [int(x) for x in args.tables.split(",") if x.strip()]
     args.mode_list = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -474,9 +473,10 @@ def run(args, echo=print) -> list[Outcome]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    figures = Figures(args.out, force=args.force_dirty)  # refused before measuring from a dirty tree
     outcomes = run(args, echo=lambda *a, **k: print(*a, **k))
     command = ".venv/bin/python -m cdc_assets_tests.benchmarks.continuous " + " ".join(argv or sys.argv[1:])
-    for p in write_outputs(outcomes, args.out, command):
+    for p in write_outputs(outcomes, figures, command):
         print(p)
     return 0
 

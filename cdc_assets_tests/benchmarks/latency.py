@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 
-from cdc_assets_tests.figures import Figures
+from cdc_assets_tests.figures import Figures, add_force_flag
 from cdc_assets_tests.support.ports import free_port
 
 from .bench import CHANGESET, changes, child_env, delta_version, parse_size, publish, size_label, write_base
@@ -190,6 +190,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--work", help="generated data, warehouse and Dagster home (default: a new /tmp/latency-*)")
     ap.add_argument("--out", default="docs/figures", help="where latency.json goes")
+    add_force_flag(ap)
     ap.add_argument("--resummarize", metavar="JSON",
                     help="measure nothing: recompute the summary of a latency.json from its per-file lags")
     args = ap.parse_args(argv)
@@ -198,6 +199,7 @@ def main(argv=None) -> int:
         print(f"{args.resummarize}: p50 {f['lag_p50_s']} s, p95 {f['lag_p95_s']} s, max {f['lag_max_s']} s, "
               f"mean {f['lag_mean_s']} s over {len(f['per_file'])} files")
         return 0
+    writer = Figures(args.out, force=args.force_dirty)  # refused before measuring from a dirty tree
     cli = [os.path.join(os.path.dirname(sys.executable), "cdc-assets")]
     work = args.work or tempfile.mkdtemp(prefix="latency-")
     os.makedirs(work, exist_ok=True)
@@ -243,7 +245,7 @@ def main(argv=None) -> int:
     figures = {"rows": args.rows, "changes_per_file": args.changes, "files": len(results), "cpus": os.cpu_count(),
                **lag_summary(lags), "summary_method": SUMMARY_METHOD, "ui_up_s": up_s, "per_file": results}
     command = ".venv/bin/python -m cdc_assets_tests.benchmarks.latency " + " ".join(argv or sys.argv[1:])
-    where = Figures(args.out).write_json("latency.json", figures, command=command)
+    where = writer.write_json("latency.json", figures, command=command)
     print(f"landed to visible over {len(lags)} files of {args.changes} changes into {args.rows:,} rows: "
           f"p50 {figures['lag_p50_s']} s, p95 {figures['lag_p95_s']} s, max {figures['lag_max_s']} s ({where})")
     return 0

@@ -13,6 +13,7 @@ import pytest
 from cdc_assets.core.changes import Rejection
 from cdc_assets.core.config import load_config
 from cdc_assets.core.formats import parse_file
+from cdc_assets_tests.figures import Figures
 
 from . import bench, continuous
 
@@ -87,7 +88,7 @@ def _tiny(tmp_path, mode: str) -> list:
                                   "--interval", "60" if mode == "group" else "10", "--modes", mode, "--no-spark",
                                   "--drain", "180", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out")])
     outcomes = continuous.run(args, echo=lambda *a, **k: print(*a, flush=True))
-    paths = continuous.write_outputs(outcomes, args.out, "test")
+    paths = continuous.write_outputs(outcomes, Figures(args.out), "test")
     assert sorted(os.path.basename(p) for p in paths) == ["continuous.csv", "continuous.json", "continuous.png"]
     [o] = outcomes
     assert not o.error, o.error

@@ -37,10 +37,10 @@ def test_one_lag_is_every_figure():
 @given(st.lists(st.floats(min_value=0, max_value=1000, allow_nan=False), min_size=1, max_size=40))
 def test_p50_splits_the_lags_in_half_and_p95_is_within_them(lags):
     s = lag_summary(lags)
-    below = sum(v <= s["lag_p50_s"] + 0.005 for v in lags)
-    above = sum(v >= s["lag_p50_s"] - 0.005 for v in lags)
+    below = sum(v <= s["lag_p50_s"] + 0.006 for v in lags)  # figures are rounded to 0.01
+    above = sum(v >= s["lag_p50_s"] - 0.006 for v in lags)
     assert below >= len(lags) / 2 and above >= len(lags) / 2
-    assert min(lags) - 0.005 <= s["lag_p50_s"] <= s["lag_p95_s"] <= s["lag_max_s"] + 0.005
+    assert min(lags) - 0.006 <= s["lag_p50_s"] <= s["lag_p95_s"] <= s["lag_max_s"] + 0.006
 
 
 @given(st.lists(st.floats(min_value=0, max_value=1000, allow_nan=False), min_size=1, max_size=40),
