@@ -206,6 +206,64 @@ def test_a_misnamed_command_is_told_from_the_docs_usage_forms():
         assert _misnamed(usage, parser) is None, usage
 
 
+def _benchmark_commands() -> list[tuple[str, str, list[str]]]:
+    """(page, module, argv) of every `python -m cdc_assets_tests.benchmarks.NAME ...` the docs show,
+    in code spans and fenced blocks: the commands that write the figures the docs quote."""
+    out = []
+    for page in _pages():
+        with open(os.path.join(REPO, page), encoding="utf-8") as fh:
+            text = fh.read()
+        lines = [line for fence in _FENCE.finditer(text) for line in fence.group(3).replace("\\\n", " ").splitlines()]
+        lines += [" ".join(span.group(2).split()) for span in _SPAN.finditer(_FENCE.sub("", text))]
+        for line in lines:
+            m = re.search(r"python -m (cdc_assets_tests\.benchmarks\.\w+)(.*)", line)
+            if not m:
+                continue
+            try:
+                words = shlex.split(m.group(2), comments=True)
+            except ValueError as e:
+                raise AssertionError(f"{page}: {line!r}: {e}") from None
+            cut = [i for i, w in enumerate(words) if w in _SHELL_OPERATORS or w.startswith("`")]
+            out.append((page, m.group(1), words[:cut[0]] if cut else words))
+    return out
+
+
+class _Parsed(Exception):
+    """The command line parsed: stop before the benchmark does anything."""
+
+
+def test_every_benchmark_command_the_docs_show_parses(monkeypatch, capsys):
+    """The commands that write docs/figures, as the docs give them, are accepted by their scripts
+    (each script's own parser, stopped once it has parsed)."""
+    import argparse
+    import importlib
+    import signal
+
+    parse = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(self, args=None, namespace=None):
+        parse(self, args, namespace)
+        raise _Parsed
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+    monkeypatch.setattr(signal, "signal", lambda *a: None)  # bench.py's main takes SIGTERM
+    commands = _benchmark_commands()
+    assert len(commands) >= 20
+    wrong = []
+    for page, module, argv in commands:
+        main = importlib.import_module(module).main
+        monkeypatch.setattr(sys, "argv", [module, *argv])  # soak.py's main reads sys.argv
+        try:
+            main(argv) if main.__code__.co_argcount else main()
+        except _Parsed:
+            continue
+        except SystemExit:
+            wrong.append(f"{page}: python -m {module} {shlex.join(argv)}: {capsys.readouterr().err.strip()}")
+            continue
+        wrong.append(f"{page}: python -m {module} {shlex.join(argv)}: ran without parsing its arguments")
+    assert wrong == []
+
+
 def test_the_readme_table_runs_as_written(tmp_path, monkeypatch, capsys):
     from cdc_assets.cli.main import main
     from cdc_assets_tests.support.landing import jsonl
