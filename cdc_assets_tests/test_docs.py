@@ -145,27 +145,31 @@ def _misnamed(words: str, parser) -> str | None:
     that does not exist), or None. Placeholders and optional parts (`[--json]`) are allowed."""
     import argparse
 
-    tokens = [w.strip("[](),;:").rstrip(".") for w in words.split()]
-    tokens = [t for t in tokens if t]
-    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    tokens = [t for t in (w.strip("[](),;:").rstrip(".") for w in words.split()) if t]
     if not tokens:
         return "no subcommand"
     if tokens[0].startswith("-"):
         return None if tokens[0] in parser._option_string_actions else f"no option {tokens[0]}"
-    command = sub.choices.get(tokens[0])
-    if command is None:
-        return f"no command {tokens[0]!r} (the commands: {', '.join(sub.choices)})"
-    rest = tokens[1:]
-    positionals = [a for a in command._actions if not a.option_strings and a.choices]
-    if positionals and rest and not rest[0].startswith("-") and not _placeholder(rest[0]):
-        wrong = [c for c in rest[0].split("|") if c not in positionals[0].choices]
+    command, name, rest = parser, "cdc-assets", tokens
+    while True:  # down the subcommands (and a subcommand's own subcommands) the words name
+        chosen = [a for a in command._actions if not a.option_strings and a.choices]
+        if not chosen or not rest or rest[0].startswith("-") or _placeholder(rest[0]):
+            break
+        wrong = [c for c in rest[0].split("|") if c not in chosen[0].choices]
         if wrong:
-            return f"no {tokens[0]} action {'|'.join(wrong)!r} (the actions: {', '.join(positionals[0].choices)})"
+            kind = "command" if command is parser else f"{name} action"
+            return f"no {kind} {'|'.join(wrong)!r} (the choices: {', '.join(chosen[0].choices)})"
+        if not isinstance(chosen[0], argparse._SubParsersAction) or "|" in rest[0]:
+            rest = rest[1:]
+            break
+        command, name, rest = chosen[0].choices[rest[0]], rest[0], rest[1:]
+    if command is parser:
+        return "no subcommand"
     for t in rest:
         for option in t.split("|"):
             option = option.split("=")[0]
             if option.startswith("-") and option not in command._option_string_actions:
-                return f"no option {option} of {tokens[0]}"
+                return f"no option {option} of {name}"
     return None
 
 
@@ -200,10 +204,21 @@ def test_a_misnamed_command_is_told_from_the_docs_usage_forms():
     parser = build_parser()
     assert _misnamed("versions", parser) and _misnamed("history TABLE --jsn", parser)
     assert _misnamed("capture enable|stop [TABLE ...]", parser) and _misnamed("--versions", parser)
+    assert _misnamed("TABLE", parser) and _misnamed("run --tabel T", parser)
     for usage in ("history TABLE --config cdc.yaml [--json]", "capture enable|disable|status|check [TABLE ...]",
                   "restore TABLE --config cdc.yaml --version N | --as-of 2026-11-24T09:30:00Z", "--version",
                   "read TABLE --config cdc.yaml [--out FILE.parquet|FILE.csv] [--with-metadata]"):
         assert _misnamed(usage, parser) is None, usage
+    # a subcommand with subcommands of its own: each level's words and options are its own
+    import argparse
+
+    nested = argparse.ArgumentParser(prog="cdc-assets")
+    inner = nested.add_subparsers().add_parser("quarantine").add_subparsers()
+    inner.add_parser("list").add_argument("--json", action="store_true")
+    inner.add_parser("replay").add_argument("--dry-run", action="store_true")
+    assert _misnamed("quarantine replay TABLE [--dry-run]", nested) is None
+    assert _misnamed("quarantine list|replay TABLE", nested) is None
+    assert _misnamed("quarantine list TABLE --dry-run", nested) and _misnamed("quarantine show TABLE", nested)
 
 
 def _benchmark_commands() -> list[tuple[str, str, list[str]]]:
