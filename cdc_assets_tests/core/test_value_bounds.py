@@ -7,6 +7,7 @@ signed 32- and 64-bit ranges of int and long, years 1 to 9999 of a timestamp, an
 lone surrogate is none)."""
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import io
 import json
@@ -250,3 +251,26 @@ def test_text_next_to_the_surrogates_is_kept_and_a_lone_surrogate_goes_to_quaran
         assert isinstance(r, Change) and r.row["v"] == "a" + char
     else:
         assert isinstance(r, Rejection) and r.reason == "column 'v' holds text that is not valid Unicode (a lone surrogate)"
+
+
+# ---- a Kafka Connect decimal without a precision of 38 or less ------------------------------
+
+def connect_decimal_event(line: int, value: int, precision: int | None) -> dict:
+    params = {"scale": "0", **({"connect.decimal.precision": str(precision)} if precision else {})}
+    raw = value.to_bytes((value.bit_length() + 8) // 8, "big", signed=True)
+    return {"schema": {"type": "struct", "fields": [{"field": "after", "type": "struct", "fields": [
+                {"field": "id", "type": "int64"},
+                {"field": "v", "type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "parameters": params}]}]},
+            "payload": debezium(line, id=line, v=base64.b64encode(raw).decode())}
+
+
+@pytest.mark.parametrize("precision", [None, 40])
+def test_a_connect_decimal_typed_by_its_value_takes_38_digits_and_quarantines_39(precision):
+    results = read_json(*(connect_decimal_event(i, v, precision) for i, v in
+                          enumerate([LARGEST, -LARGEST, PAST, -PAST, 10 ** 39], start=1)), fmt="debezium-json")
+    assert [type(r).__name__ for r in results] == ["Change", "Change", "Rejection", "Rejection", "Rejection"]
+    assert [c.row["v"] for c in results[:2]] == [LARGEST, -LARGEST]
+    assert [value_type(c.row["v"]) for c in results[:2]] == ["decimal(38,0)"] * 2
+    for r, digits in zip(results[2:], (39, 39, 40)):
+        assert r.reason.startswith("column 'v': ") and str(PAST) not in r.reason
+        assert r.reason.endswith(f"(a number of {digits} digits, more than any number type holds (38 digits))")
