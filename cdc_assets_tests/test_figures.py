@@ -3,6 +3,7 @@ docs/figures takes none from such a tree unless forced: the docs name a commit f
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 
 import pytest
@@ -62,6 +63,7 @@ def test_a_tree_that_becomes_dirty_during_the_measurement_is_refused_and_the_fig
     assert not (repo / "docs" / "figures" / "f.json").exists()
     kept = str(e.value).rsplit("written to ", 1)[1]
     assert json.loads(open(f"{kept}/f.json").read())["n"] == 7
+    shutil.rmtree(kept)
     with pytest.raises(DirtyTree):
         figures.path("f.md")
 
