@@ -22,6 +22,9 @@ def pytest_addoption(parser):
     parser.addoption("--figures", default=None, metavar="DIR",
                      help="write the measured figures the README quotes into DIR (e.g. docs/figures); "
                           "without it (or CDC_ASSETS_FIGURES) tests write no figure files")
+    parser.addoption("--figures-force-dirty", action="store_true", default=False,
+                     help="write figures into docs/figures even from a tree with uncommitted changes "
+                          "(the files then say dirty: true)")
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +35,7 @@ def long_run(request) -> bool:
 @pytest.fixture(scope="session")
 def figures(request) -> Figures | None:
     """A writer of figure files when the run was asked for them (`--figures DIR`), else None."""
-    return from_request(request.config.getoption("--figures"))
+    return from_request(request.config.getoption("--figures"), force=request.config.getoption("--figures-force-dirty"))
 
 
 @pytest.fixture(scope="session")

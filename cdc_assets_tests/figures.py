@@ -1,7 +1,11 @@
 """Measured figures, written to files so the README quotes a file, never a number worked out by hand.
 
 Tests write figures only when asked (`--figures DIR`, or `CDC_ASSETS_FIGURES=DIR`), so a normal test
-run leaves the work tree clean; the scripts under `benchmarks/` take the folder as `--out`.
+run leaves the work tree clean; the scripts under `benchmarks/` take the folder as `--out`. Each JSON
+file records the commit that measured and whether its tree had uncommitted changes (`dirty`, and
+which files); into docs/figures a tree with uncommitted changes is refused before anything is
+measured, unless forced (`--force-dirty`, `--figures-force-dirty` for tests, or
+CDC_ASSETS_FIGURES_FORCE_DIRTY=1), so that the docs can name the commit of every figure they quote.
 
     ./bootstrap.sh test cdc_assets_tests/engine/test_crash.py --figures docs/figures
 
@@ -15,47 +19,115 @@ In a test, ask for the `figures` fixture: it is a `Figures` writer, or None when
 """
 from __future__ import annotations
 
+import argparse
 import csv
+import dataclasses
 import datetime as dt
 import json
 import os
 import subprocess
+import tempfile
 
 ENV = "CDC_ASSETS_FIGURES"
+FORCE_ENV = "CDC_ASSETS_FIGURES_FORCE_DIRTY"  # "1": write into docs/figures from a tree with edits
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FORCE_FLAG = "--force-dirty"
 
 
-def _commit() -> str | None:
-    """The commit of the code that measured ("+dirty" when its tree had edits)."""
+@dataclasses.dataclass(frozen=True)
+class Tree:
+    """The commit of the code that measures, and the tracked files it has changed since (a dirty tree)."""
+
+    commit: str | None
+    uncommitted: tuple[str, ...] = ()
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self.uncommitted)
+
+
+def tree(repo: str = REPO) -> Tree:
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True,
                               timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                               capture_output=True, text=True, timeout=10)
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                                capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
-        return None
+        return Tree(None)
     if head.returncode != 0:
-        return None
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+        return Tree(None)
+    return Tree(head.stdout.strip(), tuple(line[3:] for line in status.stdout.splitlines() if line.strip()))
+
+
+def measured_at(repo: str = REPO) -> str:
+    """Where a written table says it was measured: "at commit `abc1234`", or "on a tree with
+    uncommitted changes at commit `abc1234`"."""
+    now = tree(repo)
+    return f"at commit `{now.commit}`" if not now.dirty else f"on a tree with uncommitted changes at commit `{now.commit}`"
+
+
+class DirtyTree(Exception):
+    """Figures for docs/figures measured by code that is no commit: the docs could name no commit for them."""
+
+
+def add_force_flag(parser: argparse.ArgumentParser) -> None:
+    """A script's flag to write into docs/figures from a tree with uncommitted changes."""
+    parser.add_argument(FORCE_FLAG, action="store_true",
+                        help="write into docs/figures even from a tree with uncommitted changes (the files then "
+                             "say dirty: true and list them); without it such a run stops before measuring")
 
 
 class Figures:
-    """Writes figure files into one folder; each JSON file says which command produced it and when."""
+    """Writes figure files into one folder; each JSON file says which command produced it, when, at
+    which commit and whether the tree had uncommitted changes. A folder under the repository's
+    docs/figures is refused from such a tree unless `force` (the docs name a commit for each figure)."""
 
-    def __init__(self, folder: str):
+    def __init__(self, folder: str, force: bool = False, repo: str = REPO):
         self.folder = os.path.abspath(folder)
+        self.repo, self.force = repo, force or os.environ.get(FORCE_ENV) == "1"
+        self.tree = tree(repo)  # at the start of the measurement: a refused run stops before measuring
+        self._refuse(self.tree)
         os.makedirs(self.folder, exist_ok=True)
 
+    def _into_docs(self) -> bool:
+        docs = os.path.realpath(os.path.join(self.repo, "docs", "figures"))
+        return os.path.commonpath([docs, os.path.realpath(self.folder)]) == docs
+
+    def _refuse(self, now: Tree, kept: str | None = None) -> None:
+        if not (now.dirty and not self.force and self._into_docs()):
+            return
+        shown = ", ".join(now.uncommitted[:10]) + (", ..." if len(now.uncommitted) > 10 else "")
+        raise DirtyTree(f"refusing to write figures into {self.folder}: the tree at {now.commit} has uncommitted "
+                        f"changes ({shown}); commit them first, write elsewhere (--out), or pass {FORCE_FLAG} "
+                        f"({FORCE_ENV}=1 for tests) to record the figures as measured on a dirty tree"
+                        + (f"; this measurement's figures were written to {kept}" if kept else ""))
+
     def path(self, name: str) -> str:
+        """Where figure file `name` goes; refused (DirtyTree) when the tree has become dirty since the
+        measurement began, as at the start."""
+        self._refuse(tree(self.repo))
         return os.path.join(self.folder, name)
 
     def write_json(self, name: str, figures: dict, command: str) -> str:
-        data = {"command": command, "commit": _commit(),
+        """`figures` with the command, the commit, whether the tree was dirty (and its changed files)
+        and the time. A tree that became dirty during the measurement is refused as at the start, the
+        file then kept in a temporary folder that the error names."""
+        now = tree(self.repo)
+        changed = tuple(dict.fromkeys(self.tree.uncommitted + now.uncommitted))
+        data = {"command": command, "commit": now.commit, "dirty": bool(changed),
+                **({"uncommitted": list(changed)} if changed else {}),
+                **({"commit_at_start": self.tree.commit} if self.tree.commit != now.commit else {}),
                 "measured": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), **figures}
-        with open(self.path(name), "w", encoding="utf-8") as fh:
+        kept = None
+        if changed and not self.force and self._into_docs():
+            kept = tempfile.mkdtemp(prefix="figures-dirty-")
+        where = os.path.join(kept or self.folder, name)
+        with open(where, "w", encoding="utf-8") as fh:
             json.dump(data, fh, indent=2, sort_keys=False, default=str)
             fh.write("\n")
-        return self.path(name)
+        if kept:
+            self._refuse(Tree(now.commit, changed), kept)
+        return where
 
     def write_csv(self, name: str, header: list[str], rows: list) -> str:
         with open(self.path(name), "w", newline="", encoding="utf-8") as fh:
@@ -65,6 +137,6 @@ class Figures:
         return self.path(name)
 
 
-def from_request(option: str | None) -> Figures | None:
+def from_request(option: str | None, force: bool = False) -> Figures | None:
     folder = option or os.environ.get(ENV)
-    return Figures(folder) if folder else None
+    return Figures(folder, force=force) if folder else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -79,21 +80,203 @@ def test_every_whole_cdc_yaml_the_docs_show_is_valid(tmp_path):
         assert load_config(str(path)).tables, page
 
 
+def _pages() -> list[str]:
+    """The README and every Markdown page under docs/ (the figures' pages too)."""
+    pages = ["README.md"]
+    for folder, _, files in sorted(os.walk(os.path.join(REPO, "docs"))):
+        pages += sorted(os.path.relpath(os.path.join(folder, f), REPO) for f in files if f.endswith(".md"))
+    return pages
+
+
+# A fenced block (any language, indented in a list too) and an inline code span (CommonMark: closed by
+# a run of as many backticks as opened it, so `` a ` b `` is one span).
+_FENCE = re.compile(r"^[ \t]*(```+|~~~+)([^\n]*)\n(.*?)^[ \t]*\1[ \t]*$", re.S | re.M)
+_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.S)
+_PROGRAM = re.compile(r"^(\S*/)?cdc-assets$")
+_SHELL_OPERATORS = {"|", "||", "&&", ";", ">", ">>", "<", "&", "2>&1"}
+
+
+def _command_lines() -> list[tuple[str, list[str]]]:
+    """(page, argv after `cdc-assets`) of every `cdc-assets` command line in a fenced block of the
+    docs, whatever the block's language: `$ ` prompts, `VAR=value` prefixes, comments, `\\`
+    continuations and what follows a pipe or `&&` are the shell's, not the command's."""
+    out = []
+    for page in _pages():
+        with open(os.path.join(REPO, page), encoding="utf-8") as fh:
+            text = fh.read()
+        for fence in _FENCE.finditer(text):
+            if fence.group(2).strip() in ("mermaid", "yaml", "python", "json"):
+                continue
+            for line in fence.group(3).replace("\\\n", " ").splitlines():
+                try:
+                    words = shlex.split(line.strip().removeprefix("$ "), comments=True)
+                except ValueError:
+                    continue
+                while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
+                    words = words[1:]
+                if words and _PROGRAM.match(words[0]):
+                    argv = words[1:]
+                    cut = [i for i, w in enumerate(argv) if w in _SHELL_OPERATORS]
+                    out.append((page, argv[:cut[0]] if cut else argv))
+    return out
+
+
+def _named_commands() -> list[tuple[str, str]]:
+    """(page, words after `cdc-assets`) of every command the docs name in an inline code span,
+    in running text, lists and tables: `cdc-assets history TABLE --config cdc.yaml [--json]`, or a
+    quoted message's `... Run cdc-assets rekey TABLE once`."""
+    out = []
+    for page in _pages():
+        with open(os.path.join(REPO, page), encoding="utf-8") as fh:
+            prose = _FENCE.sub("", fh.read())
+        for span in _SPAN.finditer(prose):
+            for m in re.finditer(r"(?:^|[\s/])cdc-assets\s+(\S.*)", " ".join(span.group(2).split())):
+                out.append((page, m.group(1)))
+    return out
+
+
+def _placeholder(word: str) -> bool:
+    """A word standing for a value: TABLE, N, FILE.parquet|FILE.csv, `...`."""
+    return "..." in word or bool(re.fullmatch(r"[A-Z][A-Z0-9_.|-]*", word))
+
+
+def _misnamed(words: str, parser) -> str | None:
+    """Why `cdc-assets WORDS` names no command of `parser` (a subcommand, an action or an option
+    that does not exist), or None. Placeholders and optional parts (`[--json]`) are allowed."""
+    import argparse
+
+    tokens = [t for t in (w.strip("[](),;:").rstrip(".") for w in words.split()) if t]
+    if not tokens:
+        return "no subcommand"
+    if tokens[0].startswith("-"):
+        return None if tokens[0] in parser._option_string_actions else f"no option {tokens[0]}"
+    command, name, rest = parser, "cdc-assets", tokens
+    while True:  # down the subcommands (and a subcommand's own subcommands) the words name
+        chosen = [a for a in command._actions if not a.option_strings and a.choices]
+        if not chosen or not rest or rest[0].startswith("-") or _placeholder(rest[0]):
+            break
+        wrong = [c for c in rest[0].split("|") if c not in chosen[0].choices]
+        if wrong:
+            kind = "command" if command is parser else f"{name} action"
+            return f"no {kind} {'|'.join(wrong)!r} (the choices: {', '.join(chosen[0].choices)})"
+        if not isinstance(chosen[0], argparse._SubParsersAction) or "|" in rest[0]:
+            rest = rest[1:]
+            break
+        command, name, rest = chosen[0].choices[rest[0]], rest[0], rest[1:]
+    if command is parser:
+        return "no subcommand"
+    for t in rest:
+        for option in t.split("|"):
+            option = option.split("=")[0]
+            if option.startswith("-") and option not in command._option_string_actions:
+                return f"no option {option} of {name}"
+    return None
+
+
 def test_every_cdc_assets_command_the_docs_show_parses():
     from cdc_assets.cli.main import build_parser
 
-    commands = []
-    for page, body in _blocks("bash"):
-        for line in body.splitlines():
-            line = line.split("  #")[0].strip()
-            if re.match(r"^(\S*/)?cdc-assets ", line):
-                commands.append((page, line.split()[1:]))
-    assert len(commands) >= 3
+    commands = _command_lines()
+    assert len(commands) >= 8
     for page, argv in commands:
         try:
             build_parser().parse_args(argv)
         except SystemExit as e:
             raise AssertionError(f"{page}: cdc-assets {' '.join(argv)} does not parse") from e
+
+
+def test_every_cdc_assets_command_the_docs_name_exists():
+    """Each `cdc-assets ...` of the docs' text names a command, action and options the command line
+    has: a page that names `cdc-assets versions` sends its reader to a command that does not exist."""
+    from cdc_assets.cli.main import build_parser
+
+    parser = build_parser()
+    named = _named_commands()
+    assert len(named) >= 40
+    wrong = [f"{page}: `cdc-assets {words}`: {why}" for page, words in named + [(p, " ".join(a)) for p, a in _command_lines()]
+             if (why := _misnamed(words, parser))]
+    assert wrong == []
+
+
+def test_a_misnamed_command_is_told_from_the_docs_usage_forms():
+    from cdc_assets.cli.main import build_parser
+
+    parser = build_parser()
+    assert _misnamed("versions", parser) and _misnamed("history TABLE --jsn", parser)
+    assert _misnamed("capture enable|stop [TABLE ...]", parser) and _misnamed("--versions", parser)
+    assert _misnamed("TABLE", parser) and _misnamed("run --tabel T", parser)
+    for usage in ("history TABLE --config cdc.yaml [--json]", "capture enable|disable|status|check [TABLE ...]",
+                  "restore TABLE --config cdc.yaml --version N | --as-of 2026-11-24T09:30:00Z", "--version",
+                  "read TABLE --config cdc.yaml [--out FILE.parquet|FILE.csv] [--with-metadata]"):
+        assert _misnamed(usage, parser) is None, usage
+    # a subcommand with subcommands of its own: each level's words and options are its own
+    import argparse
+
+    nested = argparse.ArgumentParser(prog="cdc-assets")
+    inner = nested.add_subparsers().add_parser("quarantine").add_subparsers()
+    inner.add_parser("list").add_argument("--json", action="store_true")
+    inner.add_parser("replay").add_argument("--dry-run", action="store_true")
+    assert _misnamed("quarantine replay TABLE [--dry-run]", nested) is None
+    assert _misnamed("quarantine list|replay TABLE", nested) is None
+    assert _misnamed("quarantine list TABLE --dry-run", nested) and _misnamed("quarantine show TABLE", nested)
+
+
+def _benchmark_commands() -> list[tuple[str, str, list[str]]]:
+    """(page, module, argv) of every `python -m cdc_assets_tests.benchmarks.NAME ...` the docs show,
+    in code spans and fenced blocks: the commands that write the figures the docs quote."""
+    out = []
+    for page in _pages():
+        with open(os.path.join(REPO, page), encoding="utf-8") as fh:
+            text = fh.read()
+        lines = [line for fence in _FENCE.finditer(text) for line in fence.group(3).replace("\\\n", " ").splitlines()]
+        lines += [" ".join(span.group(2).split()) for span in _SPAN.finditer(_FENCE.sub("", text))]
+        for line in lines:
+            m = re.search(r"python -m (cdc_assets_tests\.benchmarks\.\w+)(.*)", line)
+            if not m:
+                continue
+            try:
+                words = shlex.split(m.group(2), comments=True)
+            except ValueError as e:
+                raise AssertionError(f"{page}: {line!r}: {e}") from None
+            cut = [i for i, w in enumerate(words) if w in _SHELL_OPERATORS or w.startswith("`")]
+            out.append((page, m.group(1), words[:cut[0]] if cut else words))
+    return out
+
+
+class _Parsed(Exception):
+    """The command line parsed: stop before the benchmark does anything."""
+
+
+def test_every_benchmark_command_the_docs_show_parses(monkeypatch, capsys):
+    """The commands that write docs/figures, as the docs give them, are accepted by their scripts
+    (each script's own parser, stopped once it has parsed)."""
+    import argparse
+    import importlib
+    import signal
+
+    parse = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(self, args=None, namespace=None):
+        parse(self, args, namespace)
+        raise _Parsed
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+    monkeypatch.setattr(signal, "signal", lambda *a: None)  # bench.py's main takes SIGTERM
+    commands = _benchmark_commands()
+    assert len(commands) >= 20
+    wrong = []
+    for page, module, argv in commands:
+        main = importlib.import_module(module).main
+        monkeypatch.setattr(sys, "argv", [module, *argv])  # soak.py's main reads sys.argv
+        try:
+            main(argv) if main.__code__.co_argcount else main()
+        except _Parsed:
+            continue
+        except SystemExit:
+            wrong.append(f"{page}: python -m {module} {shlex.join(argv)}: {capsys.readouterr().err.strip()}")
+            continue
+        wrong.append(f"{page}: python -m {module} {shlex.join(argv)}: ran without parsing its arguments")
+    assert wrong == []
 
 
 def test_the_readme_table_runs_as_written(tmp_path, monkeypatch, capsys):

@@ -39,6 +39,7 @@ from .values import (
     Row,
     Value,
     convert,
+    decimal_size,
     decimal_type,
     infer_text,
     parse_type,
@@ -789,10 +790,18 @@ def _connect_decimal(scale: int) -> Callable[[object], Decimal]:
     def decode(value: object) -> Decimal:
         if isinstance(value, str):  # base64 of the unscaled value, big-endian two's complement
             unscaled = int.from_bytes(base64.b64decode(value, validate=True), "big", signed=True)
-            return Decimal(f"{unscaled}e{-scale}")  # exact: no context rounds a decimal made from text
+            return _held(Decimal(f"{unscaled}e{-scale}"))  # exact: no context rounds a decimal made from text
         if isinstance(value, (int, Decimal)) and not isinstance(value, bool):  # JsonConverter decimal.format=NUMERIC
-            return Decimal(value)
+            return _held(Decimal(value))
         raise ValueError("not base64 bytes or a number")
+
+    def _held(d: Decimal) -> Decimal:
+        # Without a precision of 38 or less the column is typed by its values, as a written number is:
+        # a value of more digits is the record's fault (as an integer of 39 digits in JSON), not the table's.
+        digits = decimal_size(d)[0] if d.is_finite() else 0
+        if digits > MAX_PRECISION:
+            raise ValueError(f"a number of {digits} digits, more than any number type holds ({MAX_PRECISION} digits)")
+        return d
     return decode
 
 

@@ -231,12 +231,19 @@ def key_text(values: Iterable[object]) -> str:
     return json.dumps([key_part(v) for v in values], ensure_ascii=False, separators=(",", ":"))
 
 
-def _decimal_of(d: Decimal) -> str:
+def decimal_size(d: Decimal) -> tuple[int, int]:
+    """The precision and scale of the narrowest decimal type holding finite `d` exactly; the
+    precision may pass MAX_PRECISION, which no number type then holds."""
     _, digits, exp = d.as_tuple()
-    if not isinstance(exp, int):  # NaN or infinity: no decimal holds it, a row image holds its text
+    exponent = cast(int, exp)
+    scale = max(0, -exponent)
+    return max(len(digits) + max(0, exponent), scale, 1), scale
+
+
+def _decimal_of(d: Decimal) -> str:
+    if not d.is_finite():  # NaN or infinity: no decimal holds it, a row image holds its text
         return STRING
-    scale = max(0, -exp)
-    precision = max(len(digits) + max(0, exp), scale, 1)
+    precision, scale = decimal_size(d)
     return decimal_type(min(precision, MAX_PRECISION), min(scale, MAX_PRECISION))
 
 

@@ -63,6 +63,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from cdc_assets_tests.figures import Figures, add_force_flag
 from cdc_assets_tests.support.ports import free_port
 
 TABLE = "BENCH"
@@ -1068,9 +1069,9 @@ def feature_rows(results: list[FeatureResult]) -> list[tuple[str, ...]]:
 def measured_line(command: str, note: str) -> str:
     """The first line of a written table: the command, the commit it measured, the date, and what
     else ran on the machine (`note`)."""
-    from cdc_assets_tests.figures import _commit
+    from cdc_assets_tests.figures import measured_at
 
-    return (f"Measured by `{command}` at commit `{_commit()}` on {time.strftime('%Y-%m-%d')} ({os.cpu_count()} cores"
+    return (f"Measured by `{command}` {measured_at()} on {time.strftime('%Y-%m-%d')} ({os.cpu_count()} cores"
             + (f"; {note}" if note else "; shared") + "; one run each, so compare ratios within a run rather than "
             "seconds across runs).")
 
@@ -1306,6 +1307,7 @@ def parse_args(argv=None):
                     help="seconds before a product or delta-rs step is killed and recorded as a timeout")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", default="docs/figures", help="where bench.csv, bench.md and bench_apply.png go")
+    add_force_flag(ap)
     ap.add_argument("--note", default="", help="what else ran on the machine, said in the table's first line")
     ap.add_argument("--work", help="generated data and warehouses (default: a new /tmp/bench-* folder)")
     ap.add_argument("--keep", action="store_true", help="keep the generated data and warehouses")
@@ -1389,7 +1391,7 @@ def main(argv=None) -> int:
             continue
         shown.append(shlex.quote(a))
     command = "python -m cdc_assets_tests.benchmarks.bench " + " ".join(shown)
-    os.makedirs(args.out, exist_ok=True)
+    figures = Figures(args.out, force=args.force_dirty)  # refused before measuring from a dirty tree
     features = run_feature_sizes(args) if FEATURES in args.cases else []
     if features:
         print()
@@ -1406,7 +1408,7 @@ def main(argv=None) -> int:
     print()
     for line in ratios(results) or ["no ratios: no case has both a product and a delta-rs apply time"]:
         print(line)
-    paths = [os.path.join(args.out, n) for n in ("bench.csv", "bench.md", "bench_apply.png")]
+    paths = [figures.path(n) for n in ("bench.csv", "bench.md", "bench_apply.png")]
     write_csv(results, paths[0])
     write_markdown(results, paths[1], command.strip(), args.note)
     write_plot(results, paths[2])

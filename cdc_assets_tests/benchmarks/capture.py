@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from cdc_assets_tests.figures import Figures
+from cdc_assets_tests.figures import Figures, add_force_flag
 
 from .bench import child_env
 
@@ -157,7 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=2026)
     p.add_argument("--out", help="folder for capture.json and capture.md")
     p.add_argument("--note", default="", help="what else ran on the machine")
+    add_force_flag(p)
     args = p.parse_args(argv)
+    figures = Figures(args.out, force=args.force_dirty) if args.out else None  # refused before measuring if dirty
     results = []
     with tempfile.TemporaryDirectory(prefix="cdc-capture-bench-") as work, pg.cluster() as cluster:
         for method in args.methods.split(","):
@@ -168,8 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['applied_changes_per_second']} changes/s; target equals source: {r['target_matches_source']}",
                   flush=True)
             results.append(r)
-    if args.out:
-        figures = Figures(args.out)
+    if figures:
         command = "python -m cdc_assets_tests.benchmarks.capture " + " ".join(argv if argv is not None else sys.argv[1:])
         figures.write_json("capture.json", {"note": args.note, "results": results}, command=command)
         with open(figures.path("capture.md"), "w", encoding="utf-8") as fh:

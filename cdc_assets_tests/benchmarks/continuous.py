@@ -32,6 +32,7 @@ per file) and continuous.png (lag over time).
 from __future__ import annotations
 
 import argparse
+import csv
 import datetime as dt
 import json
 import os
@@ -46,9 +47,10 @@ import uuid
 from dataclasses import dataclass, field
 
 from cdc_assets.defs.sensors import ALL_TABLES_SENSOR
+from cdc_assets_tests.figures import Figures, add_force_flag
 
 from .bench import changes, child_env, parse_size, size_label, tree_pids, write_base
-from .latency import Ui, _pct
+from .latency import Ui, percentile
 
 MODES = ("sensors", "one-sensor", "group")
 GROUP = "all_tables"
@@ -268,7 +270,7 @@ class Outcome:
             lags = [f.lag_s for f in self.files if f.minute == m and f.lag_s is not None]
             missing = sum(1 for f in self.files if f.minute == m and f.lag_s is None)
             out.append({"minute": m, "files": len(lags) + missing, "not_visible": missing,
-                        "p50_s": _pct(lags, 0.5) if lags else None, "p95_s": _pct(lags, 0.95) if lags else None,
+                        "p50_s": percentile(lags, 0.5) if lags else None, "p95_s": percentile(lags, 0.95) if lags else None,
                         "max_s": max(lags) if lags else None})
         return out
 
@@ -297,7 +299,7 @@ class Outcome:
         lags = self.lags()
         return {"mode": self.mode, "tables": self.tables, "rows": self.rows, "changes_per_file": self.changes,
                 "minutes": self.minutes, "interval_s": self.interval, "files": len(self.files), "visible": len(lags),
-                "lag_p50_s": _pct(lags, 0.5) if lags else None, "lag_p95_s": _pct(lags, 0.95) if lags else None,
+                "lag_p50_s": percentile(lags, 0.5) if lags else None, "lag_p95_s": percentile(lags, 0.95) if lags else None,
                 "lag_max_s": max(lags) if lags else None, "lag_growth_s": self.growth_s(),
                 "keeps_up": self.keeps_up(), "ui_up_s": self.ui_up_s,
                 "daemon_cpu_s_per_minute": self.daemon_cpu_s_per_minute,
@@ -389,10 +391,7 @@ def runs_by_status(home: str) -> dict[str, int]:
 
 # --- output -----------------------------------------------------------------------------------
 
-def write_outputs(outcomes: list[Outcome], out: str, command: str) -> list[str]:
-    from cdc_assets_tests.figures import Figures
-
-    figures = Figures(out)
+def write_outputs(outcomes: list[Outcome], figures: Figures, command: str) -> list[str]:
     results = [o.summary() for o in outcomes]
     stops = {}
     for mode in sorted({o.mode for o in outcomes}):
@@ -438,6 +437,34 @@ def write_plot(outcomes: list[Outcome], path: str) -> str:
     return path
 
 
+def resummarize(folder: str) -> list[dict]:
+    """Recomputes the lag percentiles of a continuous.json (each run's and each minute's) from the
+    per-file lags recorded beside it in continuous.csv, with `percentile` (no new measurement; the
+    file's command, commit and time stay the recorded ones), saying so in the file."""
+    with open(os.path.join(folder, "continuous.csv"), newline="", encoding="utf-8") as fh:
+        files = list(csv.DictReader(fh))
+    path = os.path.join(folder, "continuous.json")
+    with open(path, encoding="utf-8") as fh:
+        figures = json.load(fh)
+    for run in figures["runs"]:
+        mine = [f for f in files if f["mode"] == run["mode"] and int(f["tables"]) == run["tables"] and f["lag_s"]]
+        lags = [float(f["lag_s"]) for f in mine]
+        if lags:
+            run["lag_p50_s"], run["lag_p95_s"] = percentile(lags, 0.5), percentile(lags, 0.95)
+        for minute in run.get("per_minute", []):
+            in_minute = [float(f["lag_s"]) for f in mine if int(f["minute"]) == minute["minute"]]
+            if in_minute:
+                minute["p50_s"], minute["p95_s"] = percentile(in_minute, 0.5), percentile(in_minute, 0.95)
+    figures["summary_note"] = ("the lag percentiles (each run's lag_p50_s and lag_p95_s, each minute's p50_s and "
+                               "p95_s) were recomputed from continuous.csv's recorded lag_s by `python -m "
+                               "cdc_assets_tests.benchmarks.continuous --resummarize FOLDER`: p50 the median, p95 "
+                               "interpolated between the two nearest lags (the measurement is the recorded one)")
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(figures, fh, indent=2)
+        fh.write("\n")
+    return figures["runs"]
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="python -m cdc_assets_tests.benchmarks.continuous", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -456,7 +483,12 @@ def parse_args(argv=None):
     ap.add_argument("--keep", action="store_true", help="keep each run's warehouse")
     ap.add_argument("--work", help="generated data, warehouses and Dagster homes (default: a new /tmp/continuous-*)")
     ap.add_argument("--out", default="docs/figures", help="where continuous.json, .csv and .png go")
+    ap.add_argument("--resummarize", metavar="FOLDER", help="measure nothing: recompute the lag percentiles of "
+                    "FOLDER/continuous.json from the lags in FOLDER/continuous.csv")
+    add_force_flag(ap)
     args = ap.parse_args(argv)
+    if args.resummarize:
+        return args
     args.table_counts = [int(x) for x in args.tables.split(",") if x.strip()]
     args.mode_list = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = [m for m in args.mode_list if m not in MODES]
@@ -474,9 +506,14 @@ def run(args, echo=print) -> list[Outcome]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.resummarize:
+        for run in resummarize(args.resummarize):
+            print(f"{run['mode']} x{run['tables']}: lag p50 {run['lag_p50_s']} s, p95 {run['lag_p95_s']} s")
+        return 0
+    figures = Figures(args.out, force=args.force_dirty)  # refused before measuring from a dirty tree
     outcomes = run(args, echo=lambda *a, **k: print(*a, **k))
     command = ".venv/bin/python -m cdc_assets_tests.benchmarks.continuous " + " ".join(argv or sys.argv[1:])
-    for p in write_outputs(outcomes, args.out, command):
+    for p in write_outputs(outcomes, figures, command):
         print(p)
     return 0
 

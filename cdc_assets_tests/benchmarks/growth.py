@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import datetime as dt
 import io
 import json
 import os
@@ -36,6 +35,8 @@ import time
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from cdc_assets_tests.figures import Figures, add_force_flag
 
 
 def _batch(rnd: random.Random, n: int, changes: int, keys: int) -> list[tuple[int, str, int, float]]:
@@ -107,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--note", default="", help="what else ran on the machine")
     ap.add_argument("--out", default="docs/figures")
+    add_force_flag(ap)
     args = ap.parse_args(argv)
-    out = os.path.abspath(args.out)
+    figures = Figures(args.out, force=args.force_dirty)  # refused before measuring from a dirty tree
 
     from cdc_assets.cli.main import _command
 
@@ -144,9 +146,8 @@ def main(argv: list[str] | None = None) -> int:
                       flush=True)
         buckets = _buckets(rows[1:], args.bucket)  # the first batch builds the target: not a batch like the others
         first, last = buckets[0], buckets[-1]
+        command = "python -m cdc_assets_tests.benchmarks.growth " + " ".join(argv or sys.argv[1:])
         summary = {
-            "command": "python -m cdc_assets_tests.benchmarks.growth " + " ".join(argv or sys.argv[1:]),
-            "measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "cpus": os.cpu_count(), "note": args.note,
             "batches": args.batches, "changes_per_batch": args.changes, "keys": args.keys,
             "run_cpu_growth": round(last["run_cpu_s_mean"] / first["run_cpu_s_mean"], 2),
@@ -158,14 +159,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         os.chdir(here)
         shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "growth.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    with open(os.path.join(out, "growth.csv"), "w", newline="") as f:
+    figures.write_json("growth.json", summary, command=command)
+    with open(figures.path("growth.csv"), "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    _plot(rows, os.path.join(out, "growth.png"))
+    _plot(rows, figures.path("growth.png"))
     print(json.dumps({k: v for k, v in summary.items() if k != "buckets"}, indent=2))
     for b in buckets:
         print(b)

@@ -21,7 +21,6 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +29,8 @@ from dataclasses import asdict, dataclass
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
+
+from cdc_assets_tests.figures import Figures, add_force_flag, measured_at
 
 from . import bench
 
@@ -154,9 +155,10 @@ def measure(work: str, rows: int, fmt: str, seed: int, timeout: float, spark: di
     return result
 
 
-def table_md(results: list[ImportResult], command: str, note: str, commit: str) -> str:
+def table_md(results: list[ImportResult], command: str, note: str, where: str) -> str:
+    """The results as a Markdown table; `where`: `figures.measured_at()`'s phrase."""
     when = dt.date.today().isoformat()
-    lines = [f"Measured by `{command}` at commit `{commit}` on {when} ({os.cpu_count()} cores"
+    lines = [f"Measured by `{command}` {where} on {when} ({os.cpu_count()} cores"
              + (f"; {note}" if note else "") + "; one run each, so compare ratios within a run).", "",
              "| rows | export | export MB | cdc_assets import s | delta-rs write s | ratio | peak GB (cdc_assets/delta-rs) "
              "| equal | status |",
@@ -172,14 +174,6 @@ def table_md(results: list[ImportResult], command: str, note: str, commit: str) 
     return "\n".join(lines) + "\n"
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=os.path.dirname(__file__), check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "_worker":
@@ -192,12 +186,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--step-timeout", type=float, default=1800)
     ap.add_argument("--run-driver-memory", help="cdc.yaml spark.driver.memory of the runs' own Spark")
     ap.add_argument("--out", default="docs/figures/imports")
+    add_force_flag(ap)
     ap.add_argument("--note", default="", help="what else ran on the machine")
     ap.add_argument("--work", help="generated data and warehouses (default: a new /tmp folder, removed after)")
     args = ap.parse_args(argv)
     unknown = [f for f in args.formats if f not in FORMATS]
     if unknown:
         ap.error(f"--formats: {', '.join(unknown)} (known: {', '.join(FORMATS)})")
+    figures = Figures(args.out, force=args.force_dirty)  # refused before measuring from a dirty tree
     work = args.work or tempfile.mkdtemp(prefix="imports-")
     spark = {"spark.driver.memory": args.run_driver_memory} if args.run_driver_memory else {}
     results = []
@@ -211,15 +207,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(args.out, exist_ok=True)
     command = "python -m cdc_assets_tests.benchmarks.imports " + shlex.join(argv)
-    with open(os.path.join(args.out, "imports.csv"), "w", newline="") as fh:
+    with open(figures.path("imports.csv"), "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=[*asdict(results[0]), "ratio"] if results else ["rows"])
         w.writeheader()
         for r in results:
             w.writerow({**asdict(r), "ratio": r.ratio})
-    with open(os.path.join(args.out, "imports.md"), "w") as fh:
-        fh.write(table_md(results, command, args.note, _commit()))
+    with open(figures.path("imports.md"), "w") as fh:
+        fh.write(table_md(results, command, args.note, measured_at()))
     print(f"wrote {args.out}/imports.csv and imports.md")
     return 0 if all(not r.error and r.equal.startswith("values equal") for r in results) else 1
 

@@ -39,7 +39,7 @@ from deltalake import DeltaTable
 from cdc_assets.core.config import load_config
 from cdc_assets.engine import delta, fresh, maintenance, target_versions
 from cdc_assets.engine.table_layout import STAGING, TARGET, path
-from cdc_assets_tests.figures import Figures
+from cdc_assets_tests.figures import Figures, add_force_flag
 
 from .bench import CHANGESET, changes, child_env, parse_size, publish, size_label, write_base
 
@@ -141,12 +141,14 @@ def main(argv=None) -> int:
     ap.add_argument("--trim-batches", type=int, default=10, help="W2 batches staged before the staging trim")
     ap.add_argument("--work", help="generated data and warehouses (default: a new /tmp/operations-* folder)")
     ap.add_argument("--out", default="docs/figures", help="where operations.json and operations.md go")
+    add_force_flag(ap)
     args = ap.parse_args(argv)
+    figures = Figures(args.out, force=args.force_dirty)  # refused before measuring from a dirty tree
     cli = [os.path.join(os.path.dirname(sys.executable), "cdc-assets")]
     work = args.work or tempfile.mkdtemp(prefix="operations-")
     results = [measure(n, os.path.join(work, size_label(n)), args.seed, cli, args.trim_batches) for n in args.sizes]
     command = ".venv/bin/python -m cdc_assets_tests.benchmarks.operations " + " ".join(argv or sys.argv[1:])
-    Figures(args.out).write_json("operations.json", {"results": results}, command=command)
+    figures.write_json("operations.json", {"results": results}, command=command)
     lines = [f"Command: `{command}` (one run each, shared machine)", "",
              "| rows | staged changes | plain read s | fresh read s | fresh/plain | fresh = merged | restore s | "
              "maintain s | files before/after | history build s (target build s) | history update s (apply s) | "
@@ -159,8 +161,7 @@ def main(argv=None) -> int:
                      f"{r['history_build_s']} ({r['target_build_s']}) | {r['history_update_s']} ({r['apply_s']}) | "
                      f"{r['trim_batches']}, {r['staging_rows_before_trim']:,}/{r['staging_rows_after_trim']:,}, "
                      f"{r['trim_s']} |")
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "operations.md"), "w") as fh:
+    with open(figures.path("operations.md"), "w") as fh:
         fh.write("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 
-from cdc_assets_tests.figures import Figures
+from cdc_assets_tests.figures import Figures, add_force_flag
 
 from .bench import CHANGESET, changes, child_env, parse_size, publish, size_label, write_base
 
@@ -55,7 +55,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--work", help="generated data and warehouse (default: a new /tmp/parallel-* folder)")
     ap.add_argument("--out", default="docs/figures", help="where parallel.json and parallel.md go")
+    add_force_flag(ap)
     args = ap.parse_args(argv)
+    writer = Figures(args.out, force=args.force_dirty)  # refused before measuring from a dirty tree
     cli = [os.path.join(os.path.dirname(sys.executable), "cdc-assets")]
     work = args.work or tempfile.mkdtemp(prefix="parallel-")
     os.makedirs(work, exist_ok=True)
@@ -79,14 +81,13 @@ def main(argv=None) -> int:
                "sequential_s": seq, "parallel_s": par,
                "sequential_over_parallel": round(statistics.median(seq) / statistics.median(par), 2)}
     command = ".venv/bin/python -m cdc_assets_tests.benchmarks.parallel " + " ".join(argv or sys.argv[1:])
-    Figures(args.out).write_json("parallel.json", figures, command=command)
+    writer.write_json("parallel.json", figures, command=command)
     lines = [f"Command: `{command}` (shared machine, {os.cpu_count()} CPUs)", "",
              "| tables x rows | changes per table | sequential run s | --parallel run s | sequential / parallel |",
              "|---|---|---|---|---|",
              f"| {args.tables} x {args.rows:,} | 1000 | {', '.join(map(str, seq))} | {', '.join(map(str, par))} | "
              f"{figures['sequential_over_parallel']} |"]
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "parallel.md"), "w") as fh:
+    with open(writer.path("parallel.md"), "w") as fh:
         fh.write("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from cdc_assets_tests.figures import Figures
+from cdc_assets_tests.figures import Figures, add_force_flag
 
 TAIL = 20  # lines of output kept: the results are printed at the end
 
@@ -24,11 +24,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--name", required=True, help="the figures file: <out>/<name>.json")
     ap.add_argument("--out", default="docs/figures")
+    add_force_flag(ap)
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run")
     args = ap.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         ap.error("no command given (put it after --)")
+    figures = Figures(args.out, force=args.force_dirty)  # refused before running from a dirty tree
     t0 = time.time()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
     lines = []
@@ -36,7 +38,7 @@ def main(argv=None) -> int:
         sys.stdout.write(line)
         lines = (lines + [line.rstrip("\n")])[-TAIL:]
     rc = proc.wait()
-    path = Figures(args.out).write_json(f"{args.name}.json", {
+    path = figures.write_json(f"{args.name}.json", {
         "exit_code": rc, "seconds": round(time.time() - t0, 1), "output_tail": lines,
     }, command=shlex.join(command))
     print(f"written: {path}")

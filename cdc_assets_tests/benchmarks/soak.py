@@ -23,7 +23,7 @@ import dagster as dg
 from cdc_assets.cli.generate import write_feed
 from cdc_assets.core.config import load_config
 from cdc_assets.engine.checks import reconciliation
-from cdc_assets_tests.figures import Figures
+from cdc_assets_tests.figures import Figures, add_force_flag
 
 
 def _config(root: str, tables: list[str]) -> str:
@@ -122,14 +122,13 @@ def summary(times) -> dict:
     }
 
 
-def write_figures(times, out_dir: str) -> tuple[str, str]:
+def write_figures(times, figures: Figures) -> tuple[str, str]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    os.makedirs(out_dir, exist_ok=True)
-    csv_path, png_path = os.path.join(out_dir, "soak_batches.csv"), os.path.join(out_dir, "soak_batches.png")
+    csv_path, png_path = figures.path("soak_batches.csv"), figures.path("soak_batches.png")
     with open(csv_path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["batch", "seconds", "target_rows", *[f"{step}_seconds" for step in STEPS]])
@@ -157,9 +156,11 @@ def main() -> int:
     ap.add_argument("--tables", type=int, default=20, help="tables for the width run (0: skip)")
     ap.add_argument("--out", default="soak")
     ap.add_argument("--work", default="/tmp/cdc_assets_soak")
+    add_force_flag(ap)
     args = ap.parse_args()
+    writer = Figures(args.out, force=args.force_dirty)  # refused before measuring from a dirty tree
     result = soak(os.path.join(args.work, "soak"), args.batches, args.changes_per_batch)
-    csv_path, png_path = write_figures(result["times"], args.out)
+    csv_path, png_path = write_figures(result["times"], writer)
     r = result["reconciliation"]
     figures = {"changes_per_batch": args.changes_per_batch, "failed_batches": result["failures"],
                **summary(result["times"]),
@@ -171,7 +172,7 @@ def main() -> int:
                            "discrepancies": sum(v.missing_rows + v.extra_rows + v.differing_rows
                                                 for v in w["reports"].values())}
     command = " ".join([".venv/bin/python -m cdc_assets_tests.benchmarks.soak", *sys.argv[1:]])
-    summary_path = Figures(args.out).write_json("soak_summary.json", figures, command=command)
+    summary_path = writer.write_json("soak_summary.json", figures, command=command)
     print(json.dumps(figures, indent=2))
     print(f"written: {csv_path}, {png_path}, {summary_path}")
     return 0

@@ -13,6 +13,7 @@ import pytest
 from cdc_assets.core.changes import Rejection
 from cdc_assets.core.config import load_config
 from cdc_assets.core.formats import parse_file
+from cdc_assets_tests.figures import Figures
 
 from . import bench, continuous
 
@@ -87,7 +88,7 @@ def _tiny(tmp_path, mode: str) -> list:
                                   "--interval", "60" if mode == "group" else "10", "--modes", mode, "--no-spark",
                                   "--drain", "180", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out")])
     outcomes = continuous.run(args, echo=lambda *a, **k: print(*a, flush=True))
-    paths = continuous.write_outputs(outcomes, args.out, "test")
+    paths = continuous.write_outputs(outcomes, Figures(args.out), "test")
     assert sorted(os.path.basename(p) for p in paths) == ["continuous.csv", "continuous.json", "continuous.png"]
     [o] = outcomes
     assert not o.error, o.error
@@ -116,3 +117,23 @@ def test_the_benchmark_runs_end_to_end_through_the_ui_with_a_group_schedule(tmp_
     if not long_run:
         pytest.skip("waits for cron minutes: run with --long")
     _tiny(tmp_path, "group")
+
+
+def test_a_recorded_run_is_summarized_again_from_its_per_file_lags(tmp_path):
+    import csv
+    import json
+
+    lags = {0: [4.0, 1.0, 3.0, 2.0], 1: [9.0, 5.0]}  # minute -> lags, an even count each
+    with open(tmp_path / "continuous.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["mode", "tables", "table", "minute", "file", "landed_at", "visible_at", "lag_s"])
+        w.writerows(["one-sensor", 4, f"T{i}", m, i, 0, 0, v] for m, vs in lags.items() for i, v in enumerate(vs))
+        w.writerow(["one-sensor", 4, "T9", 1, 9, 0, "", ""])  # never visible: no lag
+    recorded = {"commit": "abc", "runs": [{"mode": "one-sensor", "tables": 4, "lag_p50_s": 3.0, "lag_p95_s": 9.0,
+                                           "per_minute": [{"minute": 0, "p50_s": 2.0}, {"minute": 1, "p50_s": 5.0}]}]}
+    (tmp_path / "continuous.json").write_text(json.dumps(recorded))
+    assert continuous.main(["--resummarize", str(tmp_path)]) == 0
+    got = json.loads((tmp_path / "continuous.json").read_text())
+    [run] = got["runs"]
+    assert (run["lag_p50_s"], [m["p50_s"] for m in run["per_minute"]]) == (3.5, [2.5, 7.0])
+    assert 5.0 < run["lag_p95_s"] < 9.0 and got["commit"] == "abc" and "recomputed" in got["summary_note"]

@@ -1721,7 +1721,8 @@ def test_random_feeds(spark, long_run, capsys, figures):
         if figures:
             figures.write_json("random_feeds.json", {
                 "generated": tally["generated"], "passed": tally["passed"], "examples": tally["examples"],
-                "tables": len(TABLE_KINDS), "feeds_per_table": feeds_per_table, **dict(seen),
+                "tables": len(TABLE_KINDS), "feeds_per_table": feeds_per_table, "planned": tally["planned"],
+                "source_kinds": [source_kinds(ex, long_run) for ex in range(tally["examples"])], **dict(seen),
                 "regression_feeds": len(_regression_entries()), "seconds": round(time.time() - t0)},
                 command="./bootstrap.sh test cdc_assets_tests/defs/test_random_feeds.py --figures docs/figures")
     # the README states these counts for a normal run: exactly this many feeds, every one compared
