@@ -144,15 +144,32 @@ def test_the_ui_started_elsewhere_shows_the_runs_of_cdc_assets_run_with_material
                             cwd=there, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
-        target = _wait("the target's asset in the UI", lambda: _target(port), proc)
-        runs = _graphql(port, RUNS)["runsOrError"]["results"]
+        first = _wait("the target's asset in the UI", lambda: _target(port), proc)
+        first_runs = _graphql(port, RUNS)["runsOrError"]["results"]
+        # a second batch, run while the UI and its daemon have the instance open
+        land(cfg, TABLE, "batch-0002", {"part-0.jsonl": jsonl(RECORDS)})
+        ran = subprocess.run([*cli, "run", "--config", "../project/cdc.yaml"], cwd=here, env=env,
+                             capture_output=True, text=True, timeout=600)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        second = _target(port)
+        second_runs = _graphql(port, RUNS)["runsOrError"]["results"]
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(120)
     # the batch's one run, as `run` executed it
-    assert [(r["jobName"], r["status"]) for r in runs] == [(f"{TABLE}_batch_job", "SUCCESS")]
-    (run_id,) = [r["runId"] for r in runs]
-    assert [m["runId"] for m in target["assetMaterializations"]] == [run_id]
+    assert [(r["jobName"], r["status"]) for r in first_runs] == [(f"{TABLE}_batch_job", "SUCCESS")]
+    _shows_the_run(first, {first_runs[0]["runId"]})
+    # the UI lists the newest runs first: the second `run`'s, then the first's
+    assert second_runs[-1] == first_runs[0]
+    added = second_runs[:-1]
+    assert added and all(r["status"] == "SUCCESS" for r in added), added
+    _shows_the_run(second, {r["runId"] for r in added})
+
+
+def _shows_the_run(target: dict, run_ids: set[str]) -> None:
+    """The target's latest materialization is by one of `run_ids`, each of its checks' results by the same run."""
+    (run_id,) = [m["runId"] for m in target["assetMaterializations"]]
+    assert run_id in run_ids
     checks = target["assetChecksOrError"]["checks"]
     assert checks, "the target has checks"
     for check in checks:
@@ -160,15 +177,3 @@ def test_the_ui_started_elsewhere_shows_the_runs_of_cdc_assets_run_with_material
         assert execution is not None, f"{check['name']}: no result in the UI"
         assert (execution["runId"], execution["status"], execution["evaluation"]["success"]) == \
             (run_id, "SUCCEEDED", True), check["name"]
-
-
-def test_a_user_dagster_home_is_the_instance_run_records_into(tmp_path, cli):
-    cfg = write_config(tmp_path, [{"name": TABLE, "keys": ["id"], "format": "bigquery-cdc"}])
-    land(cfg, TABLE, "batch-0001", {"part-0.jsonl": jsonl(RECORDS)})
-    home = tmp_path / "elsewhere" / "home"
-    env = dict({k: v for k, v in os.environ.items() if k != "CDC_ASSETS_CONFIG"}, DAGSTER_HOME=str(home))
-    ran = subprocess.run([*cli, "run", "--config", cfg.path], env=env, capture_output=True, text=True, timeout=600)
-    assert ran.returncode == 0, ran.stdout + ran.stderr
-    runs = dg.DagsterInstance.from_config(str(home)).get_runs()
-    assert [(r.job_name, r.status) for r in runs] == [(f"{TABLE}_batch_job", DagsterRunStatus.SUCCESS)]
-    assert not (tmp_path / "dagster_home").exists()  # no second instance beside cdc.yaml
