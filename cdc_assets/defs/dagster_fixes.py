@@ -65,11 +65,15 @@ _scripts: dict[tuple, ScriptDirectory] = {}
 
 
 class _Scripts:
-    """`ScriptDirectory` as `check_alembic_revision` uses it: each scripts folder read once."""
+    """`ScriptDirectory` as `check_alembic_revision` uses it: each scripts folder read once. The run,
+    event and schedule storages each have their own alembic.ini, with the same settings and one
+    scripts folder: the settings, not the file's folder (`here`, already filled into any setting
+    that uses it), say which scripts are read."""
 
     @staticmethod
     def from_config(config) -> ScriptDirectory:
-        where = (config.config_file_name, config.get_main_option("script_location"))
+        where = tuple(sorted((k, v) for k, v in config.get_section(config.config_ini_section, {}).items()
+                             if k != "here"))
         if where not in _scripts:
             _scripts[where] = ScriptDirectory.from_config(config)
         return _scripts[where]
