@@ -94,7 +94,7 @@ def _stamp_alembic_rev(alembic_config, conn, rev: str = "head") -> None:
                 raise
 
 
-# A throw-away instance (`cdc-assets run` without DAGSTER_HOME) stamps its two in-memory databases.
+# A throw-away instance (`DagsterInstance.ephemeral()`, as tests use) stamps its two in-memory databases.
 for _module in (in_memory_event_log, in_memory_runs, consolidated_sqlite_event_log, sqlite_event_log,
                 sqlite_run_storage, sqlite_schedule_storage):
     _module.stamp_alembic_rev = _stamp_alembic_rev  # type: ignore[attr-defined]

@@ -42,7 +42,7 @@ def test_a_second_run_in_a_process_makes_no_new_database_engine_and_reads_no_mig
 
 
 def test_a_throw_away_instance_is_stamped_at_the_head_revision_without_reading_the_migration_scripts(monkeypatch):
-    """`cdc-assets run` without DAGSTER_HOME uses a throw-away instance: its in-memory storages are
+    """A throw-away instance (`DagsterInstance.ephemeral()`, as tests and `dg.materialize` use): its in-memory storages are
     stamped with the newest schema revision as they are made, which read and ran every migration
     script (about ninety files, twice a run) each time."""
     from dagster._core.storage.sql import check_alembic_revision, get_alembic_config
