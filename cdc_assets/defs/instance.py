@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from ..core.errors import TerminalError
 from .pool_watch import ensure_settings
 
 if TYPE_CHECKING:  # the `ui` command imports this module and needs no Dagster in its own process
@@ -39,7 +40,11 @@ def open_instance(config_path: str) -> dg.DagsterInstance:
     from filelock import FileLock
 
     home = dagster_home(config_path)
-    os.makedirs(home, exist_ok=True)
-    with FileLock(os.path.join(home, ".cdc_assets.lock")):
-        ensure_settings(home)
-        return dg.DagsterInstance.from_config(home)
+    try:
+        os.makedirs(home, exist_ok=True)
+        with FileLock(os.path.join(home, ".cdc_assets.lock")):
+            ensure_settings(home)
+            return dg.DagsterInstance.from_config(home)
+    except OSError as e:  # a read-only folder beside cdc.yaml, say: the remedy, not a stack
+        raise TerminalError(f"the Dagster instance {home} cannot be opened or made ({e.strerror or e}): "
+                            "set DAGSTER_HOME to a folder this process may write") from e

@@ -61,3 +61,17 @@ def test_two_runs_at_once_on_a_new_configuration_share_its_instance(tmp_path, cl
         {f"{t}_{job}_job" for t in TABLES for job in ("batch", "ingest", "apply")}
     for t in TABLES:  # what a later run and the UI see: the target materialized
         assert instance.get_latest_materialization_event(dg.AssetKey([t, "target"])) is not None
+
+
+def test_a_configuration_in_a_folder_the_run_may_not_write_says_to_set_dagster_home(tmp_path, cli):
+    cfg, env = _setup(tmp_path)
+    (tmp_path / "dagster_home").write_text("")  # a file where the instance's folder would be made
+    ran = subprocess.run([*cli, "run", "--config", cfg.path], env=env, capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 1
+    assert ran.stderr.strip().splitlines()[-1] == (
+        f"cdc-assets run: the Dagster instance {tmp_path / 'dagster_home'} cannot be opened or made "
+        "(File exists): set DAGSTER_HOME to a folder this process may write")
+    home = tmp_path / "home"
+    ran = subprocess.run([*cli, "run", "--config", cfg.path], env={**env, "DAGSTER_HOME": str(home)},
+                         capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
