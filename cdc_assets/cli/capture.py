@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from .common import config_or_none, each_table, tables_or_none
+from .common import add_tables, config_or_none, each_table, tables_or_none
 
 
 def register(sub) -> None:
@@ -19,7 +19,7 @@ def register(sub) -> None:
     p.add_argument("action", choices=("enable", "disable", "status", "check"),
                    help="enable: start capturing (and take the base); disable: remove what enable made; "
                         "status: the changes waiting; check: the target against the live source")
-    p.add_argument("tables", nargs="*", help="the tables (default: every table with a PostgreSQL source)")
+    add_tables(p, "the tables (default: every table with a PostgreSQL source)")
     p.add_argument("--config", default="cdc.yaml", help="path of cdc.yaml (default ./cdc.yaml)")
     p.set_defaults(func=main)
 

@@ -8,6 +8,18 @@ from ..core.config import Config, ConfigError, TableConfig, load_config
 # sysexits' EX_TEMPFAIL: the same command may succeed when run again (a scheduler may retry it)
 TRY_AGAIN = 75
 
+# The attribute of a command's parsed arguments naming the list that takes the names left over
+# past its options (add_tables, main.parse_arguments).
+MORE_NAMES = "more_names"
+
+
+def add_tables(parser, help: str) -> None:
+    """The command's tables, named before, between or after its options (`capture enable --config
+    cdc.yaml ORDERS`, `maintain ORDERS --json ITEMS`): argparse gives a list positional only the
+    names before the first option, and the others come back to it (main.parse_arguments)."""
+    parser.add_argument("tables", nargs="*", help=help)
+    parser.set_defaults(**{MORE_NAMES: "tables"})
+
 
 def config_or_none(path: str) -> Config | None:
     """The configuration, or None after printing why it is not valid (the command then exits 2)."""

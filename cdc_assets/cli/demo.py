@@ -107,7 +107,6 @@ def upload_batch(root: str, b: int) -> int:
 
 def main(args) -> int:
     root = os.path.abspath(args.dir or ("demo-gcp" if args.gcp else "demo"))
-    os.environ.setdefault("DAGSTER_HOME", os.path.join(root, "dagster_home"))
     if not args.gcp:
         return _demo(root, args.seed)
     try:

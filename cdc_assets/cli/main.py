@@ -11,7 +11,7 @@ from ..core.config import ConfigError
 from ..core.errors import CdcError
 from ..engine.settings import settings
 from . import capture, demo, generate, init, maintain, read, rekey, run, spark, status, ui, versions
-from .common import TRY_AGAIN
+from .common import MORE_NAMES, TRY_AGAIN
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,8 +42,26 @@ def exit_status(error: CdcError) -> int:
     return TRY_AGAIN if error.retryable else 1
 
 
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
+    """The command's arguments, as argparse parses them, but that the names argparse leaves over
+    past an option go to the command's list of tables (common.add_tables); an option no command
+    knows is refused as argparse refuses it."""
+    parser = build_parser()
+    args, left = parser.parse_known_args(argv)
+    # after `--` every argument is a name, as argparse reads it
+    ended = left.index("--") if "--" in left else len(left)
+    unknown = [a for a in left[:ended] if a.startswith("-")]
+    names = left[:ended] + left[ended + 1:]
+    more = getattr(args, MORE_NAMES, None)
+    if unknown or (names and more is None):
+        parser.error(f"unrecognized arguments: {' '.join(unknown or names)}")
+    if more is not None:
+        getattr(args, more).extend(names)
+    return args
+
+
 def _command(argv: list[str] | None, console: bool = False) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_arguments(argv)
     args.console = console  # the process is the command's own: it may take its signals (run, demo)
     try:
         settings()  # a variable of the wrong kind stops the command before it does anything

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from .common import config_or_none, each_table, tables_or_none
+from .common import add_tables, config_or_none, each_table, tables_or_none
 
 
 def register(sub) -> None:
@@ -15,7 +15,7 @@ def register(sub) -> None:
                                    "the files no version "
                                    "within maintenance.retention (default 7d) needs. Changes no row. Exit 1: a "
                                    "table failed; 2: cdc.yaml is not valid or names no such table.")
-    p.add_argument("tables", nargs="*", help="the tables to maintain (default: every table)")
+    add_tables(p, "the tables to maintain (default: every table)")
     p.add_argument("--config", default="cdc.yaml", help="path of cdc.yaml (default ./cdc.yaml)")
     p.add_argument("--json", action="store_true", help="one JSON object per table")
     p.set_defaults(func=main)

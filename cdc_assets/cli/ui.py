@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 
+from ..defs.instance import dagster_home
 from ..defs.pool_watch import ensure_settings
 from ..engine.settings import variable
 from .common import config_or_none
@@ -32,7 +33,7 @@ def register(sub) -> None:
 def command(cfg_path: str, host: str, port: int) -> tuple[list[str], dict]:
     env = dict(os.environ)
     env[variable("config")] = cfg_path
-    env.setdefault("DAGSTER_HOME", os.path.join(os.path.dirname(cfg_path), "dagster_home"))
+    env["DAGSTER_HOME"] = dagster_home(cfg_path)  # the instance `cdc-assets run` records into too
     ensure_settings(env["DAGSTER_HOME"])  # the pool limit: one writer step per table at a time
     dagster = shutil.which("dagster", path=os.path.dirname(sys.executable)) or "dagster"
     return [dagster, "dev", "-m", "cdc_assets.definitions", "-h", host, "-p", str(port)], env

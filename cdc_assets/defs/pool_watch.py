@@ -61,8 +61,12 @@ def ensure_settings(home: str) -> None:
     os.makedirs(home, exist_ok=True)
     settings = os.path.join(home, "dagster.yaml")
     if not os.path.exists(settings):
-        with open(settings, "w") as fh:
+        # written whole under another name, then renamed: a process opening the home at the same
+        # moment never reads half a file
+        part = f"{settings}.{os.getpid()}.tmp"
+        with open(part, "w") as fh:
             fh.write(SETTINGS + EVENT_LOG.format(base_dir=json.dumps(os.path.join(os.path.abspath(home), "history"))))
+        os.replace(part, settings)
 
 
 def run_tags() -> dict:

@@ -33,12 +33,12 @@ from ..engine.step_results import ApplyResult, ChangesResult, HistoryResult, Pub
 from .checks import WITHIN_MAX_STALENESS
 from .due import due_now
 from .history import history_job_name
+from .instance import open_instance
 from .pool_watch import (
     POOL_WAIT_SECONDS,
     Executing,
     PoolWaitExpired,
     PoolWatch,
-    ensure_settings,
     run_tags,
     stop_on_signals,
 )
@@ -115,15 +115,6 @@ class TableOutcome:
         """The BigQuery publish's result, read back from its materialization (None: not published)."""
         found = self.figures.get("bigquery")
         return PublishResult.from_metadata(found) if found else None
-
-
-def instance() -> dg.DagsterInstance:
-    """The instance of $DAGSTER_HOME (so the UI shows these runs), else a throw-away one."""
-    home = os.environ.get("DAGSTER_HOME")
-    if home:
-        ensure_settings(home)
-        return dg.DagsterInstance.get()
-    return dg.DagsterInstance.ephemeral()
 
 
 def _record(outcome: TableOutcome, result) -> None:
@@ -271,8 +262,8 @@ class Finished(NamedTuple):
 def run_in_processes(config_path: str, tables: list[str], processes: int, as_json: bool, build: Build, echo=None,
                      pool_wait: float = POOL_WAIT_SECONDS) -> list[Finished]:
     """The tables' cycles in `processes` worker processes, tables handed out one at a time as
-    workers free up: each worker has its own Dagster definitions, instance (the same DAGSTER_HOME
-    when set) and, when a step needs one, Spark session (or the configuration's Spark Connect server,
+    workers free up: each worker has its own Dagster definitions, instance (the configuration's one,
+    defs/instance.py) and, when a step needs one, Spark session (or the configuration's Spark Connect server,
     which they then share). An incremental apply needs no Spark, so small batches of many tables
     proceed side by side. Lines go out (printed, or to `echo`) as each table finishes; returns how
     each ended. `build`: a module-level function (the workers are handed it by name) that makes the
@@ -317,7 +308,7 @@ def run_config(cfg: Config, build: Build, only=None, echo=print, as_json=False, 
     from ..engine import spark
 
     defs = build(cfg)
-    inst = instance()
+    inst = open_instance(cfg.path)  # the UI's too: it shows these runs
     outcomes = []
     for table in cfg.tables:
         if only and table.name not in only:

@@ -277,7 +277,7 @@ def child_env(remote: str | None = None) -> dict:
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     env.pop("SPARK_REMOTE", None)
-    env.pop("DAGSTER_HOME", None)  # a throw-away Dagster instance per run; the warehouse says what is done
+    env.pop("DAGSTER_HOME", None)  # the work folder's own instance, beside its cdc.yaml; the warehouse says what is done
     if remote:
         env["SPARK_REMOTE"] = remote
     return env

@@ -4,7 +4,7 @@ from cdc_assets_tests.benchmarks import capture
 
 
 def test_the_capture_benchmark_measures_both_methods_and_their_targets_equal_the_source(tmp_path, monkeypatch):
-    monkeypatch.delenv("DAGSTER_HOME", raising=False)  # the benchmark's runs use a throw-away instance
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)  # the benchmark's runs use their configuration's own instance
     out = tmp_path / "figures"
     assert capture.main(["--changes", "200", "--rows", "100", "--per-transaction", "20", "--out", str(out),
                          "--note", "test"]) == 0

@@ -38,7 +38,7 @@ class Conformance:
         self.cfg.update(overrides)
         with open(self.cfg_path, "w") as fh:
             json.dump(self.cfg, fh, indent=2)
-        # a throw-away Dagster instance per run; emulator settings come from the fixtures' environment
+        # the work folder's own Dagster instance, beside its cdc.yaml; emulator settings come from the fixtures' environment
         self.env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
 
     def run(self, label: str) -> None:

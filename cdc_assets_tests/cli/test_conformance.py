@@ -12,7 +12,7 @@ import pytest
 @pytest.mark.spark
 def test_conformance_scenarios_pass(cli, shared_dir, tmp_path):
     script = os.path.join(shared_dir, "conformance", "run_conformance.py")
-    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}  # a throw-away Dagster instance per run
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}  # the work folder's own instance, beside its cdc.yaml
     p = subprocess.run([sys.executable, script, "--cli", shlex.join(cli)], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=3600)
     print(p.stdout)

@@ -335,7 +335,7 @@ def captured_output(path):
 @pytest.fixture(scope="module")
 def landed_run(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("bad_input")
-    os.environ.pop("DAGSTER_HOME", None)  # a throw-away Dagster instance
+    os.environ.pop("DAGSTER_HOME", None)  # the configuration's own instance, beside its cdc.yaml
     cfg = write_config(root, TABLES)
     for kind in KINDS + TOLERATED:
         dest = os.path.join(cfg.landing_dir(kind.table), folder(kind))

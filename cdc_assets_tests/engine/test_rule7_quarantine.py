@@ -18,7 +18,7 @@ pytestmark = MARKS
 
 
 def test_bad_records_are_quarantined_and_the_rest_applied(spark, workdir, monkeypatch, capfd):
-    monkeypatch.delenv("DAGSTER_HOME", raising=False)  # a throw-away Dagster instance
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)  # the configuration's own instance, beside its cdc.yaml
     cfg = write_config(workdir, [
         {"name": "BAD", "keys": ["id"], "format": "datastream-json"},
         {"name": "GOOD", "keys": ["K"], "format": "bigquery-cdc"},
