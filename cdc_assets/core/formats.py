@@ -184,6 +184,18 @@ def parse_file(fmt: str, options: ChangesetOptions, keys: Sequence[str], name: s
         yield change
 
 
+def appendable(fmt: str, name: str) -> bool:
+    """Whether lines written at the end of a file of `fmt` named `name` are new records on their
+    own (a text file of lines, uncompressed, not an export), so that a batch may take only them;
+    any other file that grows is a new file as a whole."""
+    return fmt not in (SNAPSHOT, "datastream-avro") and not name.lower().endswith((".gz", ".parquet", ".avro"))
+
+
+def has_header(name: str) -> bool:
+    """Whether the file's first line names its columns (a part taken after it is read under it)."""
+    return name.lower().endswith(".csv")
+
+
 # ---- files to records -------------------------------------------------------
 
 def _header_needs(fmt: str, options: ChangesetOptions, keys: Sequence[str], typing: Typing) -> list[str]:

@@ -1,0 +1,126 @@
+"""Landed files are content, not names: a file appended to or replaced under the same name after a
+run took it is noticed by the next `cdc-assets run` (an append as the new lines only, a replaced
+file as a new batch), and the run says what it did; `status` counts such files as pending."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from cdc_assets.cli.main import main
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.runs import MARKS
+from cdc_assets_tests.support.warehouse import delta_rows, target_rows, values
+
+pytestmark = MARKS
+
+
+def run(cfg, capsys) -> str:
+    """One `cdc-assets run`; its summary line (it must succeed)."""
+    code = main(["run", "--config", cfg.path])
+    out = capsys.readouterr()
+    assert code == 0, out
+    (line,) = out.out.splitlines()
+    return line
+
+
+def pending_files(cfg, capsys, table: str) -> int:
+    assert main(["status", "--config", cfg.path, "--json"]) == 0
+    (row,) = [r for r in map(json.loads, capsys.readouterr().out.splitlines()) if r["table"] == table]
+    return row["pending_files"]
+
+
+def append(cfg, table: str, rel: str, text: str) -> None:
+    """A writer appending to a file it already published (the path is the file's, in place)."""
+    with open(os.path.join(cfg.landing_dir(table), rel), "a", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def upsert(i: int, v: str) -> dict:
+    return {"id": i, "v": v, "_CHANGE_TYPE": "UPSERT"}
+
+
+def test_lines_appended_to_a_json_lines_file_are_applied_once_as_a_new_batch(workdir, capsys):
+    cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "bigquery-cdc"}])
+    land(cfg, "ORDERS", "b1", {"f.jsonl": jsonl([upsert(1, "a"), upsert(2, "b")])})
+    assert "new batch b000001" in run(cfg, capsys)
+    append(cfg, "ORDERS", "b1/f.jsonl", jsonl([upsert(2, "B"), upsert(3, "c")]))
+    assert pending_files(cfg, capsys, "ORDERS") == 1
+    line = run(cfg, capsys)
+    assert "new batch b000002 (1 file appended)" in line
+    assert "2 records, 2 new changes" in line  # only the appended lines were read
+    assert values(target_rows(cfg, "ORDERS"), "id", "v") == {1: "a", 2: "B", 3: "c"}
+    # the appended lines keep their line numbers in the file
+    changes = delta_rows(cfg, "ORDERS", "changes")
+    assert sorted((r["_cdc_batch_seq"], r["_cdc_line"]) for r in changes) == [(1, 1), (1, 2), (2, 3), (2, 4)]
+    assert pending_files(cfg, capsys, "ORDERS") == 0
+    assert "nothing new landed" in run(cfg, capsys)
+    assert len(delta_rows(cfg, "ORDERS", "changes")) == 4
+
+
+def test_rows_appended_to_a_csv_file_are_read_under_its_header(workdir, capsys):
+    cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "bigquery-cdc"}])
+    land(cfg, "ORDERS", "b1", {"f.csv": "id,v,_CHANGE_TYPE\n1,a,UPSERT\n"})
+    run(cfg, capsys)
+    append(cfg, "ORDERS", "b1/f.csv", "2,b,UPSERT\n1,A,UPSERT\n")
+    line = run(cfg, capsys)
+    assert "(1 file appended)" in line and "2 records, 2 new changes, 0 duplicates, 0 quarantined" in line
+    assert values(target_rows(cfg, "ORDERS"), "id", "v") == {1: "A", 2: "b"}
+    assert sorted(r["_cdc_line"] for r in delta_rows(cfg, "ORDERS", "changes")) == [2, 3, 4]
+    assert "nothing new landed" in run(cfg, capsys)
+
+
+def test_a_change_file_replaced_by_other_content_is_applied_as_a_new_batch(workdir, capsys):
+    cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "bigquery-cdc"}])
+    land(cfg, "ORDERS", "b1", {"f.jsonl": jsonl([upsert(1, "a"), upsert(2, "b")])})
+    run(cfg, capsys)
+    # the same name, written again (as a writer should: under a '.' name, then renamed): other content
+    land(cfg, "ORDERS", "b1", {"f.jsonl": jsonl([upsert(1, "x")])})
+    assert pending_files(cfg, capsys, "ORDERS") == 1
+    line = run(cfg, capsys)
+    assert "new batch b000002 (1 file replaced)" in line and "1 records, 1 new changes" in line
+    assert values(target_rows(cfg, "ORDERS"), "id", "v") == {1: "x", 2: "b"}
+    assert "nothing new landed" in run(cfg, capsys)
+
+
+def test_the_same_content_landed_again_under_the_same_name_is_not_taken_again(workdir, capsys):
+    cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "bigquery-cdc"}])
+    content = jsonl([upsert(1, "a")])
+    land(cfg, "ORDERS", "b1", {"f.jsonl": content})
+    run(cfg, capsys)
+    land(cfg, "ORDERS", "b1", {"f.jsonl": content})  # a re-delivery: a new write time, the same bytes
+    assert pending_files(cfg, capsys, "ORDERS") == 0
+    assert "nothing new landed" in run(cfg, capsys)
+
+
+def test_a_snapshot_export_replaced_under_the_same_name_becomes_the_target(spark, workdir, capsys):
+    cfg = write_config(workdir, [{"name": "ITEMS", "keys": ["id"], "format": "snapshot"}])
+    land(cfg, "ITEMS", "", {"export.csv": "id,v\n1,a\n2,b\n3,c\n"})
+    run(cfg, capsys)
+    assert values(target_rows(cfg, "ITEMS"), "id", "v") == {1: "a", 2: "b", 3: "c"}
+    land(cfg, "ITEMS", "", {"export.csv": "id,v\n1,a\n2,B\n4,d\n"})  # the next day's export
+    assert pending_files(cfg, capsys, "ITEMS") == 1
+    assert "new batch b000002 (1 file replaced)" in run(cfg, capsys)
+    assert values(target_rows(cfg, "ITEMS"), "id", "v") == {1: "a", 2: "B", 4: "d"}
+    # an export that grows is a whole new export too, never its added rows alone
+    append(cfg, "ITEMS", "export.csv", "5,e\n")
+    assert "new batch b000003 (1 file replaced)" in run(cfg, capsys)
+    assert values(target_rows(cfg, "ITEMS"), "id", "v") == {1: "a", 2: "B", 4: "d", 5: "e"}
+    assert "nothing new landed" in run(cfg, capsys)
+
+
+@pytest.mark.parametrize("cut", [b'{"id": 2, "v": "b', b'{"id": 2, "v": "b", "_CHANGE_TYPE": "UPSERT"}'])
+def test_a_file_taken_while_its_last_line_was_still_being_written_gets_that_line_whole(workdir, capsys, cut):
+    """A writer that does not publish by renaming: a run takes the file in the middle of its
+    last line. When the rest arrives, that line is read again whole (the cut one was quarantined
+    or is overridden), and the lines after it follow."""
+    cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "bigquery-cdc"}])
+    land(cfg, "ORDERS", "b1", {"f.jsonl": jsonl([upsert(1, "a")]).encode() + cut})
+    run(cfg, capsys)
+    whole = b'{"id": 2, "v": "b", "_CHANGE_TYPE": "UPSERT"}'
+    append(cfg, "ORDERS", "b1/f.jsonl", (whole[len(cut):] + b"\n").decode() + jsonl([upsert(3, "c")]))
+    assert "(1 file appended)" in run(cfg, capsys)
+    assert values(target_rows(cfg, "ORDERS"), "id", "v") == {1: "a", 2: "b", 3: "c"}
+    assert "nothing new landed" in run(cfg, capsys)
