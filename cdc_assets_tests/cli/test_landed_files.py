@@ -124,3 +124,39 @@ def test_a_file_taken_while_its_last_line_was_still_being_written_gets_that_line
     assert "(1 file appended)" in run(cfg, capsys)
     assert values(target_rows(cfg, "ORDERS"), "id", "v") == {1: "a", 2: "b", 3: "c"}
     assert "nothing new landed" in run(cfg, capsys)
+
+
+def test_a_fifo_in_the_landing_area_is_skipped_with_a_warning_naming_it(workdir, cli):
+    """Reading a FIFO blocks until something writes to it: the run would never end."""
+    import subprocess
+
+    cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "bigquery-cdc"}])
+    land(cfg, "ORDERS", "b1", {"f.jsonl": jsonl([upsert(1, "a")])})
+    os.mkfifo(os.path.join(cfg.landing_dir("ORDERS"), "b1", "pipe.jsonl"))
+    # (the limit only turns a hang into a failure; the run itself takes seconds)
+    done = subprocess.run([*cli, "run", "--config", cfg.path], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stdout.splitlines()
+    assert "new batch b000001" in line
+    assert "warning: skipped b1/pipe.jsonl: a FIFO, not a regular file" in line
+    assert "ORDERS: warning: skipped b1/pipe.jsonl" in done.stderr
+    assert values(target_rows(cfg, "ORDERS"), "id", "v") == {1: "a"}
+    assert "b1/pipe.jsonl" not in {r["file"] for r in delta_rows(cfg, "ORDERS", "batches")}
+
+
+def test_a_file_whose_name_is_not_utf8_is_quarantined_by_its_escaped_name_and_the_others_apply(workdir, capsys):
+    cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "bigquery-cdc"}])
+    land(cfg, "ORDERS", "b1", {"good.jsonl": jsonl([upsert(1, "a")])})
+    folder = os.path.join(os.fsencode(cfg.landing_dir("ORDERS")), b"b1")
+    with open(os.path.join(folder, b"caf\xe9.jsonl"), "wb") as fh:
+        fh.write(jsonl([upsert(2, "b")]).encode())
+    line = run(cfg, capsys)
+    assert "new batch b000001" in line and "1 quarantined" in line
+    assert values(target_rows(cfg, "ORDERS"), "id", "v") == {1: "a"}
+    (q,) = delta_rows(cfg, "ORDERS", "quarantine")
+    assert q["_cdc_file"] == "b1/caf\\xe9.jsonl"
+    assert "name is not valid UTF-8" in q["_cdc_reason"]
+    assert "nothing new landed" in run(cfg, capsys)  # taken once, like any file
+    land(cfg, "ORDERS", "b2", {"next.jsonl": jsonl([upsert(3, "c")])})
+    assert "new batch b000002" in run(cfg, capsys)
+    assert values(target_rows(cfg, "ORDERS"), "id", "v") == {1: "a", 3: "c"}
