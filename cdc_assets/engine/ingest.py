@@ -26,7 +26,16 @@ from ..core.changes import (
 )
 from ..core.config import Config, TableConfig
 from ..core.errors import TerminalError
-from ..core.formats import SNAPSHOT, appendable, has_header, parquet_row_group, parse_file, parse_snapshot, raw_line
+from ..core.formats import (
+    SNAPSHOT,
+    Limits,
+    appendable,
+    has_header,
+    parquet_row_group,
+    parse_file,
+    parse_snapshot,
+    raw_line,
+)
 from ..core.schema import admit, admit_columns, is_text_source, joined, plain
 from ..core.typed_changes import TypedFile, read_by_column, read_typed_change_file, read_typed_row_group
 from ..core.values import STRING, UNSET_KEY, decode_image, decode_row, encode_row, key_text
@@ -34,6 +43,7 @@ from . import delta, faults, gcs
 from .landing import Batch, file_size, inside, is_done_or_next, read_file, undecodable_name
 from .latest import first_of_each
 from .records import stored_columns
+from .settings import settings
 from .step_results import ChangesResult
 from .table_layout import BASE, CHANGES, QUARANTINE, QUARANTINE_FIELDS, SEEN, path
 
@@ -41,6 +51,12 @@ LOGGED_REJECTIONS = 100  # per batch: the log names them, the quarantine table h
 # `_cdc_types` (the file's or declared column types) lives only until the types are admitted.
 TYPED_FIELDS = RECORD_FIELDS + (("_cdc_types", "string"),)
 PARSED_FIELDS = TYPED_FIELDS + (("_cdc_reason", "string"), ("_cdc_raw", "string"))
+
+
+def file_limits() -> Limits:
+    """How much of one landed file a reader holds, as the settings say."""
+    now = settings()
+    return Limits(now.max_line_bytes, now.max_decompressed_bytes)
 
 
 class UnreadableFile(TerminalError):
@@ -114,6 +130,7 @@ def _parse_partition(table: TableConfig, snapshot: bool, root: str | None, text_
     export = snapshot or batch_export
     tier = ordering.BASE_TIER if snapshot else ordering.CHANGE_TIER
     store = gcs.settings()  # a gs:// landing's client settings, for the workers that read it
+    limits = file_limits()  # the driver's, for the workers too
 
     def items(f):
         if export and f["row_group"] is not None:
@@ -122,9 +139,9 @@ def _parse_partition(table: TableConfig, snapshot: bool, root: str | None, text_
         if batch_export and not data.strip():
             return []  # an export of an empty table
         if export:
-            return parse_snapshot(keys, f["file"], data, table.columns, table.rename, text_columns)
+            return parse_snapshot(keys, f["file"], data, table.columns, table.rename, text_columns, limits)
         found = parse_file(table.format, table.options, keys, f["file"], data, table.columns, table.insert_only,
-                           text_columns, table.rename, f["row_group"])
+                           text_columns, table.rename, f["row_group"], limits)
         return _renumbered(found, shift, borrowed) if shift or borrowed else found
 
     def run(batches):
@@ -324,7 +341,7 @@ def admit_types(new: pa.Table, types: dict, batch: Batch, landing: str,
             f = r["_cdc_file"]
             if f not in texts:
                 texts[f] = read_file(os.path.join(landing, f))
-            raw = raw_line(f, texts[f], r["_cdc_line"]) or r["_cdc_row"] or encode_row(images[i])
+            raw = raw_line(f, texts[f], r["_cdc_line"], file_limits()) or r["_cdc_row"] or encode_row(images[i])
             rejects.append(to_reject(Rejection(r["_cdc_line"], reason, raw), batch_seq=batch.seq,
                                      batch_id=batch.id, file_name=f))
     kept = in_order.filter(pa.array(keep, pa.bool_())).select([n for n, _ in RECORD_FIELDS])

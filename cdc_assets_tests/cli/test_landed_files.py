@@ -160,3 +160,64 @@ def test_a_file_whose_name_is_not_utf8_is_quarantined_by_its_escaped_name_and_th
     land(cfg, "ORDERS", "b2", {"next.jsonl": jsonl([upsert(3, "c")])})
     assert "new batch b000002" in run(cfg, capsys)
     assert values(target_rows(cfg, "ORDERS"), "id", "v") == {1: "a", 3: "c"}
+
+
+def gz(text: str | bytes) -> bytes:
+    import gzip
+
+    return gzip.compress(text.encode() if isinstance(text, str) else text)
+
+
+def test_a_line_past_the_line_limit_in_a_gz_file_is_quarantined_and_the_lines_before_it_apply(
+        workdir, capsys, monkeypatch):
+    monkeypatch.setenv("CDC_ASSETS_MAX_LINE_BYTES", "1000")
+    cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "bigquery-cdc"}])
+    endless = b'{"id": 3, "v": "' + b"x" * 100_000  # a writer that never ends its line
+    land(cfg, "ORDERS", "b1", {"f.jsonl.gz": gz(jsonl([upsert(1, "a"), upsert(2, "b")]).encode() + endless),
+                               "g.jsonl": jsonl([upsert(4, "d")])})
+    line = run(cfg, capsys)
+    assert "4 records, 3 new changes, 0 duplicates, 1 quarantined" in line
+    assert values(target_rows(cfg, "ORDERS"), "id", "v") == {1: "a", 2: "b", 4: "d"}
+    (q,) = delta_rows(cfg, "ORDERS", "quarantine")
+    assert (q["_cdc_file"], q["_cdc_line"]) == ("b1/f.jsonl.gz", 3)
+    assert "longer than 1000 bytes once decompressed" in q["_cdc_reason"]
+    assert "CDC_ASSETS_MAX_LINE_BYTES" in q["_cdc_reason"]
+
+
+def test_a_gz_file_past_the_decompressed_limit_is_read_up_to_it_and_the_rest_quarantined(
+        workdir, capsys, monkeypatch):
+    monkeypatch.setenv("CDC_ASSETS_MAX_DECOMPRESSED_BYTES", "2000")
+    cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "bigquery-cdc"}])
+    records = [upsert(i, "v" * 20) for i in range(1, 201)]  # about 10 KB once decompressed
+    land(cfg, "ORDERS", "b1", {"f.jsonl.gz": gz(jsonl(records))})
+    run(cfg, capsys)
+    taken = values(target_rows(cfg, "ORDERS"), "id", "v")
+    (q,) = delta_rows(cfg, "ORDERS", "quarantine")
+    assert 0 < len(taken) < 200 and sorted(taken) == list(range(1, len(taken) + 1))
+    assert (q["_cdc_file"], q["_cdc_line"]) == ("b1/f.jsonl.gz", len(taken) + 1)
+    assert "more than 2000 bytes once decompressed" in q["_cdc_reason"]
+    assert "CDC_ASSETS_MAX_DECOMPRESSED_BYTES" in q["_cdc_reason"]
+
+
+def test_decompression_holds_no_more_than_its_limits_whatever_the_ratio():
+    """A small file of one endless line: decompression stops once the line passes the limit, it
+    does not inflate the file first."""
+    from cdc_assets.core.formats import Limits, gunzip
+
+    bomb = gz(b"0" * 50_000_000)  # 50 MB of one line, about 50 KB compressed
+    data, (line, why) = gunzip(bomb, Limits(line_bytes=4096, decompressed_bytes=10**12))
+    assert (data, line) == (b"", 1) and "longer than 4096 bytes" in str(why)
+    data, (line, why) = gunzip(gz(b"a\n" * 5_000_000), Limits(line_bytes=4096, decompressed_bytes=10_000))
+    assert len(data) <= 10_000 and data.endswith(b"\n") and line == data.count(b"\n") + 1
+
+
+def test_a_misspelt_landing_folder_is_a_warning_naming_the_path_on_the_line_and_on_stderr(workdir, capsys):
+    land(write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "bigquery-cdc"}]),
+         "ORDERS", "b1", {"f.jsonl": jsonl([upsert(1, "a")])})  # where the files really are
+    cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "bigquery-cdc"}],
+                       landing=str(workdir / "landnig"))
+    assert main(["run", "--config", cfg.path]) == 0  # the first files may not have arrived: not a failure
+    out = capsys.readouterr()
+    said = f"warning: landing folder {workdir / 'landnig' / 'ORDERS'} does not exist (nothing taken)"
+    assert f"ORDERS: ok; {said}" in out.out
+    assert f"ORDERS: {said}" in out.err
