@@ -22,7 +22,7 @@ def run(cfg, capsys) -> str:
     code = main(["run", "--config", cfg.path])
     out = capsys.readouterr()
     assert code == 0, out
-    (line,) = out.out.splitlines()
+    (line,) = [x for x in out.out.splitlines() if x.startswith(tuple(f"{t.name}: " for t in cfg.tables))]
     return line
 
 
@@ -60,7 +60,14 @@ def test_lines_appended_to_a_json_lines_file_are_applied_once_as_a_new_batch(wor
     assert len(delta_rows(cfg, "ORDERS", "changes")) == 4
 
 
-def test_rows_appended_to_a_csv_file_are_read_under_its_header(workdir, capsys):
+@pytest.mark.parametrize("by_spark", [False, True], ids=["read-by-the-run", "read-by-spark-tasks"])
+def test_rows_appended_to_a_csv_file_are_read_under_its_header(workdir, capsys, monkeypatch, request, by_spark):
+    if by_spark:
+        from cdc_assets.engine import spark_ingest
+        from cdc_assets_tests.support.config import settings_of
+
+        request.getfixturevalue("spark")
+        settings_of(monkeypatch, spark_ingest, local_parse_bytes=0)  # every batch parsed by Spark tasks
     cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "bigquery-cdc"}])
     land(cfg, "ORDERS", "b1", {"f.csv": "id,v,_CHANGE_TYPE\n1,a,UPSERT\n"})
     run(cfg, capsys)
