@@ -388,6 +388,9 @@ def register_new_batch(landing_dir: str, table_dir: str, found: dict[str, Landed
     taken = taken_parts(known)
     listing = complete_files(landing_dir, notes) if found is None else found
     new = changed_files(landing_dir, listing, taken, lambda name: fmt is not None and appendable(fmt, name))
+    if not listing and not known and gcs.is_gcs(landing_dir) and notes is not None:
+        # an object store has no folders: a prefix without objects is a local folder that does not exist
+        notes.append(f"landing folder {landing_dir} holds no objects (nothing taken)")
     if not new:
         return None
     seq = (known[-1].seq if known else 0) + 1
