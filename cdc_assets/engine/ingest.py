@@ -142,7 +142,7 @@ def _parse_partition(table: TableConfig, snapshot: bool, root: str | None, text_
             return parse_snapshot(keys, f["file"], data, table.columns, table.rename, text_columns, limits)
         found = parse_file(table.format, table.options, keys, f["file"], data, table.columns, table.insert_only,
                            text_columns, table.rename, f["row_group"], limits)
-        return _renumbered(found, shift, borrowed) if shift or borrowed else found
+        return _renumbered(found, shift, borrowed) if f.get("start") else found
 
     def run(batches):
         # An export's column types are widened here, in the task that reads the rows; each task
@@ -190,12 +190,12 @@ def _parse_partition(table: TableConfig, snapshot: bool, root: str | None, text_
 
 
 def _renumbered(found, shift: int, borrowed: bool):
-    """A part's records under their line numbers in the whole file; not the borrowed header's."""
+    """An appended part's records under their line numbers in the whole file; not the borrowed
+    header's, nor a whole-file verdict (a part of blank lines is no empty file)."""
     for item in found:
-        if borrowed and item.line == 1:
-            continue  # the header line (its problems were the part before's, and quarantined with it)
-        if item.line > 0:
-            item.line += shift
+        if item.line < 1 or (borrowed and item.line == 1):
+            continue  # (the header's problems were the first part's, and quarantined with it)
+        item.line += shift
         yield item
 
 

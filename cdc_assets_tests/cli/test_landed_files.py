@@ -58,6 +58,12 @@ def test_lines_appended_to_a_json_lines_file_are_applied_once_as_a_new_batch(wor
     assert pending_files(cfg, capsys, "ORDERS") == 0
     assert "nothing new landed" in run(cfg, capsys)
     assert len(delta_rows(cfg, "ORDERS", "changes")) == 4
+    append(cfg, "ORDERS", "b1/f.jsonl", "\n\n")  # blank lines: no records, and nothing wrong
+    assert "(1 file appended); 0 records, 0 new changes, 0 duplicates, 0 quarantined" in run(cfg, capsys)
+    append(cfg, "ORDERS", "b1/f.jsonl", jsonl([upsert(1, "A")]))
+    assert "1 records, 1 new changes" in run(cfg, capsys)
+    assert values(target_rows(cfg, "ORDERS"), "id", "v") == {1: "A", 2: "B", 3: "c"}
+    assert max(r["_cdc_line"] for r in delta_rows(cfg, "ORDERS", "changes")) == 7
 
 
 @pytest.mark.parametrize("by_spark", [False, True], ids=["read-by-the-run", "read-by-spark-tasks"])
