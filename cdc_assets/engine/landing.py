@@ -133,11 +133,12 @@ def complete_files(landing_dir: str, notes: list[str] | None = None) -> dict[str
             except OSError:
                 out[rel] = Landed(0)
                 continue
-            if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
-                if notes is not None:
-                    notes.append(f"skipped {rel}: {_kind(st.st_mode)}, not a regular file (it is never read)")
-                continue
-            out[rel] = Landed(st.st_size, str(st.st_mtime_ns))
+            if stat.S_ISDIR(st.st_mode):
+                out[rel] = Landed(0)  # a link to a folder: quarantined once, whatever its folder gains
+            elif stat.S_ISREG(st.st_mode):
+                out[rel] = Landed(st.st_size, str(st.st_mtime_ns))
+            elif notes is not None:
+                notes.append(f"skipped {rel}: {_kind(st.st_mode)}, not a regular file (it is never read)")
     return out
 
 
