@@ -485,7 +485,8 @@ def prepare(cfg: Config, table: TableConfig, batch: Batch) -> Prepared | None:
         return None
     landing = cfg.landing_dir(table.name)
     files = [{"path": os.path.join(landing, f), "file": f, "file_index": i, "batch_seq": batch.seq,
-              "batch_id": batch.id, **taken_part(batch, f, table.format)} for i, f in enumerate(batch.files)]
+              "batch_id": batch.id, **taken_part(batch, f, table.format, gcs.is_gcs(landing))}
+             for i, f in enumerate(batch.files)]
     types = column_types(table_dir)
     # A column earlier batches made text stays text: its CSV values keep their spelling, so a
     # key reads the same in every batch.
@@ -493,11 +494,12 @@ def prepare(cfg: Config, table: TableConfig, batch: Batch) -> Prepared | None:
     return Prepared(table_dir, changes_path, landing, files, types, text_columns)
 
 
-def taken_part(batch: Batch, file: str, fmt: str) -> dict:
+def taken_part(batch: Batch, file: str, fmt: str, object_store: bool = False) -> dict:
     """Which of a file's bytes the batch took, for the parser: a file of lines only up to the size
-    it had when taken (what it gained since is the next batch's), from where an append started."""
+    it had when taken (what it gained since is the next batch's), from where an append started.
+    An object (`object_store`) is written whole, never appended to: it is read whole."""
     part = batch.part(file)
-    if not appendable(fmt, file):
+    if not appendable(fmt, file) or object_store:
         return {"start": 0, "end": None, "lines_before": 0}
     return {"start": part.start, "end": part.end, "lines_before": part.lines_before}
 
