@@ -234,3 +234,23 @@ def test_a_misspelt_landing_folder_is_a_warning_naming_the_path_on_the_line_and_
     said = f"warning: landing folder {workdir / 'landnig' / 'ORDERS'} does not exist (nothing taken)"
     assert f"ORDERS: ok; {said}" in out.out
     assert f"ORDERS: {said}" in out.err
+
+
+def test_the_landing_sensor_registers_an_appended_file_as_run_does(workdir, capsys, caplog):
+    import logging
+
+    from cdc_assets.defs.sensors import register_landed
+
+    cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "bigquery-cdc"}])
+    land(cfg, "ORDERS", "b1", {"f.jsonl": jsonl([upsert(1, "a")])})
+    run(cfg, capsys)
+    append(cfg, "ORDERS", "b1/f.jsonl", jsonl([upsert(2, "b")]))
+    os.mkfifo(os.path.join(cfg.landing_dir("ORDERS"), "b1", "pipe"))
+    log = logging.getLogger("test.sensor")
+    with caplog.at_level(logging.WARNING, logger="test.sensor"):
+        registered = register_landed(cfg, cfg.table("ORDERS"), None, log)
+    assert registered.batch is not None and registered.batch.taken_as() == "1 file appended"
+    assert "table ORDERS: skipped b1/pipe: a FIFO, not a regular file" in caplog.text
+    assert "(1 file appended)" not in run(cfg, capsys)  # the sensor's batch, which this run applies
+    assert values(target_rows(cfg, "ORDERS"), "id", "v") == {1: "a", 2: "b"}
+    assert sorted(r["_cdc_line"] for r in delta_rows(cfg, "ORDERS", "changes")) == [1, 2]
