@@ -10,12 +10,12 @@ import base64
 import csv
 import datetime as dt
 import functools
-import gzip
 import io
 import json
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 
@@ -60,6 +60,20 @@ CDC_TYPES = {"UPSERT": UPSERT, "DELETE": DELETE}
 # One record is at most this big: a bigger one is almost always a broken writer (a file
 # without newlines), and holding it would cost the worker its memory.
 MAX_LINE = 16 * 1024 * 1024
+# A compressed file holds at most this much once decompressed.
+MAX_DECOMPRESSED = 2**30
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How much of one file a reader holds (the engine's settings give them): a line (a record of
+    a text file) of at most `line_bytes`, a compressed file of at most `decompressed_bytes` once
+    decompressed. Decompression stops at either, so memory stays within them whatever the ratio."""
+    line_bytes: int = MAX_LINE
+    decompressed_bytes: int = MAX_DECOMPRESSED
+
+
+LIMITS = Limits()
 
 
 class ChangesetOptions(TypedDict, total=False):
@@ -152,20 +166,20 @@ def inserts(fmt: str, options: ChangesetOptions) -> set[str] | None:
 def parse_file(fmt: str, options: ChangesetOptions, keys: Sequence[str], name: str, data: bytes,
                columns: Mapping[str, str] | None = None, insert_only: bool = False,
                text_columns: Iterable[str] = (), rename: Mapping[str, str] | None = None,
-               row_group: int | None = None) -> Iterator[Change | Rejection]:
+               row_group: int | None = None, limits: Limits = LIMITS) -> Iterator[Change | Rejection]:
     """`insert_only`: a change that is not an insert is a rejection (the table appends, never merges).
     `text_columns`: the columns earlier batches made text, whose CSV values keep their spelling.
     `rename`: the table's `rename:` map (keys, columns and text_columns name target columns).
     `row_group`: of a Parquet file, only that row group (lines still count from the file's first row)."""
     if fmt == SNAPSHOT:  # an export: every row an upsert (its batch's changes are derived from them)
-        yield from parse_snapshot(keys, name, data, columns, rename, text_columns)
+        yield from parse_snapshot(keys, name, data, columns, rename, text_columns, limits)
         return
     parse_record = _RECORD_PARSERS[fmt]
     allowed = inserts(fmt, options) if insert_only else None
     typing = Typing(columns, text_columns, rename)
     for line, record, raw in _records(name, data, fmt, typing.file_types, _header_needs(fmt, options, keys, typing),
                                       [typing.source_name(c) for c in [*typing.declared, *typing.text_columns]],
-                                      row_group):
+                                      row_group, limits):
         if isinstance(record, RecordError):
             yield Rejection(line, str(record), _text_of(raw))
             continue
@@ -185,6 +199,18 @@ def parse_file(fmt: str, options: ChangesetOptions, keys: Sequence[str], name: s
         yield change
 
 
+def appendable(fmt: str, name: str) -> bool:
+    """Whether lines written at the end of a file of `fmt` named `name` are new records on their
+    own (a text file of lines, uncompressed, not an export), so that a batch may take only them;
+    any other file that grows is a new file as a whole."""
+    return fmt not in (SNAPSHOT, "datastream-avro") and not name.lower().endswith((".gz", ".parquet", ".avro"))
+
+
+def has_header(name: str) -> bool:
+    """Whether the file's first line names its columns (a part taken after it is read under it)."""
+    return name.lower().endswith(".csv")
+
+
 # ---- files to records -------------------------------------------------------
 
 def _header_needs(fmt: str, options: ChangesetOptions, keys: Sequence[str], typing: Typing) -> list[str]:
@@ -202,17 +228,22 @@ def _header_needs(fmt: str, options: ChangesetOptions, keys: Sequence[str], typi
 
 def _records(name: str, data: bytes, fmt: str, file_types: dict[str, str] | None = None,
              header_needs: Sequence[str] = (), text_columns: Iterable[str] = (),
-             row_group: int | None = None) -> Iterator[RecordItem]:
+             row_group: int | None = None, limits: Limits = LIMITS) -> Iterator[RecordItem]:
     lower = name.lower()
+    stopped: tuple[int, RecordError] | None = None
     if lower.endswith(".gz"):
+        lower = lower[:-3]
+        binary = lower.endswith((".parquet", ".avro")) or fmt == "datastream-avro"
         try:
-            data = gzip.decompress(data)
+            data, stopped = gunzip(data, limits, lines=not binary)
         # A gzip header over corrupt deflate data raises zlib.error: the file goes to quarantine,
         # it does not fail the table.
         except (OSError, EOFError, zlib.error) as e:
             yield 0, RecordError(f"not a readable gzip file: {e}"), preview(data)
             return
-        lower = lower[:-3]
+        if stopped is not None and (binary or not data.strip()):
+            yield stopped[0], stopped[1], ""
+            return
     if not data.strip():
         yield 0, RecordError("empty file: no change records"), ""
         return
@@ -223,10 +254,56 @@ def _records(name: str, data: bytes, fmt: str, file_types: dict[str, str] | None
     elif lower.endswith(".csv"):
         yield from _typed_csv_records(_csv_records(data, header_needs), text_columns)
     else:
-        yield from _json_lines(data, kafka_tombstones=fmt == "debezium-json")
+        yield from _json_lines(data, kafka_tombstones=fmt == "debezium-json", max_line=limits.line_bytes)
+    if stopped is not None:
+        yield stopped[0], stopped[1], ""
 
 
-def _json_lines(data: bytes, kafka_tombstones: bool = False) -> Iterator[RecordItem]:
+def gunzip(data: bytes, limits: Limits = LIMITS, lines: bool = True) -> tuple[bytes, tuple[int, RecordError] | None]:
+    """A gzip file's bytes decompressed a block at a time, holding at most `limits`: all of them,
+    or, where a limit stops it, the whole lines before that point (`lines`; else nothing) and the
+    rejection of the line it stopped in (line 0 for a file that is not lines). Raises what a
+    corrupt file raises (OSError, EOFError, zlib.error)."""
+    out = bytearray()
+    block = 1 << 20
+    newlines = 0  # in `out`
+    line_start = 0  # where the line being decompressed starts in `out`
+    pending = data
+    while pending:
+        member = zlib.decompressobj(wbits=31)  # a gzip member; a file may hold several, one after another
+        while True:
+            room = limits.decompressed_bytes + 1 - len(out)
+            piece = member.decompress(pending, max(1, min(block, room)))
+            pending = member.unconsumed_tail
+            if piece:
+                last = piece.rfind(b"\n")
+                if last >= 0:
+                    newlines += piece.count(b"\n")
+                    line_start = len(out) + last + 1
+                out += piece
+            if len(out) > limits.decompressed_bytes:
+                return _cut(out, line_start, lines), (newlines + 1 if lines else 0, RecordError(
+                    f"the file is more than {limits.decompressed_bytes} bytes once decompressed (the limit of "
+                    "CDC_ASSETS_MAX_DECOMPRESSED_BYTES): it is not read from this line on"))
+            if lines and len(out) - line_start > limits.line_bytes:
+                return _cut(out, line_start, lines), (newlines + 1, RecordError(
+                    f"line longer than {limits.line_bytes} bytes once decompressed (the limit of "
+                    "CDC_ASSETS_MAX_LINE_BYTES): the file is not read from this line on"))
+            if member.eof:
+                pending = member.unused_data
+                break
+            if not piece and not pending:
+                raise EOFError("compressed file ended before the end-of-stream marker was reached")
+        if not pending.strip(b"\x00"):
+            break  # (a writer's zero padding after the last member)
+    return bytes(out), None
+
+
+def _cut(out: bytearray, line_start: int, lines: bool) -> bytes:
+    return bytes(out[:line_start]) if lines else b""
+
+
+def _json_lines(data: bytes, kafka_tombstones: bool = False, max_line: int = MAX_LINE) -> Iterator[RecordItem]:
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]  # a byte-order mark is an editor's habit, not data
     for n, raw in enumerate(data.split(b"\n"), start=1):
@@ -238,8 +315,8 @@ def _json_lines(data: bytes, kafka_tombstones: bool = False) -> Iterator[RecordI
         except UnicodeDecodeError as e:
             yield n, RecordError(f"not valid UTF-8 at byte {e.start}"), raw.decode("utf-8", "backslashreplace")
             continue
-        if len(raw) > MAX_LINE:
-            yield n, RecordError(f"line of {len(raw)} bytes is longer than the limit of {MAX_LINE} "
+        if len(raw) > max_line:
+            yield n, RecordError(f"line of {len(raw)} bytes is longer than the limit of {max_line} "
                                     f"(its first {RAW_PREVIEW} bytes are kept)"), text[:RAW_PREVIEW]
             continue
         try:
@@ -272,11 +349,11 @@ def preview(data: bytes) -> str:
     return data[:RAW_PREVIEW].decode("utf-8", "backslashreplace")
 
 
-def raw_line(name: str, data: bytes, line: int) -> str | None:
+def raw_line(name: str, data: bytes, line: int, limits: Limits = LIMITS) -> str | None:
     """The text of line `line` of a text change file (None for Parquet and Avro files)."""
     lower = name.lower()
     if lower.endswith(".gz"):
-        data, lower = gzip.decompress(data), lower[:-3]
+        data, lower = gunzip(data, limits)[0], lower[:-3]
     if lower.endswith((".parquet", ".avro")) or line < 1:
         return None
     lines = data.removeprefix(b"\xef\xbb\xbf").split(b"\n")
@@ -960,14 +1037,15 @@ _RECORD_PARSERS: dict[str, Callable[[Record, Sequence[str], ChangesetOptions, in
 
 
 def parse_snapshot(keys: Sequence[str], name: str, data: bytes, columns: Mapping[str, str] | None = None,
-                   rename: Mapping[str, str] | None = None, text_columns: Iterable[str] = ()
-                   ) -> Iterator[Change | Rejection]:
+                   rename: Mapping[str, str] | None = None, text_columns: Iterable[str] = (),
+                   limits: Limits = LIMITS) -> Iterator[Change | Rejection]:
     """A source export (base snapshot) as upserts ordered by line; the tier puts them below every change.
     `text_columns`: the columns earlier batches made text, whose CSV values keep their spelling."""
     typing = Typing(columns, text_columns, rename)
     return snapshot_changes(keys, _records(name, data, SNAPSHOT, typing.file_types,
                                            _header_needs(SNAPSHOT, {}, keys, typing),
-                                           [typing.source_name(c) for c in [*typing.declared, *typing.text_columns]]),
+                                           [typing.source_name(c) for c in [*typing.declared, *typing.text_columns]],
+                                           limits=limits),
                             typing)
 
 

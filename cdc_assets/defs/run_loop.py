@@ -78,6 +78,7 @@ class TableOutcome:
     table: str
     ok: bool = True
     new_batch: str | None = None
+    taken_as: str = ""  # how the new batch's files were found beyond new names ('1 file appended')
     figures: dict = field(default_factory=dict)  # asset -> last materialization metadata
     checks: dict = field(default_factory=dict)  # check name -> passed
     error: str | None = None
@@ -88,7 +89,8 @@ class TableOutcome:
 
     def to_json(self) -> dict:
         """What `run --json` prints for the table: the summary line's facts, and each step's figures."""
-        return {"table": self.table, "ok": self.ok, "new_batch": self.new_batch, "waiting": self.waiting,
+        return {"table": self.table, "ok": self.ok, "new_batch": self.new_batch, "taken_as": self.taken_as or None,
+                "waiting": self.waiting,
                 "warning": self.warning, "error": self.error, "checks": self.checks, "seconds": self.seconds,
                 "figures": self.figures}
 
@@ -195,9 +197,12 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
                     sources.extract_new_rows(table, table_dir, client)
             elif table.source:
                 sources.extract_new_rows(table, table_dir)
-            batch = on_conflict(lambda: register_new_batch(cfg.landing_dir(table.name), table_dir),
-                                f"{table.name}/batches")
+            notes: list[str] = []
+            batch = on_conflict(lambda: register_new_batch(cfg.landing_dir(table.name), table_dir, fmt=table.format,
+                                                           notes=notes), f"{table.name}/batches")
         outcome.new_batch = batch.id if batch else None
+        outcome.taken_as = batch.taken_as() if batch else ""
+        outcome.warning = "; ".join(dict.fromkeys(notes)) or None  # (a registration run again notes again)
         landing = cfg.landing_dir(table.name)
         if batch is None and not table.source and "://" not in landing and not os.path.isdir(landing):
             # A table whose first files have not arrived is normal, so not a failure; a typo in
@@ -325,6 +330,8 @@ def run_config(cfg: Config, build: Build, only=None, echo=print, as_json=False, 
             lines = used + [summary_line(outcome)]
         for line in lines:
             echo(line, flush=True) if echo is print else echo(line)
+        if outcome.warning and progress is not None:
+            progress(f"{outcome.table}: warning: {outcome.warning}")
         if not outcome.ok and outcome.error and progress is not None:
             progress(f"{outcome.table}: FAILED: {outcome.error}")  # the cause also where errors go
         outcomes.append(outcome)
@@ -334,7 +341,12 @@ def run_config(cfg: Config, build: Build, only=None, echo=print, as_json=False, 
 def summary_line(o: TableOutcome) -> str:
     ch, tg = o.taken, o.applied
     parts = [f"{o.table}: {'ok' if o.ok else 'FAILED'}"]
-    parts.append(f"new batch {o.new_batch}" if o.new_batch else o.warning or "nothing new landed")
+    if o.new_batch:
+        parts.append(f"new batch {o.new_batch}" + (f" ({o.taken_as})" if o.taken_as else ""))
+    if o.warning:
+        parts.append(f"warning: {o.warning}")
+    elif not o.new_batch:
+        parts.append("nothing new landed")
     if ch:
         parts.append(f"{ch.records_read or 0} records, {ch.changes_new or 0} new changes, "
                      f"{ch.duplicates_skipped or 0} duplicates, {ch.quarantined or 0} quarantined")

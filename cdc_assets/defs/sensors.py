@@ -95,8 +95,10 @@ def register_landed(cfg: Config, table: TableConfig, cursor: str | None, log, st
                     unavailable = root_cause_of_exception(e)
                     log.warning(unavailable)
             scan = scan_landing(landing, ListingCursor.from_json(cursor), time.time(), storage_client)
+            for note in scan.notes:
+                log.warning(f"table {table.name}: {note}")
             # a registration that loses a commit race (an object store, no lock) is re-run, not failed
-            new = on_conflict(lambda: register_new_batch(landing, table_dir, scan.found),
+            new = on_conflict(lambda: register_new_batch(landing, table_dir, scan.found, table.format),
                               f"{table.name}/batches", log.warning)
             cursor = scan.cursor.to_json() if on_gcs else None
     except TimeoutError:

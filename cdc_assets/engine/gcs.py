@@ -110,6 +110,9 @@ class Listed:
     name: str  # relative to the listed folder
     size: int
     updated: float  # the object's write time, seconds since the epoch (the server's clock)
+    # what changes with the object's content: its MD5 (a composed object has none: its CRC32C),
+    # else its generation
+    stamp: str | None = None
 
 
 def list_objects(folder: str, start: str | None = None, storage_client=None) -> list[Listed]:
@@ -131,21 +134,23 @@ def list_objects(folder: str, start: str | None = None, storage_client=None) -> 
         # (names before `start` are dropped here too: the emulator ignores startOffset)
         if relative and not relative.endswith("/") and not _skipped(relative) and (not start or relative >= start):
             updated = blob.updated.timestamp() if blob.updated is not None else 0.0
-            out.append(Listed(relative, int(blob.size or 0), updated))
+            stamp = blob.md5_hash or blob.crc32c or (str(blob.generation) if blob.generation else None)
+            out.append(Listed(relative, int(blob.size or 0), updated, stamp))
     return out
 
 
-def complete_objects(folder: str, storage_client=None) -> dict[str, int]:
-    """Relative name -> size of every object under `folder` (a gs:// URL)."""
-    return {o.name: o.size for o in list_objects(folder, storage_client=storage_client)}
-
-
-def read(url: str) -> bytes:
+def read(url: str, start: int = 0, end: int | None = None) -> bytes:
+    """The object's bytes from `start` to `end` (None: its end)."""
     from google.api_core import exceptions
 
     bucket, name = split(url)
+    if end is not None and end <= start:
+        return b""
     try:
-        return client().bucket(bucket).blob(name).download_as_bytes()
+        blob = client().bucket(bucket).blob(name)
+        if not start and end is None:
+            return blob.download_as_bytes()
+        return blob.download_as_bytes(start=start, end=None if end is None else end - 1)  # its end is inclusive
     except exceptions.GoogleAPICallError as e:
         raise ObjectError(f"cannot read {url}: {e.message or e}") from None
 

@@ -26,14 +26,24 @@ from ..core.changes import (
 )
 from ..core.config import Config, TableConfig
 from ..core.errors import TerminalError
-from ..core.formats import SNAPSHOT, parquet_row_group, parse_file, parse_snapshot, raw_line
+from ..core.formats import (
+    SNAPSHOT,
+    Limits,
+    appendable,
+    has_header,
+    parquet_row_group,
+    parse_file,
+    parse_snapshot,
+    raw_line,
+)
 from ..core.schema import admit, admit_columns, is_text_source, joined, plain
 from ..core.typed_changes import TypedFile, read_by_column, read_typed_change_file, read_typed_row_group
 from ..core.values import STRING, UNSET_KEY, decode_image, decode_row, encode_row, key_text
 from . import delta, faults, gcs
-from .landing import Batch, file_size, inside, is_done_or_next, read_file
+from .landing import Batch, file_size, inside, is_done_or_next, read_file, undecodable_name
 from .latest import first_of_each
 from .records import stored_columns
+from .settings import settings
 from .step_results import ChangesResult
 from .table_layout import BASE, CHANGES, QUARANTINE, QUARANTINE_FIELDS, SEEN, path
 
@@ -43,20 +53,55 @@ TYPED_FIELDS = RECORD_FIELDS + (("_cdc_types", "string"),)
 PARSED_FIELDS = TYPED_FIELDS + (("_cdc_reason", "string"), ("_cdc_raw", "string"))
 
 
+def file_limits() -> Limits:
+    """How much of one landed file a reader holds, as the settings say."""
+    now = settings()
+    return Limits(now.max_line_bytes, now.max_decompressed_bytes)
+
+
 class UnreadableFile(TerminalError):
     """A landed file that cannot be read at all; it is quarantined as line 0."""
 
 
-def read_landed(file_path: str, root: str | None) -> bytes:
+def read_landed(file_path: str, root: str | None, start: int = 0, end: int | None = None) -> bytes:
     _may_read(file_path, root)
     try:
-        return read_file(file_path)
+        return read_file(file_path, start, end)
     except OSError as e:
         raise UnreadableFile(f"cannot read the file: {e.strerror or e}") from None
 
 
+def landed_part(f: dict, root: str | None) -> tuple[bytes, int, bool]:
+    """What the parser reads of a work-list file `f`: the bytes its batch took (from `start` to
+    `end`), what to add to the parser's line numbers, and whether line 1 of those bytes is the
+    file's header, borrowed for a part taken after it (and so no record of this part)."""
+    start, end, before = f.get("start") or 0, f.get("end"), f.get("lines_before") or 0
+    if not start:
+        return read_landed(f["path"], root, 0, end), 0, False
+    body = read_landed(f["path"], root, start, end)
+    if not has_header(f["file"]):
+        return body, before, False
+    return _first_line(f["path"], root, start) + body, before - 1, True
+
+
+def _first_line(file_path: str, root: str | None, limit: int) -> bytes:
+    """A file's first line, with its newline, read in growing blocks within its first `limit` bytes."""
+    size = 64 * 1024
+    while True:
+        head = read_landed(file_path, root, 0, min(limit, size))
+        cut = head.find(b"\n")
+        if cut >= 0:
+            return head[:cut + 1]
+        if size >= limit:
+            return head + b"\n"
+        size *= 4
+
+
 def _may_read(file_path: str, root: str | None) -> None:
     """UnreadableFile when the landed file is one the parser must not read."""
+    if undecodable_name(file_path):
+        raise UnreadableFile("the file's name is not valid UTF-8 (its bytes are shown as \\x escapes); it was "
+                             "not read: land it again under a UTF-8 name")
     if root and os.path.islink(file_path) and os.path.isdir(file_path):
         raise UnreadableFile("a link to a folder: its files are not read (land them under their own names)")
     if root and not inside(file_path, root):
@@ -85,17 +130,19 @@ def _parse_partition(table: TableConfig, snapshot: bool, root: str | None, text_
     export = snapshot or batch_export
     tier = ordering.BASE_TIER if snapshot else ordering.CHANGE_TIER
     store = gcs.settings()  # a gs:// landing's client settings, for the workers that read it
+    limits = file_limits()  # the driver's, for the workers too
 
     def items(f):
         if export and f["row_group"] is not None:
             return parquet_row_group(keys, f["path"], f["row_group"], table.columns, table.rename, text_columns)
-        data = read_landed(f["path"], root)
+        data, shift, borrowed = landed_part(f, root)
         if batch_export and not data.strip():
             return []  # an export of an empty table
         if export:
-            return parse_snapshot(keys, f["file"], data, table.columns, table.rename, text_columns)
-        return parse_file(table.format, table.options, keys, f["file"], data, table.columns, table.insert_only,
-                          text_columns, table.rename, f["row_group"])
+            return parse_snapshot(keys, f["file"], data, table.columns, table.rename, text_columns, limits)
+        found = parse_file(table.format, table.options, keys, f["file"], data, table.columns, table.insert_only,
+                           text_columns, table.rename, f["row_group"], limits)
+        return _renumbered(found, shift, borrowed) if f.get("start") else found
 
     def run(batches):
         # An export's column types are widened here, in the task that reads the rows; each task
@@ -142,6 +189,16 @@ def _parse_partition(table: TableConfig, snapshot: bool, root: str | None, text_
     return run
 
 
+def _renumbered(found, shift: int, borrowed: bool):
+    """An appended part's records under their line numbers in the whole file; not the borrowed
+    header's, nor a whole-file verdict (a part of blank lines is no empty file)."""
+    for item in found:
+        if item.line < 1 or (borrowed and item.line == 1):
+            continue  # (the header's problems were the first part's, and quarantined with it)
+        item.line += shift
+        yield item
+
+
 LEDGER = "T"  # a snapshot task's column types, among its records
 MAX_TASKS = 256
 
@@ -152,9 +209,9 @@ def parse_files(spark, table: TableConfig, files: list[dict], snapshot: bool = F
     `root`: the landing folder the files must stay inside (links out of it are not read).
     An export's Parquet files (a base snapshot, a `format: snapshot` batch) are read one row
     group per task; `ledger`: the column types a snapshot batch's rows are admitted to."""
-    listing = snapshot_listing(files)
+    listing = [{"start": 0, "end": None, "lines_before": 0, **f} for f in snapshot_listing(files)]
     frame = spark.createDataFrame(listing, "path string, file string, file_index int, batch_seq long, "
-                                           "batch_id string, row_group int")
+                                           "batch_id string, start long, end long, lines_before long, row_group int")
     return frame.repartition(max(1, min(len(listing), MAX_TASKS))).mapInArrow(
         _parse_partition(table, snapshot, root, text_columns, ledger, by_column=True), delta.spark_schema(PARSED_FIELDS))
 
@@ -284,7 +341,7 @@ def admit_types(new: pa.Table, types: dict, batch: Batch, landing: str,
             f = r["_cdc_file"]
             if f not in texts:
                 texts[f] = read_file(os.path.join(landing, f))
-            raw = raw_line(f, texts[f], r["_cdc_line"]) or r["_cdc_row"] or encode_row(images[i])
+            raw = raw_line(f, texts[f], r["_cdc_line"], file_limits()) or r["_cdc_row"] or encode_row(images[i])
             rejects.append(to_reject(Rejection(r["_cdc_line"], reason, raw), batch_seq=batch.seq,
                                      batch_id=batch.id, file_name=f))
     kept = in_order.filter(pa.array(keep, pa.bool_())).select([n for n, _ in RECORD_FIELDS])
@@ -318,6 +375,9 @@ def batch_bytes(files: list[dict]) -> int:
     """The bytes a batch's files hold (`local_parse_bytes` decides where they are parsed)."""
     total = 0
     for f in files:
+        if f.get("end") is not None:
+            total += f["end"] - (f.get("start") or 0)
+            continue
         try:
             total += file_size(f["path"])
         except OSError:
@@ -350,9 +410,9 @@ def _typed_file(table: TableConfig, f: dict, root: str | None, schema: pa.Schema
                 images: bool = False) -> TypedFile | None:
     """A change file, or its row group `f["row_group"]`, read column by column; None when it goes
     record by record. `images`: with each record's row image (`_cdc_row`)."""
-    if table.insert_only or table.rename or not read_by_column(table.format, f["file"]):
+    if table.insert_only or table.rename or not read_by_column(table.format, f["file"]) or f.get("start"):
         # the column reader does not reject updates: an insert_only table's files go record by record;
-        # nor does it rename columns
+        # nor does it rename columns, nor read a part appended to a file
         return None
     common = {"declared": table.columns, "partition_by": list(table.partition_by), "batch_seq": f["batch_seq"],
               "batch_id": f["batch_id"], "file_index": f["file_index"], "schema": schema, "images": images}
@@ -360,7 +420,7 @@ def _typed_file(table: TableConfig, f: dict, root: str | None, schema: pa.Schema
         if f.get("row_group") is not None:
             return read_typed_row_group(table.format, table.options, list(table.keys), f["file"],
                                         _landed_source(f["path"], root), f["row_group"], **common)
-        data = read_landed(f["path"], root)
+        data = read_landed(f["path"], root, 0, f.get("end"))
     except UnreadableFile:
         return None  # read again, and quarantined, record by record
     return read_typed_change_file(table.format, table.options, list(table.keys), f["file"], data, **common)
@@ -425,12 +485,23 @@ def prepare(cfg: Config, table: TableConfig, batch: Batch) -> Prepared | None:
         return None
     landing = cfg.landing_dir(table.name)
     files = [{"path": os.path.join(landing, f), "file": f, "file_index": i, "batch_seq": batch.seq,
-              "batch_id": batch.id} for i, f in enumerate(batch.files)]
+              "batch_id": batch.id, **taken_part(batch, f, table.format, gcs.is_gcs(landing))}
+             for i, f in enumerate(batch.files)]
     types = column_types(table_dir)
     # A column earlier batches made text stays text: its CSV values keep their spelling, so a
     # key reads the same in every batch.
     text_columns = tuple(c for c, t in plain(types).items() if t == STRING)
     return Prepared(table_dir, changes_path, landing, files, types, text_columns)
+
+
+def taken_part(batch: Batch, file: str, fmt: str, object_store: bool = False) -> dict:
+    """Which of a file's bytes the batch took, for the parser: a file of lines only up to the size
+    it had when taken (what it gained since is the next batch's), from where an append started.
+    An object (`object_store`) is written whole, never appended to: it is read whole."""
+    part = batch.part(file)
+    if not appendable(fmt, file) or object_store:
+        return {"start": 0, "end": None, "lines_before": 0}
+    return {"start": part.start, "end": part.end, "lines_before": part.lines_before}
 
 
 def ingest_batch(cfg: Config, table: TableConfig, batch: Batch, log=None) -> ChangesResult:

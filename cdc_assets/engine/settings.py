@@ -62,6 +62,17 @@ class Settings:
         10_000_000, "LOCAL_BUILD_ROWS",
         "An import, a first build, a rebuild or a whole-table key check of at most this many rows runs in the "
         "run's own process; a larger one on Spark executors. 0 sends every one to Spark.", _whole_number, "10,000,000")
+    max_line_bytes: int = _knob(
+        16 * 2**20, "MAX_LINE_BYTES",
+        "A line of a landed text file (a JSON or CSV record) of more bytes is quarantined, naming its file and "
+        "line; in a compressed file, decompression stops there (the lines before it are read, the rest of the "
+        "file is quarantined as that line), so a file of one endless line never fills the memory.",
+        _whole_number, "16 MiB")
+    max_decompressed_bytes: int = _knob(
+        2**30, "MAX_DECOMPRESSED_BYTES",
+        "A compressed landed file (`.gz`) is decompressed up to this many bytes, a block at a time: past them "
+        "the rest of the file is quarantined as the line where it stopped (a Parquet or Avro file: as a whole). "
+        "It bounds the memory a small file can take once decompressed.", _whole_number, "1 GiB")
     crash_at: str | None = _knob(
         None, "CRASH_AT",
         "`<point>[@<n>][:TERM]`: the process kills itself (SIGKILL; SIGTERM with `:TERM`) the n-th time it "

@@ -53,3 +53,33 @@ def test_a_landing_bucket_that_does_not_exist_fails_the_run_naming_it(spark, wor
     outcome = run_table(cfg, "ORDERS")
     assert not outcome.ok
     assert "gs://no-such-bucket/datastream/ORDERS" in outcome.error
+
+
+def test_an_object_written_again_under_its_name_is_taken_again_only_when_its_content_changed(spark, workdir,
+                                                                                            gcs_bucket):
+    from cdc_assets.defs.run_loop import summary_line
+
+    cfg = gcs_config(workdir, "ORDERS")
+    name = "datastream/ORDERS/2024/01/01/10/00/part-1.jsonl"
+    first = jsonl([mysql("INSERT", {"id": 1, "v": "a"}, 1, 1), mysql("INSERT", {"id": 2, "v": "a"}, 1, 2)])
+    put(gcs_bucket, name, first)
+    assert run_table(cfg, "ORDERS").new_batch == "b000001"
+    put(gcs_bucket, name, first)  # a new generation of the same bytes: nothing new
+    assert run_table(cfg, "ORDERS").new_batch is None
+    put(gcs_bucket, name, first + jsonl([mysql("UPDATE", {"id": 1, "v": "b"}, 1, 3)]))  # an object is written whole
+    outcome = run_table(cfg, "ORDERS")
+    assert outcome.ok and "new batch b000002 (1 file replaced)" in summary_line(outcome)
+    assert values(target_rows(cfg, "ORDERS"), "id", "v") == {1: "b", 2: "a"}
+    assert run_table(cfg, "ORDERS").new_batch is None
+
+
+def test_a_landing_prefix_without_objects_is_a_warning_naming_it(spark, workdir, gcs_bucket):
+    from cdc_assets.defs.run_loop import summary_line
+
+    put(gcs_bucket, "datastream/ORDERS/2024/01/01/10/00/part-1.jsonl", jsonl([mysql("INSERT", {"id": 1}, 1, 1)]))
+    cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "datastream-json"}],
+                       landing=f"gs://{BUCKET}/datastraem")  # a typo
+    outcome = run_table(cfg, "ORDERS")
+    assert outcome.ok  # the first objects may not have arrived yet
+    assert (f"ok; warning: landing folder gs://{BUCKET}/datastraem/ORDERS holds no objects (nothing taken)"
+            in summary_line(outcome))

@@ -71,7 +71,7 @@ def _take(spark, cfg: Config, t: TableConfig) -> _Taken:
 
     table_dir = cfg.table_dir(t.name)
     base = None
-    new = register_new_batch(cfg.landing_dir(t.name), table_dir)
+    new = register_new_batch(cfg.landing_dir(t.name), table_dir, fmt=t.format)
     if t.base_snapshot:
         rekey.ensure_exact(cfg, t)  # as the steps do: keys an earlier release built stop the table first
         base = base_import.import_base(spark, cfg, t)
