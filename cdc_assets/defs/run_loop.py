@@ -30,7 +30,7 @@ from ..engine.retry import on_conflict
 from ..engine.settings import settings
 from ..engine.status import record_run
 from ..engine.step_results import ApplyResult, ChangesResult, HistoryResult, PublishResult
-from .checks import WITHIN_MAX_STALENESS
+from .checks import QUARANTINE_WITHIN_LIMIT, WITHIN_MAX_STALENESS
 from .due import due_now
 from .history import history_job_name
 from .pool_watch import (
@@ -85,6 +85,8 @@ class TableOutcome:
     seconds: float = 0.0
     warning: str | None = None  # said in the summary line; the table still succeeds
     waiting: str | None = None  # why the merge into target waits (apply: min_changes / max_staleness)
+    # batches over their quarantine limit: said, and the table fails, once its cycle is done
+    over_quarantine: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         """What `run --json` prints for the table: the summary line's facts, and each step's figures."""
@@ -133,6 +135,13 @@ def _record(outcome: TableOutcome, result) -> None:
         outcome.figures[mat.asset_key.path[-1]] = {k: v.value for k, v in mat.metadata.items()
                                                    if not k.startswith("dagster/")}
     for evaluation in result.get_asset_check_evaluations():
+        if evaluation.check_name == QUARANTINE_WITHIN_LIMIT:
+            # Any batch of the run over its limit fails the table, but only once the cycle is done: the
+            # batch's valid records and the batches after it are still applied.
+            outcome.checks[evaluation.check_name] = evaluation.passed and outcome.checks.get(evaluation.check_name, True)
+            if not evaluation.passed:
+                outcome.over_quarantine.append(evaluation.description or "a batch is over its quarantine limit")
+            continue
         outcome.checks[evaluation.check_name] = evaluation.passed
         if not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.ERROR:
             outcome.ok = False
@@ -256,6 +265,9 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
     if table.max_retained_wal_mb is not None:
         # whatever the run did or failed at: a capture that takes nothing is when its slot's WAL grows
         jobs.run("capture check", names.capture_check_job, tags)
+    if outcome.over_quarantine:
+        outcome.ok = False
+        outcome.error = "; ".join(([outcome.error] if outcome.error else []) + outcome.over_quarantine)
     outcome.seconds = round(time.time() - t0, 1)
     record_run(cfg, table, outcome.ok, outcome.error)
     faults.point("run.table_done")

@@ -34,6 +34,7 @@ from .checks import (
     SLOT_RETAINED_WAL,
     WITHIN_MAX_STALENESS,
     batch_accounted,
+    quarantine_within_limit,
     staging_check_specs,
     target_check_specs,
     target_checks,
@@ -146,6 +147,7 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
         # the materialization first: a check that cannot be evaluated fails the step, not the batch's record
         yield dg.MaterializeResult(asset_key=names.key("staging"), metadata=metadata)
         yield batch_accounted(cfg, table, context.partition_key, names.key("staging"))
+        yield quarantine_within_limit(cfg, table, context.partition_key, names.key("staging"))
 
     def take_and_stage(context: dg.AssetExecutionContext, pyspark: CdcSparkResource, storage_client=None):
         # One step for both assets: a batch's run pays Dagster's cost of a step (its events, its

@@ -77,7 +77,8 @@ def test_every_table_has_its_checks(defs):
     expected = set()
     for t in TABLES:
         name = t["name"]
-        expected |= {(key(name, "target"), "keys_unique"), (key(name, "staging"), "batch_accounted")}
+        expected |= {(key(name, "target"), "keys_unique"), (key(name, "staging"), "batch_accounted"),
+                     (key(name, "staging"), "quarantine_within_limit")}
         if "reconcile_with" in t:
             expected.add((key(name, "target"), "reconciles_with_source"))
         if "max_staleness" in t.get("apply", {}):
@@ -219,7 +220,7 @@ def test_checks_are_evaluated_in_the_step_of_the_asset_they_check(defs):
         assert steps["apply"] == {f"{name}__target"} | (
             {f"{name}__target_within_max_staleness"} if "max_staleness" in t.get("apply", {}) else set())
         staging = defs.resolve_assets_def(key(name, "staging"))
-        assert {c.name for c in staging.check_specs} == {"batch_accounted"}
+        assert {c.name for c in staging.check_specs} == {"batch_accounted", "quarantine_within_limit"}
         target = defs.resolve_assets_def(key(name, "target"))
         assert {c.name for c in target.check_specs} == {"keys_unique"} | (
             {"reconciles_with_source"} if "reconcile_with" in t else set())
