@@ -22,7 +22,7 @@ from ..core.config import Config, TableConfig
 from ..core.formats import SNAPSHOT
 from ..core.plan import Ingest
 from ..core.postgres import is_postgresql, parse_source
-from ..engine import apply, gcs, rekey, snapshot, spark_ingest, stage, status, target_build
+from ..engine import apply, gcs, rekey, replay, snapshot, spark_ingest, stage, status, target_build
 from ..engine.landing import Batch, registered
 from ..engine.lock import table_lock
 from ..engine.partitions import staged_partition_keys
@@ -131,6 +131,9 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
         with gcs.provided(storage_client) if storage_client is not None else contextlib.nullcontext():
             def ingest_exact():
                 rekey.ensure_exact(cfg, table)  # a warehouse keyed by an earlier release says so first
+                again = replay.spec_of(table_dir, batch)  # quarantined records taken again (`quarantine replay`)
+                if again is not None:
+                    return replay.ingest_replay(cfg, table, batch, again, log=context.log.warning)
                 take = snapshot.ingest_batch if table.format == SNAPSHOT else spark_ingest.ingest_batch
                 return take(spark, cfg, table, batch, log=context.log.warning)
 

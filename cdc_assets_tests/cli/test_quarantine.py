@@ -104,3 +104,103 @@ def test_a_quarantine_limit_that_is_not_a_share_is_refused(workdir, limit):
 
     with pytest.raises(ConfigError, match="quarantine_limit"):
         write_config(workdir, [orders(quarantine_limit=limit)])
+
+
+def comparable(cfg, columns=None) -> list:
+    """The target's rows with their keys and ordering keys: what a replay must leave as a right config would.
+    `columns`: only these (a target keeps the columns an earlier configuration gave it, all null here)."""
+    rows = target_rows(cfg, "ORDERS", source_only=False)
+    keep = [{k: v for k, v in r.items() if (not k.startswith("_cdc_") or k in ("_cdc_key", "_cdc_order"))
+             and (columns is None or k in columns)} for r in rows]
+    return sorted(keep, key=lambda r: r["_cdc_key"])
+
+
+def quarantine(cfg, capsys, *extra) -> tuple[int, str, str]:
+    code = main(["quarantine", *extra, "--config", cfg.path])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_after_a_wrong_key_is_fixed_a_replay_leaves_the_target_a_right_config_would_have_once(
+        tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    right_dir, wrong_dir = tmp_path / "right", tmp_path / "wrong"
+    for d in (right_dir, wrong_dir):
+        (d / "landing").mkdir(parents=True)
+    later = jsonl([{"op": "I", "order_id": 3, "v": "d", "seq": 4}, {"op": "D", "order_id": 2, "seq": 5}])
+    right = write_config(right_dir, [orders()])
+    for name, records in (("b1", first_batch()), ("b2", later)):  # a batch each, as in the other warehouse
+        land(right, "ORDERS", name, {"f.jsonl": records})
+        assert run(right, capsys)[0] == 0
+    expected = comparable(right)
+    assert values(target_rows(right, "ORDERS"), "order_id", "v") == {1: "c", 3: "d"}
+
+    cfg = write_config(wrong_dir, [orders(keys=("orderid",))])
+    land(cfg, "ORDERS", "b1", {"f.jsonl": first_batch()})
+    assert run(cfg, capsys)[0] == 1
+    cfg = write_config(wrong_dir, [orders()])  # the key fixed
+    land(cfg, "ORDERS", "b2", {"f.jsonl": later})
+    assert run(cfg, capsys)[0] == 0  # b2's records apply on their own
+
+    code, out, _ = quarantine(cfg, capsys, "ORDERS")
+    assert code == 0
+    listed = [line.split("\t") for line in out.strip().splitlines()]
+    assert listed[0] == ["batch", "file", "line", "column", "reason"]
+    assert [row[:4] for row in listed[1:]] == [["b000001", "b1/f.jsonl", str(n), "orderid"] for n in (1, 2, 3)]
+    assert all("missing" in row[4] for row in listed[1:])
+    assert '"v"' not in out and "order_id" not in out  # no row values without asking
+    code, out, _ = quarantine(cfg, capsys, "ORDERS", "--show-values")
+    assert code == 0 and out.splitlines()[0].endswith("\tvalues") and '"order_id": 1' in out
+
+    code, out, _ = quarantine(cfg, capsys, "replay", "ORDERS")
+    assert code == 0, out
+    assert "ORDERS: ok" in out and "3 records, 3 new changes" in out, out
+    # ranked by their own ordering keys, as if applied the first time
+    assert comparable(cfg, set(expected[0])) == expected
+    assert {r["orderid"] for r in target_rows(cfg, "ORDERS")} == {None}  # the wrong key's column, empty
+    assert quarantine(cfg, capsys, "ORDERS")[1].strip().splitlines() == ["batch\tfile\tline\tcolumn\treason"]
+
+    from cdc_assets_tests.support.warehouse import delta_version
+
+    version = delta_version(cfg, "ORDERS", "target")
+    code, out, _ = quarantine(cfg, capsys, "replay", "ORDERS")
+    assert code == 0 and "nothing to replay" in out, out
+    assert delta_version(cfg, "ORDERS", "target") == version and comparable(cfg, set(expected[0])) == expected
+
+
+@pytest.mark.parametrize("ordered_by", ["sequence", "arrival"])
+def test_a_replayed_change_never_beats_a_newer_change_of_its_key(workdir, capsys, monkeypatch, ordered_by):
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    options = OPS if ordered_by == "sequence" else {k: v for k, v in OPS.items() if k != "sequence_by"}
+    cfg = write_config(workdir, [orders(keys=("orderid",), options=options)])
+    land(cfg, "ORDERS", "b1", {"f.jsonl": jsonl([{"op": "I", "order_id": 1, "v": "old", "seq": 1},
+                                                 {"op": "I", "order_id": 2, "v": "only", "seq": 2}])})
+    assert run(cfg, capsys)[0] == 1
+    cfg = write_config(workdir, [orders(options=options)])
+    land(cfg, "ORDERS", "b2", {"f.jsonl": jsonl([{"op": "U", "order_id": 1, "v": "new", "seq": 5}])})
+    assert run(cfg, capsys)[0] == 0
+    code, out, _ = quarantine(cfg, capsys, "replay", "ORDERS")
+    assert code == 0, out
+    assert values(target_rows(cfg, "ORDERS"), "order_id", "v") == {1: "new", 2: "only"}
+
+
+def test_records_that_fail_again_stay_in_quarantine_once(workdir, capsys, monkeypatch):
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    cfg = write_config(workdir, [orders(keys=("orderid",))])
+    land(cfg, "ORDERS", "b1", {"f.jsonl": first_batch()})
+    assert run(cfg, capsys)[0] == 1
+    cfg = write_config(workdir, [orders(keys=("order_key",))])  # still wrong
+    code, out, _ = quarantine(cfg, capsys, "replay", "ORDERS")
+    assert code == 1 and "FAILED" in out and "'order_key'" in out, out
+    listed = quarantine(cfg, capsys, "ORDERS")[1].strip().splitlines()[1:]
+    assert [row.split("\t")[1:4] for row in listed] == [["b1/f.jsonl", str(n), "order_key"] for n in (1, 2, 3)]
+    cfg = write_config(workdir, [orders()])
+    assert quarantine(cfg, capsys, "replay", "ORDERS")[0] == 0
+    assert values(target_rows(cfg, "ORDERS"), "order_id", "v") == {1: "c", 2: "b"}
+    assert quarantine(cfg, capsys, "ORDERS")[1].strip().splitlines()[1:] == []
+
+
+def test_read_of_a_quarantine_by_its_table_name_says_where_it_is(workdir, capsys):
+    cfg = write_config(workdir, [orders()])
+    assert main(["read", "ORDERS_quarantine", "--config", cfg.path]) == 2
+    assert "cdc-assets quarantine ORDERS" in capsys.readouterr().err
