@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from ..core.config import Config, TableConfig
 from ..core.errors import TerminalError
+from ..core.figures import Figures
 from ..core.formats import SNAPSHOT
 from . import delta
 from .ingest import parse_batch, prepare, take_parsed
@@ -119,6 +120,26 @@ def quarantined(cfg: Config, table: TableConfig) -> list[Quarantined]:
             now[where] = Quarantined(*where, reason=r["_cdc_reason"], raw=before.raw if before else None)
     order = {(b.seq, f): i for b in registered(table_dir) for i, f in enumerate(b.files)}
     return sorted(now.values(), key=lambda q: (q.batch_seq, order.get((q.batch_seq, q.file), -1), q.file, q.line))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class QuarantineFigures(Figures):
+    """The quarantine asset's figures: the records in it now, counted by reason (reasons name columns
+    and kinds; the records' values stay in the table)."""
+    records: int
+    reasons: dict[str, int]
+
+
+REASONS_SHOWN = 20
+
+
+def figures(cfg: Config, table: TableConfig) -> QuarantineFigures:
+    counts: dict[str, int] = {}
+    found = quarantined(cfg, table)
+    for q in found:
+        counts[q.reason] = counts.get(q.reason, 0) + 1
+    common = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:REASONS_SHOWN]
+    return QuarantineFigures(records=len(found), reasons=dict(common))
 
 
 def replay_quarantined_count(table_dir: str, batch_seq: int) -> int:

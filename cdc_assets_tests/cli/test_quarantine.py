@@ -204,3 +204,57 @@ def test_read_of_a_quarantine_by_its_table_name_says_where_it_is(workdir, capsys
     cfg = write_config(workdir, [orders()])
     assert main(["read", "ORDERS_quarantine", "--config", cfg.path]) == 2
     assert "cdc-assets quarantine ORDERS" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("crash_at", ["register.committed", "changes.before_commit"])
+def test_a_replay_killed_and_run_again_takes_each_record_once(workdir, capsys, monkeypatch, cli, crash_at):
+    import os
+    import subprocess
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    cfg = write_config(workdir, [orders(keys=("orderid",))])
+    land(cfg, "ORDERS", "b1", {"f.jsonl": first_batch()})
+    assert run(cfg, capsys)[0] == 1
+    cfg = write_config(workdir, [orders()])
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    replay = [*cli, "quarantine", "replay", "ORDERS", "--config", cfg.path]
+    killed = subprocess.run(replay, env={**env, "CDC_ASSETS_CRASH_AT": crash_at}, capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr
+    # nothing counts as taken until its changes are committed: the records are still listed
+    assert len(quarantine(cfg, capsys, "ORDERS")[1].strip().splitlines()) == 4
+    again = subprocess.run(replay, env=env, capture_output=True, text=True)
+    assert again.returncode == 0 and "ORDERS: ok" in again.stdout, again.stdout + again.stderr
+    assert values(target_rows(cfg, "ORDERS"), "order_id", "v") == {1: "c", 2: "b"}
+    assert quarantine(cfg, capsys, "ORDERS")[1].strip().splitlines()[1:] == []
+    last = subprocess.run(replay, env=env, capture_output=True, text=True)
+    assert last.returncode == 0 and "nothing to replay" in last.stdout
+    from cdc_assets.engine.checks import batch_accounting
+
+    assert batch_accounting(cfg, cfg.table("ORDERS"), 2).adds_up  # the replay's batch: every record accounted for
+
+
+def test_the_quarantine_is_an_asset_with_its_records_and_reasons_counted_and_no_values(workdir, capsys):
+    import dagster as dg
+
+    from cdc_assets.defs.definitions import build_definitions
+    from cdc_assets_tests.support.runs import run_table
+
+    cfg = write_config(workdir, [orders(keys=("orderid",))])
+    key = dg.AssetKey(["ORDERS", "quarantine"])
+    spec = build_definitions(cfg).resolve_asset_graph().get(key)
+    assert spec.group_name == "ORDERS"
+    land(cfg, "ORDERS", "b1", {"f.jsonl": first_batch()})
+    instance = dg.DagsterInstance.ephemeral()
+    assert not run_table(cfg, "ORDERS", instance).ok
+    event = instance.get_latest_materialization_event(key)
+    metadata = {k: v.value for k, v in event.asset_materialization.metadata.items()}
+    assert metadata["dagster/row_count"] == 3 and metadata["records"] == 3
+    assert metadata["reasons"] == {"key column 'orderid' is missing": 3}
+    assert '"c"' not in json.dumps(metadata) and "order_id" not in json.dumps(metadata)  # no record's text
+    cfg = write_config(workdir, [orders()])
+    from cdc_assets.defs.quarantine import replay_quarantined
+
+    batch, outcomes = replay_quarantined(cfg, cfg.table("ORDERS"), build_definitions, echo=lambda *a, **k: None)
+    assert batch is not None and all(o.ok for o in outcomes)
+    # the replay's run says what the quarantine holds now (cdc-assets run, as this test, uses its own instance)
+    assert outcomes[0].figures["quarantine"] == {"records": 0, "reasons": {}}

@@ -50,7 +50,7 @@ def test_every_table_has_its_assets_with_their_partitions_and_deps(defs):
     graph = defs.resolve_asset_graph()
     expected = set()
     for t in TABLES:
-        names = ["changes", "staging", "target"] + (["base"] if "base_snapshot" in t else [])
+        names = ["changes", "staging", "target", "quarantine"] + (["base"] if "base_snapshot" in t else [])
         expected |= {key(t["name"], n) for n in names}
     assert set(graph.get_all_asset_keys()) == expected
 
@@ -69,7 +69,7 @@ def test_every_table_has_its_assets_with_their_partitions_and_deps(defs):
         assert graph.get(key(name, "target")).parent_keys == (
             {key(name, "staging"), key(name, "base")} if "base_snapshot" in t else {key(name, "staging")})
         # one group per table, so the UI shows a table's graph together
-        assert {graph.get(key(name, a)).group_name for a in ("changes", "staging", "target")} == {name}
+        assert {graph.get(key(name, a)).group_name for a in ("changes", "staging", "target", "quarantine")} == {name}
 
 
 def test_every_table_has_its_checks(defs):
@@ -152,7 +152,7 @@ def test_code_location_module_loads_the_config_named_by_the_environment(tmp_path
     assert isinstance(module.defs, dg.Definitions)
     dg.Definitions.validate_loadable(module.defs)
     assert {k.path[0] for k in module.defs.resolve_all_asset_keys()} == {t["name"] for t in TABLES}
-    assert {s.key.path[-1] for s in module.defs.resolve_all_asset_specs()} == {"changes", "staging", "target", "base"}
+    assert {s.key.path[-1] for s in module.defs.resolve_all_asset_specs()} == {"changes", "staging", "target", "base", "quarantine"}
 
     # reload picks up an edited cdc.yaml (what `dagster dev`'s "reload definitions" does)
     write_cfg(tmp_path, TABLES[:1])
