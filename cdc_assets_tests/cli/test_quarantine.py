@@ -258,3 +258,17 @@ def test_the_quarantine_is_an_asset_with_its_records_and_reasons_counted_and_no_
     assert batch is not None and all(o.ok for o in outcomes)
     # the replay's run says what the quarantine holds now (cdc-assets run, as this test, uses its own instance)
     assert outcomes[0].figures["quarantine"] == {"records": 0, "reasons": {}}
+
+
+def test_the_summary_line_is_explained_in_run_help_and_the_docs(capsys):
+    import os
+
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "command-line.md"), encoding="utf-8") as fh:
+        docs = " ".join(fh.read().split())
+    for text in (shown, docs):
+        assert "inserted" in text and "updated" in text and "deleted" in text and "stale" in text
+        assert "quarantine_limit" in text and "quarantined" in text
+    assert "+ inserted ~ updated - deleted keys, N stale" in shown
