@@ -48,7 +48,7 @@ def main(args) -> int:
 
     header = ["batch", "file", "line", "column", "reason"] + (["values"] if args.show_values else [])
     print("\t".join(header))
-    for q in quarantined(cfg, table):
+    for q in quarantined(cfg, table, with_raw=args.show_values):
         row = [q.batch, q.file, str(q.line), q.column or "", _one_line(q.reason)]
         if args.show_values:
             row.append(_one_line(q.raw or ""))

@@ -101,16 +101,16 @@ def _outcomes(table_dir: str) -> list[dict]:
     return sorted(rows.to_pylist(), key=lambda r: r["replayed_in"]) if rows is not None else []
 
 
-def quarantined(cfg: Config, table: TableConfig) -> list[Quarantined]:
+def quarantined(cfg: Config, table: TableConfig, with_raw: bool = False) -> list[Quarantined]:
     """The records in the table's quarantine now, in the order they arrived: those no replay
-    took, with the reason of their latest try."""
+    took, with the reason of their latest try. `with_raw`: with their text (row values)."""
     table_dir = cfg.table_dir(table.name)
-    rows = delta.read_arrow(path(table_dir, QUARANTINE),
-                            columns=["_cdc_batch_seq", "_cdc_file", "_cdc_line", "_cdc_reason", "_cdc_raw"])
+    rows = delta.read_arrow(path(table_dir, QUARANTINE), columns=["_cdc_batch_seq", "_cdc_file", "_cdc_line",
+                                                                  "_cdc_reason"] + (["_cdc_raw"] if with_raw else []))
     now: dict[tuple, Quarantined] = {}
     for r in rows.to_pylist() if rows is not None else []:
         where = (r["_cdc_batch_seq"], r["_cdc_file"], r["_cdc_line"])
-        now[where] = Quarantined(*where, reason=r["_cdc_reason"] or "", raw=r["_cdc_raw"])
+        now[where] = Quarantined(*where, reason=r["_cdc_reason"] or "", raw=r.get("_cdc_raw"))
     for r in _outcomes(table_dir):
         where = (r["_cdc_batch_seq"], r["_cdc_file"], r["_cdc_line"])
         if r["_cdc_reason"] is None:
@@ -134,12 +134,17 @@ REASONS_SHOWN = 20
 
 
 def figures(cfg: Config, table: TableConfig) -> QuarantineFigures:
-    counts: dict[str, int] = {}
-    found = quarantined(cfg, table)
-    for q in found:
-        counts[q.reason] = counts.get(q.reason, 0) + 1
+    table_dir = cfg.table_dir(table.name)
+    if delta.snapshot(path(table_dir, REPLAYS)) is None:  # never replayed: counted by the query engine
+        counted = delta.query(path(table_dir, QUARANTINE), "SELECT _cdc_reason AS reason, count(*) AS n FROM t "
+                                                           "GROUP BY _cdc_reason")
+        counts = {r["reason"] or "": int(r["n"]) for r in counted.to_pylist()} if counted is not None else {}
+    else:
+        counts = {}
+        for q in quarantined(cfg, table):
+            counts[q.reason] = counts.get(q.reason, 0) + 1
     common = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:REASONS_SHOWN]
-    return QuarantineFigures(records=len(found), reasons=dict(common))
+    return QuarantineFigures(records=sum(counts.values()), reasons=dict(common))
 
 
 def replay_quarantined_count(table_dir: str, batch_seq: int) -> int:
@@ -225,12 +230,22 @@ def ingest_replay(cfg: Config, table: TableConfig, batch: Batch, spec: tuple[Rep
 
 
 def _named_records(parsed: pa.Table, spec: tuple[ReplayFile, ...]) -> pa.Table:
-    """The records (and rejections) the replay names: a whole file's, or those of its lines."""
+    """The records (and rejections) the replay names: a whole file's, or those of its lines. A file
+    that cannot be read now (gone from the landing area) fails each of its named lines with its
+    reason, so each stays in quarantine and the batch's counts still add up."""
     whole = {s.file for s in spec if 0 in s.lines}
-    lines = {(s.file, n) for s in spec for n in s.lines}
-    keep = [f in whole or (f, n) in lines
-            for f, n in zip(parsed["_cdc_file"].to_pylist(), parsed["_cdc_line"].to_pylist())]
-    return parsed.filter(pa.array(keep, pa.bool_()))
+    named = {s.file: s.lines for s in spec}
+    picked: list[int] = []
+    lines: list[int] = []
+    for i, (f, n) in enumerate(zip(parsed["_cdc_file"].to_pylist(), parsed["_cdc_line"].to_pylist())):
+        if f in whole or n in named.get(f, ()):
+            picked.append(i)
+            lines.append(n)
+        elif n == 0 and f in named:  # the file itself failed: each of its named lines with it
+            picked += [i] * len(named[f])
+            lines += list(named[f])
+    taken = parsed.take(pa.array(picked, pa.int64()))
+    return taken.set_column(taken.schema.get_field_index("_cdc_line"), "_cdc_line", pa.array(lines, pa.int64()))
 
 
 def _outcomes_writer(table: TableConfig, table_dir: str, batch: Batch, spec: tuple[ReplayFile, ...],

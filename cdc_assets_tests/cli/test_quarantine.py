@@ -272,3 +272,22 @@ def test_the_summary_line_is_explained_in_run_help_and_the_docs(capsys):
         assert "inserted" in text and "updated" in text and "deleted" in text and "stale" in text
         assert "quarantine_limit" in text and "quarantined" in text
     assert "+ inserted ~ updated - deleted keys, N stale" in shown
+
+
+def test_a_replay_whose_file_is_gone_keeps_its_records_in_quarantine_saying_why(workdir, capsys, monkeypatch):
+    import os
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    cfg = write_config(workdir, [orders(keys=("orderid",))])
+    land(cfg, "ORDERS", "b1", {"f.jsonl": first_batch()})
+    assert run(cfg, capsys)[0] == 1
+    os.remove(os.path.join(cfg.landing_dir("ORDERS"), "b1", "f.jsonl"))
+    cfg = write_config(workdir, [orders()])
+    code, out, _ = quarantine(cfg, capsys, "replay", "ORDERS")
+    assert code == 1 and "FAILED" in out, out
+    listed = [row.split("\t") for row in quarantine(cfg, capsys, "ORDERS")[1].strip().splitlines()[1:]]
+    assert [row[1:3] for row in listed] == [["b1/f.jsonl", str(n)] for n in (1, 2, 3)]
+    assert all("read" in row[4] for row in listed), listed
+    from cdc_assets.engine.checks import batch_accounting
+
+    assert batch_accounting(cfg, cfg.table("ORDERS"), 2).adds_up
