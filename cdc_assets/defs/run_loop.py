@@ -78,6 +78,7 @@ class TableOutcome:
     table: str
     ok: bool = True
     new_batch: str | None = None
+    ingested: list[str] = field(default_factory=list)  # the batches this run ingested (some registered before)
     figures: dict = field(default_factory=dict)  # asset -> last materialization metadata
     checks: dict = field(default_factory=dict)  # check name -> passed
     error: str | None = None
@@ -234,6 +235,7 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
             label, job = ("batch", names.batch_job) if seq == steps.ingest[-1] and not table.partition_by \
                 else ("ingest", names.ingest_job)
             if outcome.ok:
+                outcome.ingested.append(Batch.id_for(seq))
                 jobs.run(f"{label} {Batch.id_for(seq)}", job, tags, partition_key=Batch.id_for(seq))
         faults.point("run.staged")  # between runs: the batches staged; a partitioned target not yet applied
         if steps.base_import or steps.ingest:  # what they imported and staged (a failed one may have done nothing)
@@ -355,7 +357,10 @@ def run_config(cfg: Config, build: Build, only=None, echo=print, as_json=False, 
 def summary_line(o: TableOutcome) -> str:
     ch, tg = o.taken, o.applied
     parts = [f"{o.table}: {'ok' if o.ok else 'FAILED'}"]
-    parts.append(f"new batch {o.new_batch}" if o.new_batch else o.warning or "nothing new landed")
+    # a batch registered before (a replay of quarantined records, a batch a failed run left) is named too
+    earlier = [b for b in o.ingested if b != o.new_batch]
+    parts.append(f"new batch {o.new_batch}" if o.new_batch else o.warning or (
+        f"nothing new landed, batch {', '.join(earlier)} taken" if earlier else "nothing new landed"))
     if ch:
         parts.append(f"{ch.records_read or 0} records, {ch.changes_new or 0} new changes, "
                      f"{ch.duplicates_skipped or 0} duplicates, {ch.quarantined or 0} quarantined")

@@ -115,6 +115,11 @@ def comparable(cfg, columns=None) -> list:
     return sorted(keep, key=lambda r: r["_cdc_key"])
 
 
+def status_of(cfg, capsys) -> dict:
+    assert main(["status", "--config", cfg.path, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
 def quarantine(cfg, capsys, *extra) -> tuple[int, str, str]:
     code = main(["quarantine", *extra, "--config", cfg.path])
     out = capsys.readouterr()
@@ -152,9 +157,11 @@ def test_after_a_wrong_key_is_fixed_a_replay_leaves_the_target_a_right_config_wo
     code, out, _ = quarantine(cfg, capsys, "ORDERS", "--show-values")
     assert code == 0 and out.splitlines()[0].endswith("\tvalues") and '"order_id": 1' in out
 
+    assert status_of(cfg, capsys)["quarantined"] == 3
     code, out, _ = quarantine(cfg, capsys, "replay", "ORDERS")
     assert code == 0, out
-    assert "ORDERS: ok" in out and "3 records, 3 new changes" in out, out
+    assert "ORDERS: ok; nothing new landed, batch b000003 taken; 3 records, 3 new changes" in out, out
+    assert status_of(cfg, capsys)["quarantined"] == 0
     # ranked by their own ordering keys, as if applied the first time
     assert comparable(cfg, set(expected[0])) == expected
     assert {r["orderid"] for r in target_rows(cfg, "ORDERS")} == {None}  # the wrong key's column, empty
