@@ -72,6 +72,6 @@ def _replay(cfg, table) -> int:
     spark.announce = progress
     batch, outcomes = replay_quarantined(cfg, table, build_definitions, progress=progress)
     if batch is None:
-        print(f"{table.name}: nothing to replay (the quarantine holds no record a replay has not taken)")
+        print(f"{table.name}: nothing to replay (no record of a landed batch is in quarantine, or every one was taken)")
         return 0
     return 0 if all(o.ok for o in outcomes) else 1

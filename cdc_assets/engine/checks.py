@@ -200,6 +200,8 @@ def batch_quarantine(cfg: Config, table: TableConfig, batch_seq: int) -> BatchQu
     table_dir = cfg.table_dir(table.name)
     ingest = delta.step_commit(path(table_dir, CHANGES), CHANGES, batch_seq) or {}
     read = int(ingest.get("records_read", 0))
+    if ingest.get("quarantined") == "0":  # as its ingest committed it: nothing to count
+        return BatchQuarantine(records_read=read, quarantined=0, limit=table.quarantine_limit, within_limit=True)
     # a replay's records that failed again stay where they were quarantined first (engine/replay.py)
     again = replay.replay_quarantined_count(table_dir, batch_seq)
     where = f"_cdc_batch_seq = {int(batch_seq)}"
