@@ -298,3 +298,18 @@ def test_a_replay_whose_file_is_gone_keeps_its_records_in_quarantine_saying_why(
     from cdc_assets.engine.checks import batch_accounting
 
     assert batch_accounting(cfg, cfg.table("ORDERS"), 2).adds_up
+
+
+def test_a_csv_file_quarantined_line_by_line_for_a_wrong_key_is_taken_whole_by_its_replay(workdir, capsys,
+                                                                                          monkeypatch):
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    options = {k: v for k, v in OPS.items() if k != "sequence_by"}
+    cfg = write_config(workdir, [orders(keys=("orderid",), options=options)])
+    land(cfg, "ORDERS", "b1", {"f.csv": "op,order_id,v\nI,1,a\nI,2,b\nU,1,c\n"})
+    assert run(cfg, capsys)[0] == 1
+    assert len(quarantine(cfg, capsys, "ORDERS")[1].strip().splitlines()) == 5  # the header and each line
+    cfg = write_config(workdir, [orders(options=options)])
+    code, out, _ = quarantine(cfg, capsys, "replay", "ORDERS")
+    assert code == 0 and "3 records, 3 new changes" in out, out
+    assert {str(r["order_id"]): r["v"] for r in target_rows(cfg, "ORDERS")} == {"1": "c", "2": "b"}
+    assert quarantine(cfg, capsys, "ORDERS")[1].strip().splitlines()[1:] == []  # the header is a header again
