@@ -313,3 +313,27 @@ def test_a_csv_file_quarantined_line_by_line_for_a_wrong_key_is_taken_whole_by_i
     assert code == 0 and "3 records, 3 new changes" in out, out
     assert {str(r["order_id"]): r["v"] for r in target_rows(cfg, "ORDERS")} == {"1": "c", "2": "b"}
     assert quarantine(cfg, capsys, "ORDERS")[1].strip().splitlines()[1:] == []  # the header is a header again
+
+
+def test_a_debezium_file_under_a_datastream_table_fails_and_is_replayed_into_its_partitions(workdir, capsys,
+                                                                                            monkeypatch):
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+
+    def event(op, before, after, pos):
+        return {"payload": {"before": before, "after": after, "op": op, "ts_ms": 1709287200000,
+                            "source": {"connector": "mysql", "file": "mysql-bin.000001", "pos": pos, "row": 0,
+                                       "ts_ms": 1709287200000, "snapshot": "false"}}}
+
+    table = {"name": "ORDERS", "keys": ["id"], "format": "datastream-json", "partition_by": ["region"]}
+    cfg = write_config(workdir, [table])
+    land(cfg, "ORDERS", "b1", {"f.jsonl": jsonl([
+        event("c", None, {"id": 1, "region": "eu", "v": "a"}, 10),
+        event("c", None, {"id": 2, "region": "us", "v": "b"}, 20),
+        event("u", {"id": 1, "region": "eu", "v": "a"}, {"id": 1, "region": "eu", "v": "c"}, 30),
+        event("d", {"id": 2, "region": "us", "v": "b"}, None, 40)])})
+    code, out, _ = run(cfg, capsys)
+    assert code == 1 and out.startswith("ORDERS: FAILED") and "4 of 4 records quarantined" in out, out
+    cfg = write_config(workdir, [{**table, "format": "debezium-json"}])
+    code, out, _ = quarantine(cfg, capsys, "replay", "ORDERS")
+    assert code == 0, out
+    assert {r["id"]: (r["region"], r["v"]) for r in target_rows(cfg, "ORDERS")} == {1: ("eu", "c")}
