@@ -1,4 +1,4 @@
-"""`cdc-assets`: init, run, status, capture, read, history, restore, maintain, rekey, generate, demo, ui, spark."""
+"""`cdc-assets`: init, run, status, capture, read, quarantine, history, restore, maintain, rekey, generate, demo, ui, spark."""
 from __future__ import annotations
 
 import argparse
@@ -10,7 +10,7 @@ import traceback
 from ..core.config import ConfigError
 from ..core.errors import CdcError
 from ..engine.settings import settings
-from . import capture, demo, generate, init, maintain, read, rekey, run, spark, status, ui, versions
+from . import capture, demo, generate, init, maintain, quarantine, read, rekey, run, spark, status, ui, versions
 from .common import MORE_NAMES, TRY_AGAIN
 
 
@@ -19,7 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version",
                         version=f"cdc-assets {importlib.metadata.version('cdc_assets')}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (init, run, status, capture, read, versions, maintain, rekey, generate, demo, ui, spark):
+    for module in (init, run, status, capture, read, quarantine, versions, maintain, rekey, generate, demo, ui, spark):
         module.register(sub)
     return parser
 

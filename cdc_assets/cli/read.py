@@ -6,6 +6,8 @@ import sys
 
 from .common import config_or_none, table_or_none
 
+QUARANTINE_SUFFIX = "_quarantine"
+
 
 def register(sub) -> None:
     p = sub.add_parser("read", help="a table's current state, staged changes included",
@@ -27,6 +29,11 @@ def main(args) -> int:
 
     cfg = config_or_none(args.config)
     table = table_or_none(cfg, args.table) if cfg else None
+    if cfg is not None and table is None and args.table.endswith(QUARANTINE_SUFFIX):
+        quarantined = args.table.removesuffix(QUARANTINE_SUFFIX)
+        if any(t.name == quarantined for t in cfg.tables):
+            print(f"cdc-assets: the quarantine of {quarantined} is read with `cdc-assets quarantine {quarantined}` "
+                  "(--show-values for the records' text)", file=sys.stderr)
     if cfg is None or table is None:
         return 2
     if args.out and not args.out.endswith((".parquet", ".csv")):

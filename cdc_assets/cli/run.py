@@ -11,7 +11,12 @@ def register(sub) -> None:
     p = sub.add_parser("run", help="apply every complete change file no earlier run took",
                        description="Register the complete change files no earlier run took as a batch per table, "
                                    "materialize the tables' assets for it through the Dagster jobs, run the checks, "
-                                   "and print one line per table. Exit 0: every table succeeded; 1: a table failed; 75: every "
+                                   "and print one line per table: the batch's records read, new changes, "
+                                   "duplicates skipped and records quarantined (cdc-assets quarantine lists them); "
+                                   "the target's rows after the apply (+ inserted ~ updated - deleted keys, N stale: "
+                                   "changes that lost to a newer one of their key) and its version; the checks "
+                                   "passed. A batch that sent too much to quarantine (the table's quarantine_limit, "
+                                   "default: every record) fails its table. Exit 0: every table succeeded; 1: a table failed; 75: every "
                                    "failed table may succeed when run again (a source that did not answer); "
                                    "2: cdc.yaml is not valid or --table names no table in it.")
     p.add_argument("--config", default="cdc.yaml", help="path of cdc.yaml (default ./cdc.yaml)")

@@ -64,6 +64,8 @@ class TableConfig:
     apply: ApplyPolicy = field(default_factory=ApplyPolicy)  # when pending changes are merged
     maintenance: MaintenancePolicy = field(default_factory=MaintenancePolicy)  # compaction, trim, vacuum
     insert_only: bool = False  # batches are appended, never merged; an update or delete goes to quarantine
+    # a batch fails the table's run once at least this share of its records went to quarantine; None: never
+    quarantine_limit: float | None = 1.0
     # an update's null or absent column keeps the key's value (rule 10; engine/combine.py)
     partial_updates: bool = False
     history: bool = False  # a `history` table: every version of each key (SCD type 2), from `changes`
@@ -388,6 +390,7 @@ def _table(t: object, i: int, where: str, base_dir: str) -> TableConfig:
         publish=_publish(t.get("publish"), source, here), change_feed=change_feed,
         apply=_apply_policy(t.get("apply"), here), maintenance=maintenance,
         insert_only=insert_only, partial_updates=partial_updates, history=history,
+        quarantine_limit=_quarantine_limit(t.get("quarantine_limit", DEFAULT_QUARANTINE_LIMIT), here),
         history_track_except=track_except, soft_deletes=deletes == "soft",
         schedule=_cron(t.get("schedule"), f"{here}: field 'schedule'"),
         rename=rename,
@@ -442,6 +445,17 @@ def _capture(value: object, source: str | None, here: str) -> str | None:
 
 
 DEFAULT_MAX_RETAINED_WAL_MB = 1024
+DEFAULT_QUARANTINE_LIMIT = 1.0  # only a batch whose every record went to quarantine fails
+
+
+def _quarantine_limit(value: object, here: str) -> float | None:
+    """`quarantine_limit:`: a share above 0 and at most 1, or `none` (the table accepts any batch)."""
+    if value == "none":
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ConfigError(f"{here}: field 'quarantine_limit' {value!r} must be a share of a batch's records above "
+                          "0 and at most 1 (1: only a batch whose every record is quarantined fails), or 'none'")
+    return float(value)
 
 
 def _max_retained_wal(value: object, capture: str | None, here: str) -> int | None:

@@ -99,6 +99,11 @@ KEYS: tuple[Key, ...] = (
         "Applied batches registered longer ago keep only each key's latest change in `staging`."),
     Key("tables[].maintenance.schedule", CRON, f"`{DEFAULT_SCHEDULE}`", "When the maintenance schedule runs (it starts stopped)."),
     Key("tables[].insert_only", "`true` or `false`", "`false`", "Append batches without a MERGE; an update or delete goes to quarantine."),
+    Key("tables[].quarantine_limit", "a share above 0 and at most 1 (`0.5`: half), or `none`", "`1`",
+        "A batch fails the table's run (its `quarantine_within_limit` check fails, the run says FAILED with the first "
+        "reasons, exit 1) once at least this share of its records went to quarantine; `1`: only a batch whose every "
+        "record did; `none`: the table accepts any batch. The batch's valid records are applied either way, and "
+        "the next batch runs as usual."),
     Key("tables[].deletes", "`hard` or `soft`", "`hard`",
         "`soft`: a deleted key keeps its last live row in the target, `_cdc_deleted` true, with the delete's "
         "ordering key."),

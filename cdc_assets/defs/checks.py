@@ -31,6 +31,7 @@ from .metadata import as_metadata
 
 KEYS_UNIQUE = "keys_unique"
 BATCH_ACCOUNTED = "batch_accounted"
+QUARANTINE_WITHIN_LIMIT = "quarantine_within_limit"
 RECONCILES_WITH_SOURCE = "reconciles_with_source"
 WITHIN_MAX_STALENESS = "within_max_staleness"
 SLOT_RETAINED_WAL = "slot_retained_wal"
@@ -40,13 +41,36 @@ MATCHES_LIVE_SOURCE = "matches_live_source"
 def staging_check_specs(staging: dg.AssetKey, batches: dg.PartitionsDefinition) -> list[dg.AssetCheckSpec]:
     return [dg.AssetCheckSpec(BATCH_ACCOUNTED, asset=staging, partitions_def=batches,
                               description="Every record of the batch is applied-to-staging, superseded, a duplicate "
-                                          "or quarantined: the counts add up.")]
+                                          "or quarantined: the counts add up."),
+            dg.AssetCheckSpec(QUARANTINE_WITHIN_LIMIT, asset=staging, partitions_def=batches,
+                              description="The batch sent less than the table's quarantine_limit of its records to "
+                                          "quarantine (default: not every one); counts its quarantined records by "
+                                          "reason. An error: the run fails with the first reasons, the batch's "
+                                          "valid records are still applied.")]
 
 
 def batch_accounted(cfg: Config, table: TableConfig, partition_key: str, staging: dg.AssetKey) -> dg.AssetCheckResult:
     figures = checks.batch_accounting(cfg, table, Batch.seq_of(partition_key))
     return dg.AssetCheckResult(asset_key=staging, check_name=BATCH_ACCOUNTED, passed=bool(figures.adds_up),
                                metadata=as_metadata(figures.to_metadata()))
+
+
+def quarantine_within_limit(cfg: Config, table: TableConfig, partition_key: str,
+                            staging: dg.AssetKey) -> dg.AssetCheckResult:
+    figures = checks.batch_quarantine(cfg, table, Batch.seq_of(partition_key))
+    said = None if figures.within_limit else quarantine_failure(partition_key, figures)
+    # An error that blocks nothing: the batch's valid records are applied, the next batch runs.
+    return dg.AssetCheckResult(asset_key=staging, check_name=QUARANTINE_WITHIN_LIMIT, passed=figures.within_limit,
+                               severity=dg.AssetCheckSeverity.ERROR, description=said,
+                               metadata=as_metadata(figures.to_metadata()))
+
+
+def quarantine_failure(batch_id: str, figures: checks.BatchQuarantine) -> str:
+    """What a run says of a batch over its quarantine limit: how many, and the first reasons."""
+    limit = "every record" if figures.limit == 1 else f"quarantine_limit {figures.limit:g}"
+    return (f"batch {batch_id}: {figures.quarantined} of {figures.records_read} records quarantined ({limit}; "
+            f"`cdc-assets quarantine` lists them, `quarantine replay` takes them once cdc.yaml is fixed): "
+            + "; ".join(figures.first))
 
 
 def target_check_specs(table: TableConfig, target: dg.AssetKey) -> list[dg.AssetCheckSpec]:

@@ -17,7 +17,7 @@ from .publish import publish_definitions
 from .resources import table_resources
 from .schedules import cycle_definitions
 from .sensors import all_tables_landing_sensor, landing_sensor
-from .table_assets import SOURCE, TableNames, source_specs, table_assets, table_jobs
+from .table_assets import SOURCE, TableNames, quarantine_spec, source_specs, table_assets, table_jobs
 
 # Single-run backfills and partitioned checks are marked beta/preview; we rely on both knowingly.
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
@@ -30,7 +30,7 @@ def table_definitions(cfg: Config, table: TableConfig) -> dg.Definitions:
     own_jobs = table_jobs(table)  # the landing sensor's; the history and the copy follow by automation
     maintenance_job, maintenance_schedule = maintenance_definitions(cfg, table)
     own = dg.Definitions(
-        assets=[*table_assets(cfg, table), *source_specs(table)],
+        assets=[*table_assets(cfg, table), *source_specs(table), quarantine_spec(table)],
         asset_checks=table_checks(cfg, table, TableNames(table.name).key("target"), TableNames(table.name).key(SOURCE)),
         jobs=[*own_jobs, maintenance_job, restore_definition(cfg, table)],
         sensors=[landing_sensor(cfg, table, own_jobs)],

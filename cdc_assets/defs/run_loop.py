@@ -30,7 +30,7 @@ from ..engine.retry import on_conflict
 from ..engine.settings import settings
 from ..engine.status import record_run
 from ..engine.step_results import ApplyResult, ChangesResult, HistoryResult, PublishResult
-from .checks import WITHIN_MAX_STALENESS
+from .checks import QUARANTINE_WITHIN_LIMIT, WITHIN_MAX_STALENESS
 from .due import due_now
 from .history import history_job_name
 from .instance import open_instance
@@ -79,6 +79,7 @@ class TableOutcome:
     ok: bool = True
     new_batch: str | None = None
     taken_as: str = ""  # how the new batch's files were found beyond new names ('1 file appended')
+    ingested: list[str] = field(default_factory=list)  # the batches this run ingested (some registered before)
     figures: dict = field(default_factory=dict)  # asset -> last materialization metadata
     checks: dict = field(default_factory=dict)  # check name -> passed
     error: str | None = None
@@ -86,6 +87,8 @@ class TableOutcome:
     seconds: float = 0.0
     warning: str | None = None  # said in the summary line; the table still succeeds
     waiting: str | None = None  # why the merge into target waits (apply: min_changes / max_staleness)
+    # batches over their quarantine limit: said, and the table fails, once its cycle is done
+    over_quarantine: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         """What `run --json` prints for the table: the summary line's facts, and each step's figures."""
@@ -126,6 +129,13 @@ def _record(outcome: TableOutcome, result) -> None:
         outcome.figures[mat.asset_key.path[-1]] = {k: v.value for k, v in mat.metadata.items()
                                                    if not k.startswith("dagster/")}
     for evaluation in result.get_asset_check_evaluations():
+        if evaluation.check_name == QUARANTINE_WITHIN_LIMIT:
+            # Any batch of the run over its limit fails the table, but only once the cycle is done: the
+            # batch's valid records and the batches after it are still applied.
+            outcome.checks[evaluation.check_name] = evaluation.passed and outcome.checks.get(evaluation.check_name, True)
+            if not evaluation.passed:
+                outcome.over_quarantine.append(evaluation.description or "a batch is over its quarantine limit")
+            continue
         outcome.checks[evaluation.check_name] = evaluation.passed
         if not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.ERROR:
             outcome.ok = False
@@ -221,6 +231,7 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
             label, job = ("batch", names.batch_job) if seq == steps.ingest[-1] and not table.partition_by \
                 else ("ingest", names.ingest_job)
             if outcome.ok:
+                outcome.ingested.append(Batch.id_for(seq))
                 jobs.run(f"{label} {Batch.id_for(seq)}", job, tags, partition_key=Batch.id_for(seq))
         faults.point("run.staged")  # between runs: the batches staged; a partitioned target not yet applied
         if steps.base_import or steps.ingest:  # what they imported and staged (a failed one may have done nothing)
@@ -252,6 +263,9 @@ def run_table(defs: dg.Definitions, inst: dg.DagsterInstance, cfg: Config, table
     if table.max_retained_wal_mb is not None:
         # whatever the run did or failed at: a capture that takes nothing is when its slot's WAL grows
         jobs.run("capture check", names.capture_check_job, tags)
+    if outcome.over_quarantine:
+        outcome.ok = False
+        outcome.error = "; ".join(([outcome.error] if outcome.error else []) + outcome.over_quarantine)
     outcome.seconds = round(time.time() - t0, 1)
     record_run(cfg, table, outcome.ok, outcome.error)
     faults.point("run.table_done")
@@ -341,12 +355,14 @@ def run_config(cfg: Config, build: Build, only=None, echo=print, as_json=False, 
 def summary_line(o: TableOutcome) -> str:
     ch, tg = o.taken, o.applied
     parts = [f"{o.table}: {'ok' if o.ok else 'FAILED'}"]
+    # a batch registered before (a replay of quarantined records, a batch a failed run left) is named too
+    earlier = [b for b in o.ingested if b != o.new_batch]
     if o.new_batch:
         parts.append(f"new batch {o.new_batch}" + (f" ({o.taken_as})" if o.taken_as else ""))
     if o.warning:
         parts.append(f"warning: {o.warning}")
     elif not o.new_batch:
-        parts.append("nothing new landed")
+        parts.append(f"nothing new landed, batch {', '.join(earlier)} taken" if earlier else "nothing new landed")
     if ch:
         parts.append(f"{ch.records_read or 0} records, {ch.changes_new or 0} new changes, "
                      f"{ch.duplicates_skipped or 0} duplicates, {ch.quarantined or 0} quarantined")

@@ -22,7 +22,7 @@ from ..core.config import Config, TableConfig
 from ..core.formats import SNAPSHOT
 from ..core.plan import Ingest
 from ..core.postgres import is_postgresql, parse_source
-from ..engine import apply, gcs, rekey, snapshot, spark_ingest, stage, status, target_build
+from ..engine import apply, gcs, rekey, replay, snapshot, spark_ingest, stage, status, target_build
 from ..engine.landing import Batch, registered
 from ..engine.lock import table_lock
 from ..engine.partitions import staged_partition_keys
@@ -34,6 +34,7 @@ from .checks import (
     SLOT_RETAINED_WAL,
     WITHIN_MAX_STALENESS,
     batch_accounted,
+    quarantine_within_limit,
     staging_check_specs,
     target_check_specs,
     target_checks,
@@ -110,6 +111,31 @@ def source_specs(table: TableConfig) -> list[dg.AssetSpec]:
                                      f"{table.name}` starts it, each run or sensor tick extracts what it captured.")]
 
 
+QUARANTINE = "quarantine"
+
+
+def quarantine_spec(table: TableConfig) -> dg.AssetSpec:
+    """The table's quarantine, beside its `changes`: each batch that sends records there (or a replay
+    that takes them) reports it, with the records in it now and their reasons counted."""
+    names = TableNames(table.name)
+    return dg.AssetSpec(names.key(QUARANTINE), group_name=table.name, kinds={"delta"}, deps=[names.key("changes")],
+                        metadata={"dagster/table_name": f"{table.name}.{QUARANTINE}", "dagster/storage_kind": "delta"},
+                        description=f"The records of {table.name} that could not be taken, with file, line and reason "
+                                    f"(`cdc-assets quarantine {table.name}` lists them; `cdc-assets quarantine replay "
+                                    f"{table.name}` takes them once cdc.yaml is fixed). Never materialized: nothing "
+                                    "was ever quarantined.")
+
+
+def quarantine_reported(cfg: Config, table: TableConfig) -> dg.AssetMaterialization:
+    """What the quarantine holds now, as the batch step that changed it reports it: counts and
+    reasons, never a record's values."""
+    now = replay.figures(cfg, table)
+    return dg.AssetMaterialization(
+        TableNames(table.name).key(QUARANTINE),
+        metadata={**as_metadata(now.to_metadata()), "dagster/row_count": dg.MetadataValue.int(now.records),
+                  "dagster/table_name": dg.MetadataValue.text(f"{table.name}.{QUARANTINE}")})
+
+
 def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
     names = TableNames(table.name)
     table_dir = cfg.table_dir(table.name)
@@ -126,14 +152,19 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
     def take_batch(context: dg.AssetExecutionContext, batch: Batch, pyspark: CdcSparkResource,
                    storage_client=None) -> dg.MaterializeResult:
         spark = lambda: spark_session(pyspark)  # noqa: E731 - a small batch never starts Spark
+        again = replay.spec_of(table_dir, batch)  # quarantined records taken again (`quarantine replay`)
         # on a gs:// landing, the GCSResource's client reads the objects this run takes
         with gcs.provided(storage_client) if storage_client is not None else contextlib.nullcontext():
             def ingest_exact():
                 rekey.ensure_exact(cfg, table)  # a warehouse keyed by an earlier release says so first
+                if again is not None:
+                    return replay.ingest_replay(cfg, table, batch, again, log=context.log.warning)
                 take = snapshot.ingest_batch if table.format == SNAPSHOT else spark_ingest.ingest_batch
                 return take(spark, cfg, table, batch, log=context.log.warning)
 
             figures = _write(context, table_dir, f"{table.name}/changes {batch.id}", ingest_exact)
+        if figures.quarantined or again is not None:
+            context.log_event(quarantine_reported(cfg, table))  # what the quarantine holds changed
         metadata = {**as_metadata(figures.to_metadata()), **table_metadata("changes", figures.changes_new)}
         return dg.MaterializeResult(asset_key=names.key("changes"), metadata=metadata)
 
@@ -146,6 +177,7 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
         # the materialization first: a check that cannot be evaluated fails the step, not the batch's record
         yield dg.MaterializeResult(asset_key=names.key("staging"), metadata=metadata)
         yield batch_accounted(cfg, table, context.partition_key, names.key("staging"))
+        yield quarantine_within_limit(cfg, table, context.partition_key, names.key("staging"))
 
     def take_and_stage(context: dg.AssetExecutionContext, pyspark: CdcSparkResource, storage_client=None):
         # One step for both assets: a batch's run pays Dagster's cost of a step (its events, its

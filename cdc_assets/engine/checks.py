@@ -14,9 +14,9 @@ from ..core.figures import Figures
 from ..core.formats import parse_snapshot
 from ..core.ordering import origin
 from ..core.target import DELETED
-from . import delta, key_spans, postgres_reconcile, spark_apply, spark_files, storage
+from . import delta, key_spans, postgres_reconcile, replay, spark_apply, spark_files, storage
 from .settings import settings
-from .table_layout import CHANGES, CHANGES_TRIM, QUARANTINE, STAGING, STAGING_TRIM, TARGET, path
+from .table_layout import CHANGES, CHANGES_TRIM, QUARANTINE, REPLAYS, STAGING, STAGING_TRIM, TARGET, path
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,7 +159,7 @@ def batch_accounting(cfg: Config, table: TableConfig, batch_seq: int) -> BatchAc
 
     read, duplicates = n["records_read"], n["duplicates_skipped"]
     changes_new = rows(CHANGES, CHANGES_TRIM, "changes_new", s["changes"])
-    quarantined = _rows_of_batch(path(table_dir, QUARANTINE), batch_seq)
+    quarantined = _rows_of_batch(path(table_dir, QUARANTINE), batch_seq) + replay.replay_quarantined_count(table_dir, batch_seq)
     # a snapshot batch's (engine/snapshot.py): rows equal to the table's, and deletes of keys no row was read for
     unchanged, derived_deletes = n.get("unchanged", 0), n.get("derived_deletes", 0)
     staged_rows = rows(STAGING, STAGING_TRIM, "staged", s["staged"])
@@ -169,6 +169,60 @@ def batch_accounting(cfg: Config, table: TableConfig, batch_seq: int) -> BatchAc
         superseded_in_batch=s["superseded_in_batch"], counted_from_commits=tuple(recorded) or None, complete=True,
         adds_up=(read + derived_deletes == changes_new + duplicates + unchanged + quarantined
                  and changes_new == staged_rows + s["superseded_in_batch"]))
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchQuarantine(Figures):
+    """The `quarantine_within_limit` check's report: what a batch sent to quarantine, against the
+    table's `quarantine_limit`. Reasons name columns and kinds; the records' text stays in the
+    quarantine table."""
+    records_read: int
+    quarantined: int
+    limit: float | None  # the share at which the batch fails; None: the table accepts any
+    within_limit: bool
+    reasons: dict[str, int] = dataclasses.field(default_factory=dict)  # reason -> records (the most common)
+    first: tuple[str, ...] = ()  # the first quarantined records: `file line N: reason`
+
+
+FIRST_REASONS = 3
+REASONS_COUNTED = 20
+
+
+def over_limit(records_read: int, quarantined: int, limit: float | None) -> bool:
+    """Whether a batch sent too much to quarantine: at least `limit` of its records (none when the
+    table accepts any batch, or the batch read nothing)."""
+    return limit is not None and quarantined > 0 and quarantined >= limit * records_read
+
+
+def batch_quarantine(cfg: Config, table: TableConfig, batch_seq: int) -> BatchQuarantine:
+    """What the batch sent to quarantine, its reasons counted, and whether that is within the
+    table's `quarantine_limit`. A batch not taken yet has read nothing."""
+    table_dir = cfg.table_dir(table.name)
+    ingest = delta.step_commit(path(table_dir, CHANGES), CHANGES, batch_seq) or {}
+    read = int(ingest.get("records_read", 0))
+    if ingest.get("quarantined") == "0":  # as its ingest committed it: nothing to count
+        return BatchQuarantine(records_read=read, quarantined=0, limit=table.quarantine_limit, within_limit=True)
+    # a replay's records that failed again stay where they were quarantined first (engine/replay.py)
+    again = replay.replay_quarantined_count(table_dir, batch_seq)
+    where = f"_cdc_batch_seq = {int(batch_seq)}"
+    q = path(table_dir, QUARANTINE)
+    counted = delta.query(q, f"SELECT _cdc_reason AS reason, count(*) AS n FROM t WHERE {where} "
+                             f"GROUP BY _cdc_reason ORDER BY n DESC, reason LIMIT {REASONS_COUNTED}")
+    first = delta.query(q, f"SELECT _cdc_file, _cdc_line, _cdc_reason FROM t WHERE {where} "
+                           f"ORDER BY _cdc_file, _cdc_line LIMIT {FIRST_REASONS}")
+    reasons = {r["reason"]: int(r["n"]) for r in counted.to_pylist()} if counted is not None else {}
+    quarantined = _rows_of_batch(q, batch_seq) + again
+    firsts = first.to_pylist() if first is not None else []
+    if again:
+        firsts += replay.first_replay_reasons(table_dir, batch_seq, FIRST_REASONS)
+        counted = delta.query(path(table_dir, REPLAYS), f"SELECT _cdc_reason AS reason, count(*) AS n FROM t WHERE "
+                                                        f"replayed_in = {int(batch_seq)} AND _cdc_reason IS NOT NULL "
+                                                        f"GROUP BY _cdc_reason LIMIT {REASONS_COUNTED}")
+        reasons.update({r["reason"]: int(r["n"]) for r in counted.to_pylist()} if counted is not None else {})
+    return BatchQuarantine(
+        records_read=read, quarantined=quarantined, limit=table.quarantine_limit,
+        within_limit=not over_limit(read, quarantined, table.quarantine_limit), reasons=reasons,
+        first=tuple(f"{r['_cdc_file']} line {r['_cdc_line']}: {r['_cdc_reason']}" for r in firsts[:FIRST_REASONS]))
 
 
 @dataclass(frozen=True)

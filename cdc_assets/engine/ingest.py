@@ -515,12 +515,19 @@ def ingest_batch(cfg: Config, table: TableConfig, batch: Batch, log=None) -> Cha
 
 
 def ingest_prepared(given: Prepared, table: TableConfig, batch: Batch, log, t0: float) -> ChangesResult:
+    parsed, values = parse_batch(table, given.files, root=given.landing, text_columns=given.text_columns)
+    faults.point("changes.parsed")
+    return take_parsed(given, table, batch, parsed, values, log, t0)
+
+
+def take_parsed(given: Prepared, table: TableConfig, batch: Batch, parsed: pa.Table, values: dict[str, pa.Table],
+                log, t0: float, set_aside=None) -> ChangesResult:
+    """Commit a batch's parsed records: its distinct changes whose values fit the column types to
+    `changes`, the others set aside. `set_aside(rejected)`: where rejections go, returning their
+    count (a replay's: engine/replay.py); by default the table's quarantine, under the batch."""
     table_dir, changes_path, landing, files, types = (given.table_dir, given.changes_path, given.landing,
                                                       given.files, given.types)
-    text_columns = given.text_columns
-    parsed, values = parse_batch(table, files, root=landing, text_columns=text_columns)
     records_read = parsed.num_rows
-    faults.point("changes.parsed")
     rejected = pc.is_valid(parsed["_cdc_reason"])
     good = parsed.filter(pc.invert(rejected)).select([n for n, _ in TYPED_FIELDS])
     unreadable = parsed.filter(rejected).select([c for c, _ in REJECT_FIELDS])
@@ -533,8 +540,9 @@ def ingest_prepared(given: Prepared, table: TableConfig, batch: Batch, log, t0: 
     admitted, images, misfits = admit_types(distinct_rows, types, batch, landing, values,
                                             (UPSERT, DELETE) if table.soft_deletes else (UPSERT,))
     new = stored_changes(admitted, images, types, stored_columns(changes_path))
-    n_rejected = quarantine(table, table_dir, pa.concat_tables([unreadable.cast(misfits.schema), misfits]),
-                            batch.seq, log)
+    rejected_all = pa.concat_tables([unreadable.cast(misfits.schema), misfits])
+    n_rejected = (quarantine(table, table_dir, rejected_all, batch.seq, log) if set_aside is None
+                  else set_aside(rejected_all))
     taken = ChangesResult(files=len(files), records_read=records_read, changes_new=new.num_rows,
                           duplicates_skipped=records_read - unreadable.num_rows - distinct_rows.num_rows,
                           quarantined=n_rejected)

@@ -9,10 +9,10 @@ from ..core.apply_policy import format_duration
 from ..core.config import Config, TableConfig
 from ..core.figures import Figures
 from ..core.target import DELETED
-from . import delta, fresh, storage
+from . import delta, fresh, replay, storage
 from .errors import root_cause_of_exception
 from .landing import pending_files, registered
-from .table_layout import CHANGES, CHANGES_TRIM, QUARANTINE, STAGING, STAGING_TRIM, TARGET, path
+from .table_layout import CHANGES, CHANGES_TRIM, STAGING, STAGING_TRIM, TARGET, path
 from .target_versions import APPLY_KINDS, MAINTENANCE_KINDS, oldest_readable, versions
 
 LAST_RUN = "_cdc_last_run.json"  # beside the table's Delta tables; '_' keeps Delta readers off it
@@ -191,7 +191,7 @@ def table_status(cfg: Config, table: TableConfig, now: dt.datetime | None = None
     batches = registered(table_dir)
     applied = delta.step_version(path(table_dir, TARGET), TARGET)
     log = target_log(table_dir)
-    quarantine = delta.read_arrow(path(table_dir, QUARANTINE), columns=["_cdc_line"])
+    in_quarantine = replay.figures(cfg, table).records  # what no replay took
     unreadable = None
     try:
         waits = freshness(cfg, table, now)
@@ -232,7 +232,7 @@ def table_status(cfg: Config, table: TableConfig, now: dt.datetime | None = None
         rows=log["rows"] - soft_deleted,
         target_version=log["target_version"],
         last_run=log["last_commit_at"],
-        quarantined=quarantine.num_rows if quarantine is not None else 0,
+        quarantined=in_quarantine,
         last_ordering_key=last_ordering_key,
         last_change_at=last_change_at,
         last_error=last_error,

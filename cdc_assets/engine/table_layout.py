@@ -16,6 +16,11 @@ SEEN_FIELDS = (("_cdc_event_id", "string"), ("_cdc_order", "string"))
 # Every version of each key, SCD type 2 (`history: true`; engine/history.py).
 HISTORY = "history"
 QUARANTINE_FIELDS = (("table", "string"),) + REJECT_FIELDS + (("quarantined_at", "string"),)
+# What each replay of quarantined records did with each (engine/replay.py): its reason when it
+# failed again, none when it was taken; `replayed_in` is the replay's batch.
+REPLAYS = "quarantine_replays"
+REPLAY_FIELDS = (("_cdc_batch_seq", "long"), ("_cdc_file", "string"), ("_cdc_line", "long"),
+                 ("_cdc_reason", "string"), ("replayed_in", "long"))
 # The steps (app transactions) of maintenance's trims: their version is the batch trimmed through.
 CHANGES_TRIM, STAGING_TRIM = "changes_trim", "staging_trim"
 
@@ -26,4 +31,4 @@ def path(table_dir: str, name: str) -> str:
 
 __all__ = ["CHANGES", "STAGING", "BASE", "TARGET", "QUARANTINE", "TOMBSTONES", "HISTORY", "TOMBSTONE_FIELDS", "RECORD_FIELDS",
            "SEEN", "SEEN_FIELDS",
-           "QUARANTINE_FIELDS", "CHANGES_TRIM", "STAGING_TRIM", "path"]
+           "QUARANTINE_FIELDS", "REPLAYS", "REPLAY_FIELDS", "CHANGES_TRIM", "STAGING_TRIM", "path"]

@@ -46,3 +46,12 @@ def test_each_action_with_the_config_before_the_table_acts_on_a_postgresql_sourc
     assert capsys.readouterr().out.startswith("ORDERS: capture disabled; removed ")
     assert main(["capture", "status", "--config", cfg.path, "ORDERS"]) == 0
     assert capsys.readouterr().out == "ORDERS: capture not enabled\n"
+
+
+@pytest.mark.parametrize("words", [["replay", "--config", "CFG", "NOPE"], ["--config", "CFG", "replay", "NOPE"],
+                                   ["replay", "NOPE", "--config", "CFG"]])
+def test_quarantine_replay_takes_its_table_on_either_side_of_its_options(workdir, capsys, words):
+    cfg = write_config(workdir, [{"name": "ORDERS", "keys": ["id"], "format": "bigquery-cdc"}])
+    assert main(["quarantine", *[cfg.path if w == "CFG" else w for w in words]]) == 2
+    # the table reached the command, which names it as unknown
+    assert "no table 'NOPE'" in capsys.readouterr().err

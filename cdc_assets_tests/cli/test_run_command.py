@@ -92,8 +92,8 @@ def test_every_sub_command_describes_itself_and_each_of_its_options():
 
     parser = build_parser()
     [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    assert sorted(sub.choices) == ["capture", "demo", "generate", "history", "init", "maintain", "read", "rekey", "restore", "run", "spark", "status",
-                                  "ui"]
+    assert sorted(sub.choices) == ["capture", "demo", "generate", "history", "init", "maintain", "quarantine", "read", "rekey",
+                                  "restore", "run", "spark", "status", "ui"]
     for name, command in sub.choices.items():
         assert command.description, f"cdc-assets {name} --help has no description"
         undocumented = [a.dest for a in command._actions if not a.help and a.dest != "help"]

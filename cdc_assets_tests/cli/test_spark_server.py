@@ -61,7 +61,7 @@ def test_a_run_uses_the_server_and_needs_no_spark_of_its_own(served, cli):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == f"spark: Spark Connect server at {server.url} (pid {server.pid}, started {server.started_at})"
-    assert lines[1].startswith("T: ok; new batch b000001") and "checks 3/3 passed" in lines[1], lines
+    assert lines[1].startswith("T: ok; new batch b000001") and "checks 4/4 passed" in lines[1], lines
 
 
 def test_without_a_server_the_same_broken_java_fails_the_run(tmp_path, cli):
@@ -95,7 +95,8 @@ def test_a_dead_server_recorded_as_up_falls_back_to_in_process_and_says_so(serve
     outcome = run_table(cfg, "T", instance)
 
     assert outcome.ok, outcome.error
-    assert outcome.checks == {"batch_accounted": True, "keys_unique": True, "reconciles_with_source": True}
+    assert outcome.checks == {"batch_accounted": True, "quarantine_within_limit": True, "keys_unique": True,
+                              "reconciles_with_source": True}
     assert len(target_rows(cfg, "T")) > 0
     log = _run_log(instance)
     assert any(f"({dead.url}) cannot serve this run: its process {dead.pid} is gone; "

@@ -59,7 +59,7 @@ def test_pending_changes_their_wait_and_the_freshness_check(spark, workdir, caps
     land(cfg, "ORDERS", "batch-2", {"p.jsonl": jsonl(SECOND)})
     waiting = run_table(cfg, "ORDERS", instance)
     assert waiting.ok and waiting.waiting.startswith("merge waits: 5 changes pending")
-    assert waiting.checks == {"batch_accounted": True, CHECK.name: True}  # no apply ran: the check ran alone
+    assert waiting.checks == {"batch_accounted": True, "quarantine_within_limit": True, CHECK.name: True}  # no apply ran: the check ran alone
 
     row = status_json(cfg, capsys)
     assert (row["pending_changes"], row["pending_batches"], row["applied_through"]) == (5, 1, 1)

@@ -50,7 +50,7 @@ def test_every_table_has_its_assets_with_their_partitions_and_deps(defs):
     graph = defs.resolve_asset_graph()
     expected = set()
     for t in TABLES:
-        names = ["changes", "staging", "target"] + (["base"] if "base_snapshot" in t else [])
+        names = ["changes", "staging", "target", "quarantine"] + (["base"] if "base_snapshot" in t else [])
         expected |= {key(t["name"], n) for n in names}
     assert set(graph.get_all_asset_keys()) == expected
 
@@ -69,7 +69,7 @@ def test_every_table_has_its_assets_with_their_partitions_and_deps(defs):
         assert graph.get(key(name, "target")).parent_keys == (
             {key(name, "staging"), key(name, "base")} if "base_snapshot" in t else {key(name, "staging")})
         # one group per table, so the UI shows a table's graph together
-        assert {graph.get(key(name, a)).group_name for a in ("changes", "staging", "target")} == {name}
+        assert {graph.get(key(name, a)).group_name for a in ("changes", "staging", "target", "quarantine")} == {name}
 
 
 def test_every_table_has_its_checks(defs):
@@ -77,7 +77,8 @@ def test_every_table_has_its_checks(defs):
     expected = set()
     for t in TABLES:
         name = t["name"]
-        expected |= {(key(name, "target"), "keys_unique"), (key(name, "staging"), "batch_accounted")}
+        expected |= {(key(name, "target"), "keys_unique"), (key(name, "staging"), "batch_accounted"),
+                     (key(name, "staging"), "quarantine_within_limit")}
         if "reconcile_with" in t:
             expected.add((key(name, "target"), "reconciles_with_source"))
         if "max_staleness" in t.get("apply", {}):
@@ -151,7 +152,7 @@ def test_code_location_module_loads_the_config_named_by_the_environment(tmp_path
     assert isinstance(module.defs, dg.Definitions)
     dg.Definitions.validate_loadable(module.defs)
     assert {k.path[0] for k in module.defs.resolve_all_asset_keys()} == {t["name"] for t in TABLES}
-    assert {s.key.path[-1] for s in module.defs.resolve_all_asset_specs()} == {"changes", "staging", "target", "base"}
+    assert {s.key.path[-1] for s in module.defs.resolve_all_asset_specs()} == {"changes", "staging", "target", "base", "quarantine"}
 
     # reload picks up an edited cdc.yaml (what `dagster dev`'s "reload definitions" does)
     write_cfg(tmp_path, TABLES[:1])
@@ -219,7 +220,7 @@ def test_checks_are_evaluated_in_the_step_of_the_asset_they_check(defs):
         assert steps["apply"] == {f"{name}__target"} | (
             {f"{name}__target_within_max_staleness"} if "max_staleness" in t.get("apply", {}) else set())
         staging = defs.resolve_assets_def(key(name, "staging"))
-        assert {c.name for c in staging.check_specs} == {"batch_accounted"}
+        assert {c.name for c in staging.check_specs} == {"batch_accounted", "quarantine_within_limit"}
         target = defs.resolve_assets_def(key(name, "target"))
         assert {c.name for c in target.check_specs} == {"keys_unique"} | (
             {"reconciles_with_source"} if "reconcile_with" in t else set())

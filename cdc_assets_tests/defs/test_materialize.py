@@ -86,7 +86,7 @@ def test_jobs_materialize_a_generated_feed_batch_by_batch(spark, tmp_path):
         total_new += ch["changes_new"]
 
         checks = check_results(result)
-        assert checks == {"staging.batch_accounted": True}
+        assert checks == {"staging.batch_accounted": True, "staging.quarantine_within_limit": True}
         # the partitioned check ran for this batch partition
         evaluation = result.get_asset_check_evaluations()[0]
         assert evaluation.partition == batch_id
@@ -164,7 +164,8 @@ def test_run_table_with_base_snapshot_and_partitions(spark, tmp_path):
     outcome = run_table(cfg, TABLE, instance)
     assert outcome.ok, outcome
     assert outcome.new_batch == "b000001"
-    assert outcome.checks == {"batch_accounted": True, "keys_unique": True, "reconciles_with_source": True}
+    assert outcome.checks == {"batch_accounted": True, "quarantine_within_limit": True, "keys_unique": True,
+                              "reconciles_with_source": True}
     assert outcome.figures["base"]["rows"] == len(base) and outcome.figures["base"]["quarantined"] == 0
     assert outcome.figures["changes"]["changes_new"] == feed["changes"]
     assert outcome.figures["target"]["rows"] == len(expected)

@@ -217,7 +217,8 @@ def test_a_publishs_figures_are_its_metadata_and_its_summary(workdir, bigquery_e
                                            rows_bigquery=2, missing_in_bigquery=0, not_in_target=0,
                                            differing_rows=0, differing_columns=(), discrepancies=0)
     assert report.to_metadata()["differing_columns"] == []
-    assert out.checks == {"batch_accounted": True, "keys_unique": True, "reconciles_with_target": True}
+    assert out.checks == {"batch_accounted": True, "quarantine_within_limit": True, "keys_unique": True,
+                          "reconciles_with_target": True}
     assert {k: v.value for k, v in check_metadata(instance, ["ORDERS", "bigquery"], "reconciles_with_target")
             .items()} == report.to_metadata()
 
