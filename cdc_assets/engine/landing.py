@@ -38,6 +38,8 @@ BATCH_FIELDS = (("batch_seq", "long"), ("batch_id", "string"), ("file", "string"
                 ("start", "long"), ("lines_before", "long"), ("taken_as", "string"),
                 ("stamp", "string"), ("digest", "string"))
 APPENDED, REPLACED = "appended", "replaced"
+# a replay of quarantined records names the files it reads again; it takes nothing new of them
+REPLAYED = "replayed"
 DIGEST_BLOCK = 8192
 
 
@@ -219,8 +221,8 @@ def registered(table_dir: str) -> list[Batch]:
 
 
 def taken_parts(batches: list[Batch]) -> dict[str, Part]:
-    """Each file's latest part a batch took."""
-    return {p.file: p for b in batches for p in b.parts}
+    """Each file's latest part a batch took (a replay reads parts taken before: it takes none)."""
+    return {p.file: p for b in batches for p in b.parts if p.taken_as != REPLAYED}
 
 
 # What a listing found of a file a batch took whose size or stamp moved: (landing, file, as listed,

@@ -30,7 +30,7 @@ from ..core.figures import Figures
 from ..core.formats import SNAPSHOT
 from . import delta
 from .ingest import parse_batch, prepare, take_parsed
-from .landing import BATCH_FIELDS, Batch, batches_path, file_size, registered
+from .landing import BATCH_FIELDS, REPLAYED, Batch, batches_path, file_size, registered
 from .step_results import ChangesResult
 from .table_layout import CHANGES, QUARANTINE, REPLAY_FIELDS, REPLAYS, path
 
@@ -193,6 +193,11 @@ def register_replay(cfg: Config, table: TableConfig) -> Batch | None:
         "file": names,
         "bytes": pa.array([_size(os.path.join(cfg.landing_dir(table.name), f)) for f in names], pa.int64()),
         "registered_at": [now] * len(names),
+        "start": pa.array([0] * len(names), pa.int64()),
+        "lines_before": pa.array([0] * len(names), pa.int64()),
+        "taken_as": [REPLAYED] * len(names),
+        "stamp": pa.array([None] * len(names), pa.string()),
+        "digest": pa.array([None] * len(names), pa.string()),
     }, schema=delta.arrow_schema(BATCH_FIELDS))
     delta.append(batches_path(table_dir), rows, REGISTER, seq,
                  {"files": len(names), REPLAY: json.dumps([s.to_json() for s in spec])})

@@ -337,3 +337,22 @@ def test_a_debezium_file_under_a_datastream_table_fails_and_is_replayed_into_its
     code, out, _ = quarantine(cfg, capsys, "replay", "ORDERS")
     assert code == 0, out
     assert {r["id"]: (r["region"], r["v"]) for r in target_rows(cfg, "ORDERS")} == {1: ("eu", "c")}
+
+
+def test_a_replayed_file_appended_to_afterwards_gives_only_its_new_lines(workdir, capsys, monkeypatch):
+    """A replay reads files batches took before; it takes nothing new of them, so a later run still
+    compares the file with what its own batch took: nothing new after the replay, the new lines once
+    after an append."""
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    cfg = write_config(workdir, [orders(keys=("orderid",))])
+    land(cfg, "ORDERS", "b1", {"f.jsonl": first_batch()})
+    assert run(cfg, capsys)[0] == 1
+    cfg = write_config(workdir, [orders()])
+    assert quarantine(cfg, capsys, "replay", "ORDERS")[0] == 0
+    code, out, _ = run(cfg, capsys)
+    assert code == 0 and "nothing new landed" in out, out
+    with open(workdir / "landing" / "ORDERS" / "b1" / "f.jsonl", "a") as f:
+        f.write(jsonl([{"op": "I", "order_id": 4, "v": "e", "seq": 6}]))
+    code, out, _ = run(cfg, capsys)
+    assert code == 0 and "(1 file appended)" in out and "1 records, 1 new changes" in out, out
+    assert values(target_rows(cfg, "ORDERS"), "order_id", "v") == {1: "c", 2: "b", 4: "e"}
