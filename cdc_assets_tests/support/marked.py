@@ -70,7 +70,7 @@ def catalogue() -> list[Marked]:
         ("a read_method without a position",
          _ds(lambda e: (e["source_metadata"].pop("log_file"), e["source_metadata"].pop("log_position"),
                         e.update(read_method=m)))),
-        ("a value that cannot widen its column", _ds(_set("payload.v", {"nested": m}))),
+        ("a value that cannot widen its column", _ds(_set("payload.amount", {"nested": m}))),
     ]
     typed = [
         ("a value that does not fit a declared number", _ds(_set("payload.amount", m))),
