@@ -317,7 +317,7 @@ def _append_partitioned(target_path: str, dt_: DeltaTable, rows: pa.Table, parti
     """`rows` appended to a partitioned target in files placed by no partition value (delta-rs
     names a folder by the value, which a value over 255 bytes cannot be): the Delta log alone says
     each file's partition values, so every value is stored exactly."""
-    dt_ = delta.add_columns(target_path, dt_, rows.schema, "append_columns")
+    dt_ = delta.add_columns(target_path, dt_, rows.schema, STEP_COLUMNS)
     schema = pa.schema(dt_.schema().to_arrow())
     rows = pa.table({f.name: rows.column(f.name) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
                      for f in schema}).cast(schema)
