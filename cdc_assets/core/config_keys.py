@@ -59,7 +59,8 @@ KEYS: tuple[Key, ...] = (
     Key("tables[].options.truncates", "a list of op values", "none",
         "The op values that truncate: every row whose latest change ranks at or below the truncate's is deleted."),
     Key("tables[].options.sequence_by", NAMES, "arrival order",
-        "The columns that order a key's changes, compared in turn; ties go by arrival."),
+        "The columns that order a key's changes, compared in turn (numbers as numbers, ISO 8601 times as time; see "
+        "\"Formats, types and behaviour\" below); ties go by arrival."),
     Key("tables[].partition_by", NAMES, "none", "The target's partition columns."),
     Key("tables[].base_snapshot", "a file or folder (relative to cdc.yaml)", "none",
         "A source export the table starts from; its rows rank below every change. A Parquet export, or a local "

@@ -658,19 +658,37 @@ def _datastream(record: Record, keys: Sequence[str], options: ChangesetOptions, 
         raise RecordError("event has no 'payload' object")
     if not isinstance(meta, dict):
         raise RecordError("event has no 'source_metadata' object")
-    change_type = str(meta.get("change_type", "")).upper()
-    if change_type not in DATASTREAM_TYPES:
-        raise RecordError(f"unknown change type {meta.get('change_type')!r}")
+    change_type = _change_type(meta.get("change_type"), "source_metadata.change_type", DATASTREAM_TYPES)
     if "source_timestamp" not in record:
         raise RecordError("event has no 'source_timestamp'")
     read_method = str(record.get("read_method") or "")
     position = "0" if "backfill" in read_method else "1" + _source_position(meta, read_method)
     rank = "0" if change_type == "UPDATE-DELETE" else "1"
-    order = ordering.timestamp(record["source_timestamp"]) + position + rank
+    order = _ordered("source_timestamp", ordering.timestamp, record["source_timestamp"]) + position + rank
     row = _row(payload, typing)
     key = _key(row, keys)
     op = DATASTREAM_TYPES[change_type]
     return _change(line, key, op, row, order, record.get("uuid"), change_type)
+
+
+def _change_type(value: object, field: str, known: Mapping[str, str]) -> str:
+    """A record's change type, upper case; the reason for one that is missing or unknown names the
+    field and the types it may hold, never the value (a column-shifted row puts any value there)."""
+    if value is None:
+        raise RecordError(f"change type {field!r} is missing")
+    change_type = str(value).upper()
+    if change_type not in known:
+        raise RecordError(f"unknown change type in {field!r} (expected {', '.join(known)})")
+    return change_type
+
+
+def _ordered(field: str, encode: Callable[..., str], *args: object) -> str:
+    """An ordering component of a record's field; the reason for a value that orders nothing
+    names the field, never the value."""
+    try:
+        return encode(*args)
+    except OrderingError as e:
+        raise RecordError(f"{field}: {e}") from None
 
 
 def _sections(numbers: Iterable[int]) -> str:
@@ -684,7 +702,9 @@ def _int(meta: Mapping[str, object], name: str) -> int:
     if isinstance(v, str) and v.strip().isascii() and v.strip().isdigit():  # int() refuses other digits
         v = int(v)
     if not isinstance(v, int):
-        raise RecordError(f"source position {name!r} is not an integer: {str(v)[:40]!r}")
+        raise RecordError(f"source position {name!r} is not an integer")
+    if not 0 <= v <= ordering.U64_MAX:
+        raise RecordError(f"source position {name!r} is outside the unsigned 64-bit range")
     return v
 
 
@@ -697,7 +717,7 @@ def _hex_parts(value: object, name: str, seps: str) -> list[int]:
     try:
         return [ordering.hex_number(p) for p in text.split()]
     except OrderingError as e:
-        raise RecordError(f"source position {name!r} {value[:60]!r}: {e}") from None
+        raise RecordError(f"source position {name!r}: {e}") from None
 
 
 def _source_position(meta: Mapping[str, object], read_method: str) -> str:
@@ -713,7 +733,8 @@ def _source_position(meta: Mapping[str, object], read_method: str) -> str:
         if isinstance(lsn, int) and not isinstance(lsn, bool):
             return _sections([lsn])
         return _sections(_hex_parts(lsn, "lsn", "/:."))
-    raise RecordError(f"no source position for read_method {read_method!r} (expected scn, log_file/log_position or lsn)")
+    raise RecordError("no source position in source_metadata (expected scn, log_file and log_position, or lsn) and "
+                      "'read_method' names no source kind that lacks one")
 
 
 def _binlog_number(meta: Mapping[str, object], name: str) -> int:
@@ -721,7 +742,9 @@ def _binlog_number(meta: Mapping[str, object], name: str) -> int:
     log_file = str(meta.get(name) or "")
     digits = log_file.rsplit(".", 1)[-1]
     if not (digits.isascii() and digits.isdigit()):
-        raise RecordError(f"MySQL {name} {log_file[:60]!r} has no file number")
+        raise RecordError(f"MySQL {name!r} has no file number")
+    if int(digits) > ordering.U64_MAX:
+        raise RecordError(f"MySQL {name!r} has a file number outside the unsigned 64-bit range")
     return int(digits)
 
 
@@ -748,16 +771,13 @@ def _debezium(record: Record, keys: Sequence[str], options: ChangesetOptions, li
     if op not in DEBEZIUM_OPS and op != DEBEZIUM_TRUNCATE:
         if "op" not in record:
             raise RecordError("event has no 'op': not a Debezium change event envelope")
-        raise RecordError(f"unknown Debezium op {op!r} (expected c, u, r, d or t)")
+        raise RecordError("unknown Debezium op in 'op' (expected c, u, r, d or t)")
     source = record.get("source")
     if not isinstance(source, dict):
         raise RecordError("event has no 'source' object")
     if source.get("ts_ms") is None:
         raise RecordError("event has no 'source.ts_ms'")
-    try:
-        order = ordering.timestamp(source["ts_ms"])
-    except OrderingError as e:
-        raise RecordError(f"source.ts_ms: {e}") from None
+    order = _ordered("source.ts_ms", ordering.timestamp, source["ts_ms"])
     order += _debezium_position(source, snapshot_read=op == SNAPSHOT_READ)
     if op == DEBEZIUM_TRUNCATE:  # rule 9: the whole table, no row image
         return _change(line, (), TRUNCATE, {}, order, None, op)
@@ -832,7 +852,7 @@ def _debezium_position(source: Mapping[str, object], snapshot_read: bool) -> str
         # changes the row only after the first commits, at a greater scn), and snapshot reads and
         # older connector versions do not write it. Changes at one scn rank by arrival.
         return _sections([number("scn")])
-    raise RecordError(f"unsupported Debezium connector {connector[:40]!r} (expected postgresql, mysql, sqlserver "
+    raise RecordError("unsupported Debezium connector in 'source.connector' (expected postgresql, mysql, sqlserver "
                       "or oracle)")
 
 
@@ -937,25 +957,23 @@ def _bigquery_append(record: Record, keys: Sequence[str], options: ChangesetOpti
     meta = record.get("datastream_metadata")
     if not isinstance(meta, dict):
         raise RecordError("row has no 'datastream_metadata' record")
-    change_type = str(meta.get("change_type", "")).upper()
-    if change_type not in DATASTREAM_TYPES:
-        raise RecordError(f"unknown change type {meta.get('change_type')!r}")
+    change_type = _change_type(meta.get("change_type"), "datastream_metadata.change_type", DATASTREAM_TYPES)
     if meta.get("change_sequence_number") is None:
         raise RecordError("datastream_metadata has no change_sequence_number")
     rank = "0" if change_type == "UPDATE-DELETE" else "1"
-    order = ordering.change_sequence_number(meta["change_sequence_number"]) + rank
+    order = _ordered("datastream_metadata.change_sequence_number", ordering.change_sequence_number,
+                     meta["change_sequence_number"]) + rank
     row = _row({k: v for k, v in record.items() if k != "datastream_metadata"}, typing)
     return _change(line, _key(row, keys), DATASTREAM_TYPES[change_type], row, order, meta.get("uuid"), change_type)
 
 
 def _bigquery_cdc(record: Record, keys: Sequence[str], options: ChangesetOptions, line: int,
                   typing: Typing | None = None, unset: frozenset[str] = frozenset()) -> Change:
-    change_type = str(record.get("_CHANGE_TYPE", "")).upper()
-    if change_type not in CDC_TYPES:
-        raise RecordError(f"unknown change type {record.get('_CHANGE_TYPE')!r} (expected UPSERT or DELETE)")
+    change_type = _change_type(record.get("_CHANGE_TYPE"), "_CHANGE_TYPE", CDC_TYPES)
     csn = record.get("_CHANGE_SEQUENCE_NUMBER")
     # Without a sequence number only arrival orders the rows (it is appended later).
-    order = "0" if csn is None else "1" + ordering.change_sequence_number(str(csn) if isinstance(csn, int) else csn)
+    order = "0" if csn is None else "1" + _ordered("_CHANGE_SEQUENCE_NUMBER", ordering.change_sequence_number,
+                                                   str(csn) if isinstance(csn, int) else csn)
     row = _row({k: v for k, v in record.items() if k not in ("_CHANGE_TYPE", "_CHANGE_SEQUENCE_NUMBER")}, typing)
     return _change(line, _key(row, keys), CDC_TYPES[change_type], row, order, None, change_type,
                    content_ids=csn is not None, unset=unset)
@@ -968,7 +986,8 @@ def _postgresql(record: Record, keys: Sequence[str], options: ChangesetOptions, 
     `_CHANGE_UNSET`: the columns an upsert does not carry (unchanged TOASTed values, rule 10), and
     `_CHANGE_REJECT`: why the change is quarantined (a value that does not fit its column)."""
     if record.get("_CHANGE_TYPE") == "TRUNCATE":
-        order = "1" + ordering.change_sequence_number(str(record.get("_CHANGE_SEQUENCE_NUMBER")))
+        order = "1" + _ordered("_CHANGE_SEQUENCE_NUMBER", ordering.change_sequence_number,
+                               str(record.get("_CHANGE_SEQUENCE_NUMBER")))
         return _change(line, (), TRUNCATE, {}, order, None, "TRUNCATE")
     reject = record.get("_CHANGE_REJECT")
     if reject is not None:  # the extraction found a value that does not fit its column: the reason says which
@@ -1000,13 +1019,18 @@ def _changeset(record: Record, keys: Sequence[str], options: ChangesetOptions, l
         op = UPSERT
     elif flag_text in map(str, options.get("truncates", [])):
         op = TRUNCATE
+    elif flag is None:
+        raise RecordError(f"op column {op_column!r} is null")
     else:
-        raise RecordError(f"unknown change type {flag!r} in {op_column!r}")
+        raise RecordError(f"unknown change type in op column {op_column!r}: a value none of the table's "
+                          "inserts, updates, deletes or truncates lists")
     parts = []
+    renamed = dict(typing.rename) if typing else {}
     for col in options.get("sequence_by", []):
         if col not in record:
             raise RecordError(f"sequence column {col!r} is missing")
-        parts.append(ordering.typed_value(record[col]))
+        declared = typing.declared.get(renamed.get(col, col)) if typing else None
+        parts.append(_ordered(f"sequence column {col!r}", ordering.typed_value, record[col], declared))
     if op == TRUNCATE:  # rule 9: the whole table; the row's other columns say nothing
         return _change(line, (), TRUNCATE, {}, "".join(parts), None, flag_text,
                        content_ids=bool(options.get("sequence_by")))

@@ -131,7 +131,8 @@ def typed_change_records(table: pa.Table, options: ChangesetOptions, keys: Seque
     if None in ops or any(columns[k].null_count for k in keys):
         return None
     try:
-        source_orders = _source_orders([columns[c] for c in sequence_by], n)
+        source_orders = _source_orders([columns[c] for c in sequence_by], n,
+                                       [(declared or {}).get(c) for c in sequence_by])
     except OrderingError:
         return None
     values = pa.table({c: a for c, a in columns.items() if c != op_column})
@@ -166,22 +167,25 @@ def typed_change_records(table: pa.Table, options: ChangesetOptions, keys: Seque
     return TypedFile(pa.table({f.name: record[f.name] for f in schema}, schema=schema), values)
 
 
-def _source_orders(columns: list[pa.Array], n: int) -> pa.Array:
-    """The changeset ordering key of every record (`ordering.typed_value` per sequence column)."""
+def _source_orders(columns: list[pa.Array], n: int, declared: list[str | None]) -> pa.Array:
+    """The changeset ordering key of every record (`ordering.typed_value` per sequence column,
+    with the column's declared type)."""
     if not columns:
         return pa.array([""] * n, pa.string())
-    return pc.binary_join_element_wise(*[_typed_values(c) for c in columns], "")
+    return pc.binary_join_element_wise(*[_typed_values(c, t) for c, t in zip(columns, declared)], "")
 
 
-def _typed_values(column: pa.Array) -> pa.Array:
-    """`ordering.typed_value` of each value; non-negative integers by Arrow: "1" + "6", the
-    exponent + 5000, and the digits without trailing zeros, then "." (zero is "15")."""
-    if pt.is_integer(column.type) and column.null_count == 0 and pc.min(column).as_py() >= 0:
+def _typed_values(column: pa.Array, declared: str | None) -> pa.Array:
+    """`ordering.typed_value` of each value; non-negative integers of a column not declared
+    otherwise by Arrow: "1" + "6", the exponent + 5000, and the digits without trailing zeros,
+    then "." (zero is "15")."""
+    if (declared is None and pt.is_integer(column.type) and column.null_count == 0
+            and pc.min(column).as_py() >= 0):
         digits = pc.cast(column, pa.string())
         exponent = pc.cast(pc.add(pc.utf8_length(digits), 4999), pa.string())
         positive = pc.binary_join_element_wise("16", exponent, pc.utf8_rtrim(digits, "0"), ".", "")
         return pc.if_else(pc.equal(column, 0), "15", positive)
-    return pa.array([ordering.typed_value(v) for v in column.to_pylist()], pa.string())
+    return pa.array([ordering.typed_value(v, declared) for v in column.to_pylist()], pa.string())
 
 
 def _json_texts(column: pa.Array) -> pa.Array:

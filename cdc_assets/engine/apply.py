@@ -295,8 +295,10 @@ def _append(table: TableConfig, target_path: str, dt_: DeltaTable, m: MergeSourc
     files_before = len(dt_.file_uris())
     props = delta.commit_props(TARGET, reached, {"from_batch": applied + 1, "insert_only": "true"})
     # through the snapshot the watermark was read on: another run appending the same batch makes ours fail
-    write_deltalake(dt_, rows, mode="append", schema_mode="merge", partition_by=list(table.partition_by) or None,
-                    commit_properties=props)
+    if table.partition_by:
+        _append_partitioned(target_path, dt_, rows, list(table.partition_by), props)
+    else:
+        write_deltalake(dt_, rows, mode="append", schema_mode="merge", commit_properties=props)
     faults.point("target.committed")
     final = delta.snapshot(target_path)
     assert final is not None  # the apply's caller made or found the target
@@ -309,6 +311,22 @@ def _append(table: TableConfig, target_path: str, dt_: DeltaTable, m: MergeSourc
         partitions_rewritten=tuple(_partitions_of(adds, table.partition_by) if table.partition_by else []),
         rows=final.count(), delta_version=final.version(), seconds=round(time.time() - t0, 2),
     )
+
+
+def _append_partitioned(target_path: str, dt_: DeltaTable, rows: pa.Table, partition_by: list[str], props) -> None:
+    """`rows` appended to a partitioned target in files placed by no partition value (delta-rs
+    names a folder by the value, which a value over 255 bytes cannot be): the Delta log alone says
+    each file's partition values, so every value is stored exactly."""
+    dt_ = delta.add_columns(target_path, dt_, rows.schema, STEP_COLUMNS)
+    schema = pa.schema(dt_.schema().to_arrow())
+    rows = pa.table({f.name: rows.column(f.name) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
+                     for f in schema}).cast(schema)
+    adds = spark_files.write_arrow(rows, target_path, partition_by, ROWS_PER_FILE)
+    try:
+        spark_files.commit(target_path, dt_, schema, adds, [], partition_by, props)
+    except BaseException:
+        spark_files.discard(target_path, adds)  # nothing references an uncommitted write's files
+        raise
 
 
 def _merge_tombstones(table_dir: str, winners: pa.Table, reached: int) -> None:

@@ -150,17 +150,6 @@ def file_stats(meta: pq.FileMetaData, schema: pa.Schema) -> str:
                       default=str, ensure_ascii=False)
 
 
-def _partition_values(rel_dir: str, partition_by: list[str]) -> dict:
-    values = {}
-    for part in rel_dir.split(os.sep)[1:]:
-        col, _, text = part.partition("=")
-        col = unquote(col)  # Spark escapes a folder's column name as it escapes the value
-        if col in partition_by:
-            text = unquote(text)
-            values[col] = None if text == NULL_PARTITION else text
-    return values
-
-
 def _columns(column_names):
     """Spark columns by name, whatever the name holds (a dot names a column, not a struct's field)."""
     from pyspark.sql import functions as F
@@ -169,25 +158,24 @@ def _columns(column_names):
 
 
 def write_files(frame, table_path: str, partition_by=(), sort_by=()) -> list[AddAction]:
-    """Executors write `frame` as Parquet into a new folder of the table; the add actions for them."""
-    if storage.is_remote(table_path):
+    """Executors write `frame` as Parquet into a new folder of the table; the add actions for them.
+    A partitioned table's files are written by the workers' writer too: Spark names a folder by a
+    partition value, which a value over 255 bytes cannot be (the write would fail on every run);
+    the workers place files by no value, and the Delta log alone says each file's partition values."""
+    if storage.is_remote(table_path) or partition_by:
         return _write_through_workers(frame, table_path, list(partition_by), list(sort_by))
     write_session_settings(frame.sparkSession)
     out = new_folder(table_path)
     if sort_by:
         frame = frame.sortWithinPartitions(*_columns(sort_by))  # files hold key ranges: statistics prune them
-    writer = frame.write.mode("error").option("compression", "snappy")
-    if partition_by:
-        writer = writer.partitionBy(*partition_by)
-    writer.parquet(out)
+    frame.write.mode("error").option("compression", "snappy").parquet(out)
     schema = arrow_schema_of(frame)
     adds = []
     for root, _dirs, files in os.walk(out):
         for name in sorted(files):
             if not name.endswith(".parquet") or name.startswith((".", "_")):
                 continue
-            adds.append(add_action(table_path, os.path.join(root, name), schema,
-                                   _partition_values(os.path.relpath(root, table_path), list(partition_by))))
+            adds.append(add_action(table_path, os.path.join(root, name), schema))
     for leftover in (os.path.join(out, "_SUCCESS"),):
         if os.path.exists(leftover):
             os.remove(leftover)
@@ -344,6 +332,8 @@ def writer_task(table_path: str, folder: str, schema: pa.Schema, partition_by: l
 def _write_through_workers(frame, table_path: str, partition_by: list[str], sort_by: list[str]) -> list[AddAction]:
     schema = arrow_schema_of(frame)
     folder = new_folder(table_path)
+    if not storage.is_remote(folder):
+        os.makedirs(folder)  # an object store has no folders to make
     order = partition_by + sort_by
     if order:
         frame = frame.sortWithinPartitions(*_columns(order))  # one file per partition value per task; key ranges

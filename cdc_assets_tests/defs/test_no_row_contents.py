@@ -160,3 +160,63 @@ def test_key_values_reach_no_log_event_tag_or_commit_info(workdir, cli, capfd):
               if KEY_SECRET in p]
     leaks += _leaks_in_delta_logs(cfg.warehouse, KEY_SECRET)
     assert not leaks, "\n".join(leaks)
+
+
+def test_quarantine_reasons_name_columns_never_values(workdir, cli):
+    """Bad records whose offending value carries a marker (a card number in the op column of a
+    column-shifted row, in a change type, a sequence number, a source position, a timestamp), in
+    every format: each is quarantined with its reason, and the marker is in no reason, nothing the
+    run prints and no Dagster event; the quarantine's raw text keeps it for the user."""
+    from cdc_assets_tests.support.marked import MARKER, TABLES, catalogue
+    from cdc_assets_tests.support.records import bq_append, bq_cdc
+
+    cases = catalogue()
+    good = {
+        "DS": jsonl([mysql("INSERT", {"id": 1, "v": "ok", "amount": 5}, 1, 1)]),
+        "DSTYPED": jsonl([mysql("INSERT", {"id": 1, "amount": 5, "ts": "2024-01-01T00:00:00Z"}, 1, 1)]),
+        "BQCDC": jsonl([bq_cdc("UPSERT", {"id": 1, "v": "ok"}, "1")]),
+        "BQAPPEND": jsonl([bq_append("INSERT", {"id": 1, "v": "ok"}, 1)]),
+        "CHANGES": "FLAG,id,v,SEQ\nI,1,ok,1\n",
+        "DBZ": jsonl([{"before": None, "after": {"id": 1, "v": "ok"}, "op": "c",
+                       "source": {"connector": "postgresql", "ts_ms": 1709287200000, "lsn": 1}, "ts_ms": 1}]),
+    }
+    cfg = write_config(workdir, [{"name": n, **t} for n, t in TABLES.items()])
+    landed = {}  # (table, landed file) -> its case
+    for name, text in good.items():
+        ext = "csv" if name == "CHANGES" else "jsonl"
+        files = {f"a-good.{ext}": text}
+        for i, c in enumerate(cases):
+            if c.table == name:
+                file = f"bad-{i:02d}.{c.file.rsplit('.', 1)[1]}"
+                files[file] = "\n".join(c.lines) + "\n"
+                landed[name, f"batch-1/{file}"] = c
+        land(cfg, name, "batch-1", files)
+    home = workdir / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    env = {k: v for k, v in os.environ.items() if k != "CDC_ASSETS_CRASH_AT"}
+    proc = subprocess.run(cli + ["run", "--config", str(workdir / "cdc.yaml")], env={**env, "DAGSTER_HOME": str(home)},
+                          capture_output=True, text=True, errors="replace", timeout=600)
+    printed = proc.stdout + proc.stderr
+
+    reasons = []
+    for name in TABLES:
+        assert {r["id"] for r in target_rows(cfg, name)} == {1}, (name, printed[-3000:])
+        quarantined = delta_rows(cfg, name, "quarantine")
+        expected = [c for c in cases if c.table == name]
+        assert len(quarantined) == len(expected), (name, [r["_cdc_reason"] for r in quarantined])
+        for r in quarantined:
+            case = landed[name, r["_cdc_file"]]
+            assert case.value in r["_cdc_raw"], (case.name, r["_cdc_raw"])  # kept for the user
+            reasons.append(r["_cdc_reason"])
+    assert len(reasons) == len(cases)
+    for reason in reasons:
+        assert MARKER not in reason and all(c.value not in reason for c in cases), reason
+    assert "line 2" in printed or "line 1" in printed  # the log names the bad lines ...
+    assert MARKER not in printed, printed[printed.index(MARKER) - 500:][:1000]  # ... and no value of theirs
+    assert not [c.value for c in cases if c.value in printed]
+    instance = dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
+    events = [e for run in instance.get_runs() for e in instance.all_logs(run.run_id)]
+    assert events
+    for e in events:
+        assert not [c.value for c in cases if c.value in repr(e)], repr(e)[:2000]

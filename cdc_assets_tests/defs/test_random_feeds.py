@@ -26,7 +26,7 @@ without overrunning hypothesis' buffer):
   numbers); bigquery-append (change_sequence_number as an integer or a CSN
   string); bigquery-cdc (_CHANGE_SEQUENCE_NUMBER, 1-4 hex sections, any case);
   changeset CSV and JSON lines (sequence_by an integer column and/or a
-  timestamp column), and changeset JSON lines whose columns are all declared
+  timestamp column, its ISO 8601 spelling one per feed or mixed change by change), and changeset JSON lines whose columns are all declared
   (`columns:`: long, double, string, timestamp), which changes and staging
   store in typed columns, some of their files Parquet (read column by column);
 - the sources of rules 9 to 12 (SOURCE_KINDS), each table drawing `partial_updates: true` (an
@@ -159,7 +159,9 @@ PAYLOAD = ["n", "x", TEXT_COL, REGION, AMT, TS]  # the columns of payload_choice
 # text in JSON but a number to CSV inference); each feed also has a region of its own, which
 # becomes empty when the feed's rows leave it. Not "": a partitioned target gives it back as
 # NULL (Delta Lake stores an empty partition value as null), which the SPEC does not settle yet.
-SHARED_REGIONS = ["eu", "us", "a b/c=d%", "x'y", "back\\slash", "007", "ü", None]
+# Partition values of every kind: plain, Hive's escapes ('/', '=', '%', ' '), non-ASCII, and folder
+# names no file system takes (over 255 bytes, plain ASCII or not).
+SHARED_REGIONS = ["eu", "us", "a b/c=d%", "x'y", "back\\slash", "007", "ü", "r" * 300, "日本/" * 60, None]
 OP_COL = "FLAG"
 SEQ_COL, TS_COL = "SEQ", "CDC_TIMESTAMP"
 DELETED = "_cdc_deleted"  # a soft-delete target's flag, compared as a column of the row
@@ -788,7 +790,8 @@ def changeset_feed(rnd, pools, fid, initial: dict, sequence_by: list[str], flags
     (a row of the op and sequence columns only); `partial`: updates carry only some columns."""
     history = source_history(rnd, pools, fid, pairs=False, initial=initial, truncates="T" in flags,
                              whole_table=whole_table)
-    style = rnd.choice(["space", "iso_t", "iso_z", "offset"])
+    styles = ["space", "iso_t", "iso_z", "offset"]
+    style = rnd.choice(styles + ["mixed"])  # "mixed": each change spells its time its own way
     seq_as_text = not typed and rnd.random() < 0.35  # some writers (BigQuery JSON exports) write INT64 as text
     micros = rnd.randint(0, 10 ** 6) * 10 ** 6
     seq = rnd.choice([rnd.randint(-20, 20), 7, 98, 999])
@@ -809,7 +812,8 @@ def changeset_feed(rnd, pools, fid, initial: dict, sequence_by: list[str], flags
                 seq = rnd.choice([rnd.randint(-20, 20), 8, 98])
             elif i:
                 seq += rnd.choice([1, 2, 9])
-        position = {SEQ_COL: str(seq) if seq_as_text else seq, TS_COL: _ts_text(rnd, style, micros)}
+        spelled = rnd.choice(styles) if style == "mixed" else style
+        position = {SEQ_COL: str(seq) if seq_as_text else seq, TS_COL: _ts_text(rnd, spelled, micros)}
         if op == "T":
             rec = {OP_COL: flags["T"], **position}
             out.append(_change(len(out), (), TRUNCATE, {}, f"{fid}#{len(out)}", rec))

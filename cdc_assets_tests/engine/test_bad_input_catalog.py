@@ -138,9 +138,9 @@ def catalog() -> list[Kind]:
             "key column 'id' is missing")
     between("an unknown change type", "DS", ds,
             lambda i: event(i, lambda e: e["source_metadata"].update(change_type="MERGE")),
-            "unknown change type 'MERGE'")
+            "unknown change type in 'source_metadata.change_type'")
     between("a missing change type", "DS", ds, lambda i: event(i, lambda e: e["source_metadata"].pop("change_type")),
-            "unknown change type None")
+            "change type 'source_metadata.change_type' is missing")
     between("missing source_metadata", "DS", ds, lambda i: event(i, lambda e: _without(e, "source_metadata")),
             "no 'source_metadata'")
     between("a timestamp that does not parse", "DS", ds,
@@ -154,12 +154,12 @@ def catalog() -> list[Kind]:
     between("a binlog position that is not an integer", "DS", ds,
             lambda i: event(i, lambda e: e["source_metadata"].update(log_position="12a")), "is not an integer")
     between("a malformed PostgreSQL LSN", "DS", ds, json.dumps(postgres("INSERT", {"id": 1}, "zz/1")),
-            "'lsn' 'zz/1'")
+            "source position 'lsn': not a hexadecimal number")
     between("a malformed Oracle rs_id", "DS", ds, json.dumps(oracle("INSERT", {"id": 1}, 5, rs_id="nothex")),
             "'rs_id'")
     between("an event without a source position", "DS", ds,
             json.dumps(ds_event("INSERT", {"id": 1}, read_method="db2-cdc")),
-            "no source position for read_method 'db2-cdc'")
+            "no source position in source_metadata")
     # Datastream JSON: a column's type changes in a way that cannot widen
     between("text in a number column", "DS", lambda i: ds(i, amount=5), ds(1, amount="n/a"),
             "column 'amount' holds integer values; this change has text there", '"amount": "n/a"')
@@ -219,14 +219,14 @@ def catalog() -> list[Kind]:
                [("linked-folder", 0, "a link to a folder")])
     # BigQuery CDC, JSON lines
     between("a malformed _CHANGE_SEQUENCE_NUMBER", "BQCDC", cdc, json.dumps(bq_cdc("UPSERT", {"id": 1}, "XYZ")),
-            "'XYZ'")
+            "_CHANGE_SEQUENCE_NUMBER: change sequence number: section 1 is not")
     between("an overlong _CHANGE_SEQUENCE_NUMBER section", "BQCDC", cdc,
             json.dumps(bq_cdc("UPSERT", {"id": 1}, "1" * 17)), "1 to 16 hexadecimal digits")
     between("a _CHANGE_SEQUENCE_NUMBER of five sections", "BQCDC", cdc,
             json.dumps(bq_cdc("UPSERT", {"id": 1}, "1/2/3/4/5")), "1 to 4 '/'-separated sections")
     between("an unknown _CHANGE_TYPE", "BQCDC", cdc, json.dumps(bq_cdc("INSERT", {"id": 1}, "1")),
-            "unknown change type 'INSERT'")
-    between("a missing _CHANGE_TYPE", "BQCDC", cdc, json.dumps({"id": 1, "v": "x"}), "unknown change type None")
+            "unknown change type in '_CHANGE_TYPE'")
+    between("a missing _CHANGE_TYPE", "BQCDC", cdc, json.dumps({"id": 1, "v": "x"}), "change type '_CHANGE_TYPE' is missing")
     # BigQuery CDC, CSV
     between("a CSV row with too many fields", "BQCDC", cdc_csv, "1,x,UPSERT,1,surplus",
             "5 fields where the header has 4", "surplus", ext="csv", header=CDC_CSV_HEADER)
@@ -259,11 +259,12 @@ def catalog() -> list[Kind]:
     between("a row without datastream_metadata", "BQAPPEND", append, json.dumps({"id": 1, "v": "x"}),
             "no 'datastream_metadata'")
     between("a change_sequence_number that is not a number", "BQAPPEND", append,
-            json.dumps(bq_append("INSERT", {"id": 1}, "not-a-number")), "'not-a-number'")
+            json.dumps(bq_append("INSERT", {"id": 1}, "not-a-number")),
+            "datastream_metadata.change_sequence_number: change sequence number")
     whole_file("an unreadable Parquet file", "BQAPPEND", append, "bad.parquet", b"PAR1 this is not parquet PAR1",
                [("bad.parquet", 0, "not a readable Parquet file")])
     # Change sets (CSV)
-    between("an unknown flag", "CHANGES", changeset_csv, "X,1,x,1", "unknown change type 'X'", "X,1,x,1",
+    between("an unknown flag", "CHANGES", changeset_csv, "X,1,x,1", "unknown change type in op column 'FLAG'", "X,1,x,1",
             ext="csv", header=CHANGESET_HEADER)
     i = 1000 * (len(kinds) + 1)
     kinds.append(Kind("a change set without its op column", "CHANGES",
