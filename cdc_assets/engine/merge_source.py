@@ -25,7 +25,7 @@ from .ingest import column_types
 from .records import read_committed_records, read_records
 from .stage import latest_of_batch
 from .table_layout import BASE, STAGING, TOMBSTONE_FIELDS, TOMBSTONES, path
-from .target_typing import as_target_rows, existing_columns, flagged_columns, target_schema
+from .target_typing import as_target_rows, existing_columns, flagged_columns, known_columns, target_schema
 
 _PRUNABLE = (INT, LONG, DOUBLE, STRING, DATE)
 
@@ -79,7 +79,7 @@ def merge_source(table_dir: str, table: TableConfig, dt_: DeltaTable, applied: i
 
 
 def _columns(dt_: DeltaTable | None, images: list[dict], table_dir: str, table: TableConfig) -> dict[str, str]:
-    return shape.target_columns(existing_columns(dt_), images, table.keys, table.partition_by,
+    return shape.target_columns(known_columns(dt_), images, table.keys, table.partition_by,
                                 history_types=column_types(table_dir, marked=False))
 
 
