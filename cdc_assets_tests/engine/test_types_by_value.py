@@ -3,8 +3,8 @@ types; Keys): an inferred integer column holding an integer a double cannot hold
 becomes a double, and a double column refuses such an integer; a key column that widens to text
 keeps one row per key value; a batch of only deletes types no column; a column widened to text by
 inference is said in the run's summary and the batch's check, and `widen_to_text: false`
-quarantines the value instead. All on the in-process path (small batches, no Spark); the Spark
-ingest admits types with the same rules (core/schema.admit)."""
+quarantines the value instead. Batches are taken in this process, and (`taking`) by Spark's
+tasks too, which admit types by the same rules."""
 from __future__ import annotations
 
 import os
@@ -15,7 +15,7 @@ from deltalake import DeltaTable
 
 from cdc_assets.core.values import key_text
 from cdc_assets.engine import checks
-from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.config import settings_of, write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import mysql
 from cdc_assets_tests.support.runs import MARKS
@@ -26,6 +26,15 @@ pytestmark = MARKS
 
 CHANGESET = {"op_column": "op", "inserts": ["I"], "updates": ["U"], "deletes": ["D"], "sequence_by": ["seq"]}
 BEYOND = 2**53 + 1  # 9007199254740993: the first integer no double holds
+
+
+@pytest.fixture(params=["in process", "on spark"])
+def taking(request, monkeypatch, spark_when_needed):
+    """The test's batches taken in this process, or by Spark's tasks however small they are."""
+    from cdc_assets.engine import spark_ingest
+
+    settings_of(monkeypatch, spark_ingest, local_parse_bytes=0 if request.param == "on spark" else 10**9)
+    return spark_when_needed
 
 
 def changeset(workdir, name: str, **more):
@@ -54,12 +63,12 @@ def by_id(cfg, table: str) -> dict:
 
 # ---- an integer column meeting a fraction beyond 2^53 --------------------------------------------
 
-def test_a_fraction_never_rounds_the_integers_a_column_holds(workdir, spark_when_needed):
+def test_a_fraction_never_rounds_the_integers_a_column_holds(workdir, taking):
     cfg = changeset(workdir, "WIDE")
-    land_and_apply(spark_when_needed, cfg, "WIDE", 1, {"c.jsonl": jsonl([{"op": "I", "ID": 1, "seq": 1, "V": BEYOND}])})
-    land_and_apply(spark_when_needed, cfg, "WIDE", 2, {"c.jsonl": jsonl([
+    land_and_apply(taking, cfg, "WIDE", 1, {"c.jsonl": jsonl([{"op": "I", "ID": 1, "seq": 1, "V": BEYOND}])})
+    land_and_apply(taking, cfg, "WIDE", 2, {"c.jsonl": jsonl([
         {"op": "I", "ID": 2, "seq": 2, "V": 1.5}, {"op": "I", "ID": 4, "seq": 2, "V": 7}])})
-    land_and_apply(spark_when_needed, cfg, "WIDE", 3, {"c.jsonl": jsonl([{"op": "I", "ID": 3, "seq": 3, "V": BEYOND + 2}])})
+    land_and_apply(taking, cfg, "WIDE", 3, {"c.jsonl": jsonl([{"op": "I", "ID": 3, "seq": 3, "V": BEYOND + 2}])})
     rows = by_id(cfg, "WIDE")
     # key 1, untouched since, keeps its value exactly; so does the later integer
     assert {k: r["V"] for k, r in rows.items()} == {1: BEYOND, 3: BEYOND + 2, 4: 7}
@@ -71,11 +80,11 @@ def test_a_fraction_never_rounds_the_integers_a_column_holds(workdir, spark_when
     assert "2^53" in q["_cdc_reason"]
 
 
-def test_a_double_column_refuses_an_integer_it_cannot_hold(workdir, spark_when_needed):
+def test_a_double_column_refuses_an_integer_it_cannot_hold(workdir, taking):
     cfg = changeset(workdir, "FRAC")
-    land_and_apply(spark_when_needed, cfg, "FRAC", 1, {"c.jsonl": jsonl([
+    land_and_apply(taking, cfg, "FRAC", 1, {"c.jsonl": jsonl([
         {"op": "I", "ID": 1, "seq": 1, "V": 3}, {"op": "I", "ID": 2, "seq": 1, "V": 1.5}])})
-    land_and_apply(spark_when_needed, cfg, "FRAC", 2, {"c.jsonl": jsonl([
+    land_and_apply(taking, cfg, "FRAC", 2, {"c.jsonl": jsonl([
         {"op": "I", "ID": 3, "seq": 2, "V": BEYOND}, {"op": "I", "ID": 4, "seq": 2, "V": 2**53}])})
     rows = by_id(cfg, "FRAC")
     # a column of small integers still widens to double; 2^53 is a double, 2^53 + 1 is not
@@ -87,12 +96,12 @@ def test_a_double_column_refuses_an_integer_it_cannot_hold(workdir, spark_when_n
 
 # ---- a key column widened from number to text --------------------------------------------------
 
-def test_one_key_value_is_one_row_whatever_its_spelling_history(workdir, spark_when_needed):
+def test_one_key_value_is_one_row_whatever_its_spelling_history(workdir, taking):
     cfg = changeset(workdir, "SPELL")
-    land_and_apply(spark_when_needed, cfg, "SPELL", 1, {"c.jsonl": jsonl([{"op": "I", "ID": 1, "seq": 1, "v": "a"}])})
-    land_and_apply(spark_when_needed, cfg, "SPELL", 2, {"c.jsonl": jsonl([
+    land_and_apply(taking, cfg, "SPELL", 1, {"c.jsonl": jsonl([{"op": "I", "ID": 1, "seq": 1, "v": "a"}])})
+    land_and_apply(taking, cfg, "SPELL", 2, {"c.jsonl": jsonl([
         {"op": "U", "ID": "1", "seq": 2, "v": "b"}, {"op": "I", "ID": 1.0, "seq": 3, "v": "c"}])})
-    land_and_apply(spark_when_needed, cfg, "SPELL", 3, {"c.jsonl": jsonl([{"op": "U", "ID": "1.0", "seq": 4, "v": "d"}])})
+    land_and_apply(taking, cfg, "SPELL", 3, {"c.jsonl": jsonl([{"op": "U", "ID": "1.0", "seq": 4, "v": "d"}])})
     rows = target_rows(cfg, "SPELL", source_only=False)
     ids = sorted(r["ID"] for r in rows)
     assert ids == sorted(set(ids)), rows  # one row per key value
@@ -101,12 +110,12 @@ def test_one_key_value_is_one_row_whatever_its_spelling_history(workdir, spark_w
     assert checks.key_uniqueness(cfg, cfg.table("SPELL")).duplicate_keys == 0
 
 
-def test_a_key_column_of_fractions_never_becomes_text(workdir, spark_when_needed):
+def test_a_key_column_of_fractions_never_becomes_text(workdir, taking):
     """Numbers that are one key (1 and 1.0 in a double column) would be two as text."""
     cfg = changeset(workdir, "DKEY")
-    land_and_apply(spark_when_needed, cfg, "DKEY", 1, {"c.jsonl": jsonl([
+    land_and_apply(taking, cfg, "DKEY", 1, {"c.jsonl": jsonl([
         {"op": "I", "ID": 1.0, "seq": 1, "v": "a"}, {"op": "I", "ID": 2.5, "seq": 1, "v": "b"}])})
-    land_and_apply(spark_when_needed, cfg, "DKEY", 2, {"c.jsonl": jsonl([
+    land_and_apply(taking, cfg, "DKEY", 2, {"c.jsonl": jsonl([
         {"op": "U", "ID": "1.0", "seq": 2, "v": "c"}, {"op": "U", "ID": 1, "seq": 3, "v": "d"}])})
     rows = by_id(cfg, "DKEY")
     assert {k: r["v"] for k, r in rows.items()} == {1.0: "d", 2.5: "b"}
@@ -161,16 +170,16 @@ def test_a_first_batch_of_only_deletes_types_no_column(workdir, spark_when_neede
 
 # ---- a column widened to text by inference -------------------------------------------------------
 
-def test_a_column_widened_to_text_is_said_and_widen_to_text_false_quarantines(workdir, spark_when_needed):
+def test_a_column_widened_to_text_is_said_and_widen_to_text_false_quarantines(workdir, taking):
     csv1, csv2 = "op,ID,seq,PRICE\nI,1,1,21.50\n", "op,ID,seq,PRICE\nI,2,2,oops\nI,3,2,4.25\n"
     cfg = write_config(workdir, [
         {"name": "SAID", "keys": ["ID"], "format": "changeset", "options": CHANGESET},
         {"name": "KEPT", "keys": ["ID"], "format": "changeset", "options": CHANGESET, "widen_to_text": False}])
     for name in ("SAID", "KEPT"):
-        land_and_apply(spark_when_needed, cfg, name, 1, {"c.csv": csv1})
+        land_and_apply(taking, cfg, name, 1, {"c.csv": csv1})
         land(cfg, name, "b2", {"c.csv": csv2})
-        taken = take(spark_when_needed, cfg, name)
-        take_and_apply(spark_when_needed, cfg, name)
+        taken = take(taking, cfg, name)
+        take_and_apply(taking, cfg, name)
         if name == "SAID":
             # allowed (SPEC), and said: in the batch's figures and in its check's metadata
             assert taken.widened_to_text == ("PRICE",)
@@ -184,3 +193,19 @@ def test_a_column_widened_to_text_is_said_and_widen_to_text_false_quarantines(wo
             (q,) = quarantined(cfg, name)
             assert q["_cdc_line"] == 2 and "'PRICE'" in q["_cdc_reason"] and "widen_to_text" in q["_cdc_reason"]
             assert "oops" not in q["_cdc_reason"]
+
+
+def test_the_run_summary_line_says_a_column_widened_to_text(workdir):
+    from cdc_assets.defs.run_loop import summary_line
+    from cdc_assets_tests.support.runs import run_table
+
+    cfg = changeset(workdir, "PRICES")
+    land(cfg, "PRICES", "b1", {"c.csv": "op,ID,seq,PRICE\nI,1,1,21.50\n"})
+    first = summary_line(run_table(cfg, "PRICES"))
+    assert "widened to text" not in first
+    land(cfg, "PRICES", "b2", {"c.csv": "op,ID,seq,PRICE\nI,2,2,oops\n"})
+    outcome = run_table(cfg, "PRICES")
+    assert outcome.ok
+    line = summary_line(outcome)
+    assert "warning: inferred column(s) 'PRICE' widened to text" in line and "widen_to_text: false" in line
+    assert "oops" not in line
