@@ -7,6 +7,7 @@ quarantines the value instead. Batches are taken in this process, and (`taking`)
 tasks too, which admit types by the same rules."""
 from __future__ import annotations
 
+import json
 import os
 
 import pyarrow as pa
@@ -168,6 +169,20 @@ def test_a_first_batch_of_only_deletes_types_no_column(workdir, spark_when_neede
     assert rows == by_id(inserts_first, "INS1") and {k: r["v"] for k, r in rows.items()} == {1: "a"}
 
 
+def test_a_deletes_image_neither_types_a_column_nor_has_to_fit_one(workdir, spark_when_needed):
+    """A delete's before-image may hold values of other kinds (a fraction in an integer column, text
+    for an integer key): the delete removes its key's row, and the table goes on."""
+    cfg = changeset(workdir, "GONE")
+    land_and_apply(spark_when_needed, cfg, "GONE", 1, {"c.jsonl": jsonl([
+        {"op": "I", "ID": 1, "seq": 1, "V": 1}, {"op": "I", "ID": 2, "seq": 1, "V": 2}])})
+    land_and_apply(spark_when_needed, cfg, "GONE", 2, {"c.jsonl": jsonl([
+        {"op": "D", "ID": 1, "seq": 2, "V": 1.5}, {"op": "D", "ID": "a", "seq": 2, "V": "x"}])})
+    assert {k: r["V"] for k, r in by_id(cfg, "GONE").items()} == {2: 2}
+    assert pa.types.is_integer(target_types(cfg, "GONE")["V"]) and quarantined(cfg, "GONE") == []
+    land_and_apply(spark_when_needed, cfg, "GONE", 3, {"c.jsonl": jsonl([{"op": "I", "ID": 3, "seq": 3, "V": 3}])})
+    assert {k: r["V"] for k, r in by_id(cfg, "GONE").items()} == {2: 2, 3: 3}
+
+
 # ---- a column widened to text by inference -------------------------------------------------------
 
 def test_a_column_widened_to_text_is_said_and_widen_to_text_false_quarantines(workdir, taking):
@@ -209,3 +224,76 @@ def test_the_run_summary_line_says_a_column_widened_to_text(workdir):
     line = summary_line(outcome)
     assert "warning: inferred column(s) 'PRICE' widened to text" in line and "widen_to_text: false" in line
     assert "oops" not in line
+
+
+# ---- a property over type changes across batches -------------------------------------------------
+
+KEYS = [1, 2, "1", "2", 1.0, 2.5, "1.0", "a", BEYOND, 2**53]
+VALUES = [None, 1, -3, 1.5, 0.1, "x", "13", "", BEYOND, BEYOND + 2, 2**53, True]
+
+
+def _exactly(landed, stored) -> bool:
+    """Whether the target holds the landed value itself: the same number (no rounding), the same
+    text, or the number's own text in a text column."""
+    from decimal import Decimal
+
+    from cdc_assets.core.values import STRING, convert
+
+    if landed is None or stored is None:
+        return landed is stored
+    if isinstance(stored, str):
+        return stored == convert(landed, STRING)
+    if isinstance(stored, bool) or isinstance(landed, bool):
+        return stored is landed
+    if isinstance(landed, str):
+        return False
+    return Decimal(repr(landed) if isinstance(landed, float) else landed) == \
+        Decimal(repr(stored) if isinstance(stored, float) else stored)
+
+
+def test_type_changes_across_batches_never_change_a_value_nor_split_a_key(tmp_path_factory):
+    """Feeds whose key and non-key columns change kind across batches (numbers, text, number-like
+    text, integers past 2^53, first batches of only deletes): after each batch every target row
+    holds its winning change's values exactly, its `_cdc_key` is its key value's, one row per key
+    value, and a quarantined change names its column."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    change = st.tuples(st.sampled_from("IUD"), st.sampled_from(KEYS), st.sampled_from(VALUES))
+    examples = int(os.environ.get("TYPE_FEEDS_EXAMPLES", "12"))
+
+    @settings(max_examples=examples, deadline=None, database=None, print_blob=True,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(batches=st.lists(st.lists(change, min_size=1, max_size=4), min_size=1, max_size=3),
+           csv=st.booleans())
+    def check(batches, csv):
+        root = tmp_path_factory.mktemp("feed")
+        (root / "landing").mkdir()
+        cfg = changeset(root, "FEED")
+        landed, seq = {}, 0
+        for n, batch in enumerate(batches, start=1):
+            records = []
+            for op, key, value in batch:
+                seq += 1
+                records.append({"op": op, "ID": key, "seq": seq, "V": value})
+                landed[seq] = (key, value)
+            if csv:  # CSV carries text: a number is its spelling, True is `True`, "" and None are null
+                def text(v):
+                    return "" if v is None else v if isinstance(v, str) else json.dumps(v)
+                body = "op,ID,seq,V\n" + "".join(f"{r['op']},{text(r['ID'])},{r['seq']},{text(r['V'])}\n"
+                                                  for r in records if text(r["ID"]) not in ("", "a"))
+                land(cfg, "FEED", f"b{n}", {"c.csv": body})
+            else:
+                land(cfg, "FEED", f"b{n}", {"c.jsonl": jsonl(records)})
+            take_and_apply(lambda: pytest.fail("a batch this small is taken in this process"), cfg, "FEED")
+            rows = target_rows(cfg, "FEED", source_only=False)
+            ids = [key_text([r["ID"]]) for r in rows]
+            assert len(set(ids)) == len(ids), rows
+            assert [r["_cdc_key"] for r in rows] == ids
+            if not csv:  # CSV values are text first: their check is that no key splits
+                for r in rows:
+                    key, value = landed[r["seq"]]
+                    assert _exactly(key, r["ID"]) and _exactly(value, r.get("V")), (r, key, value)
+            for q in quarantined(cfg, "FEED"):
+                assert "'ID'" in q["_cdc_reason"] or "'V'" in q["_cdc_reason"], q["_cdc_reason"]
+    check()
