@@ -55,13 +55,21 @@ def known_columns(dt_: DeltaTable | None) -> dict[str, str]:
     columns, and no row) has the type `null`, so that its first value decides it, as in a table
     whose first batch held that value."""
     columns = existing_columns(dt_)
-    if dt_ is None:
-        return columns
-    actions = pa.table(dt_.get_add_actions(flatten=True))
-    valueless = set(columns) if not actions.num_rows or not pc.sum(actions["num_records"]).as_py() else {
-        c for c in columns if f"null_count.{c}" in actions.column_names and
-        pc.all(pc.fill_null(pc.equal(actions[f"null_count.{c}"], actions["num_records"]), False)).as_py()}
+    valueless = valueless_columns(dt_)
     return {c: NULL if c in valueless and c not in shape.META_COLUMNS else t for c, t in columns.items()}
+
+
+def valueless_columns(dt_: DeltaTable | None) -> set[str]:
+    """The columns of a Delta table that hold no value (every row null, or no row), by the files'
+    statistics (a file without them is taken to hold values)."""
+    if dt_ is None:
+        return set()
+    columns = existing_columns(dt_)
+    actions = pa.table(dt_.get_add_actions(flatten=True))
+    if not actions.num_rows or not pc.sum(actions["num_records"]).as_py():
+        return set(columns)
+    return {c for c in columns if f"null_count.{c}" in actions.column_names and
+            pc.all(pc.fill_null(pc.equal(actions[f"null_count.{c}"], actions["num_records"]), False)).as_py()}
 
 
 def target_schema(columns: dict[str, str], meta=shape.META_COLUMNS) -> pa.Schema:
