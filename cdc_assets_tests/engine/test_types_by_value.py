@@ -142,6 +142,19 @@ def test_keys_unique_counts_two_rows_holding_one_key_value(workdir, spark_when_n
     assert checks.key_uniqueness(cfg, cfg.table("TWICE")).duplicate_keys == 1
 
 
+def test_keys_unique_counted_by_spark_counts_two_rows_holding_one_key_value(workdir, spark, monkeypatch):
+    """As above, after a whole build of more rows than this process counts: Spark counts them."""
+    from cdc_assets.engine import key_spans
+
+    cfg = changeset(workdir, "TWICE")
+    land_and_apply(spark, cfg, "TWICE", 1, {"c.jsonl": jsonl([
+        {"op": "I", "ID": "a", "seq": 1}, {"op": "I", "ID": "b", "seq": 1}])})
+    DeltaTable(os.path.join(cfg.table_dir("TWICE"), "target")).update(updates={'"ID"': "'a'"}, predicate="\"ID\" = 'b'")
+    settings_of(monkeypatch, checks, local_build_rows=0)
+    settings_of(monkeypatch, key_spans, local_build_rows=0)
+    assert checks.key_uniqueness(cfg, cfg.table("TWICE"), spark=lambda: spark).duplicate_keys == 1
+
+
 # ---- a first batch of only deletes ---------------------------------------------------------------
 
 @pytest.mark.parametrize("fmt", ["changeset", "datastream-json"])
