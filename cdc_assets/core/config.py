@@ -77,6 +77,8 @@ class TableConfig:
     # source column name -> target column name, for names a target cannot hold (core/names.py);
     # keys, partition_by, columns and zorder_by name target columns
     rename: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    # `widen_to_text: false`: a value that would widen an inferred column to text is quarantined instead
+    widen_to_text: bool = True
 
     @property
     def reads_bigquery(self) -> bool:
@@ -376,6 +378,9 @@ def _table(t: object, i: int, where: str, base_dir: str) -> TableConfig:
     if deletes == "soft" and insert_only:
         raise ConfigError(f"{here}: field 'deletes': an insert_only table has no deletes to keep")
     maintenance = _maintenance(t.get("maintenance"), here, rename)
+    widen_to_text = t.get("widen_to_text", True)
+    if not isinstance(widen_to_text, bool):
+        raise ConfigError(f"{here}: field 'widen_to_text' must be true or false, not {widen_to_text!r}")
     if partial_updates and maintenance.trim_staging_after is not None:
         # a late change is combined column by column with every staged change of its key
         raise ConfigError(f"{here}: field 'partial_updates' needs every staged change kept: remove "
@@ -393,7 +398,7 @@ def _table(t: object, i: int, where: str, base_dir: str) -> TableConfig:
         quarantine_limit=_quarantine_limit(t.get("quarantine_limit", DEFAULT_QUARANTINE_LIMIT), here),
         history_track_except=track_except, soft_deletes=deletes == "soft",
         schedule=_cron(t.get("schedule"), f"{here}: field 'schedule'"),
-        rename=rename,
+        rename=rename, widen_to_text=widen_to_text,
         base_snapshot=_path(base, base_dir, f"{here}: field 'base_snapshot'") if base is not None else None,
         reconcile_with=_path(reconcile, base_dir, f"{here}: field 'reconcile_with'") if reconcile is not None else None,
     )

@@ -111,6 +111,10 @@ KEYS: tuple[Key, ...] = (
     Key("tables[].partial_updates", "`true` or `false`", "`false`",
         "An update carries only what changed: a null or absent column keeps the key's value (the latest non-null "
         "one by ordering key since the key's last delete or truncate, whatever the arrival order)."),
+    Key("tables[].widen_to_text", "`true` or `false`", "`true`",
+        "Whether a value that is not a number (or not a boolean) widens an inferred column to text (said in the "
+        "run's summary line and the batch's `batch_accounted` check); `false`: that change goes to quarantine, "
+        "naming the column, and the column keeps its type. Declared columns always keep theirs."),
     Key("tables[].history", "`true`, `false` or a mapping", "`false`",
         "A `history` table keeps every version of each key (SCD type 2)."),
     Key("tables[].history.track_except", NAMES, "none (every change opens a version)",

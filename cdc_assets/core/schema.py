@@ -10,9 +10,16 @@ Each column's type is recorded in a ledger with how it was set:
   column into text would change it for every reader, so that change goes to quarantine.
 - `~t` soft: seen only in CSV, whose types are a guess; CSV text still widens it to text,
   and the first typed value sets it.
+An inferred or soft integer column that holds an integer a double cannot hold exactly (past
+2^53) is marked `=` before its mark (`=long`, `=~long`): it never becomes a double, which would
+round that integer; and a double column takes no such integer.
+A key column keeps one row per key value (`Rules.keys`): it widens to text only from integers,
+whose key is their text; a double or decimal key column never becomes text (1 and 1.0, one key
+as numbers, would be two as text).
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from . import names
@@ -25,6 +32,7 @@ from .values import (
     STRING,
     Row,
     Value,
+    canonical_text,
     decimal_parts,
     exact_type,
     infer_text,
@@ -36,6 +44,18 @@ from .values import fits as value_fits
 
 NUMBERS = {INT, LONG, DOUBLE}
 SOFT, STRICT = "~", "!"
+EXACT_ONLY = "="  # an integer column holding an integer a double cannot hold: it never becomes a double
+
+
+@dataclasses.dataclass(frozen=True)
+class Rules:
+    """What a table says about its column types beyond their values: its key columns, and
+    whether an inferred column may widen to text (`widen_to_text`; else the value is quarantined)."""
+    keys: tuple[str, ...] = ()
+    to_text: bool = True
+
+
+ANY = Rules()
 
 
 def is_text_source(file_name: str) -> bool:
@@ -46,9 +66,25 @@ def is_text_source(file_name: str) -> bool:
 
 def split(ledger_type: str) -> tuple[str, str]:
     """('!', 'decimal(12,2)') from '!decimal(12,2)'; the mark is '' for inferred types."""
+    ledger_type = ledger_type.removeprefix(EXACT_ONLY)
     if ledger_type[:1] in (SOFT, STRICT):
         return ledger_type[0], ledger_type[1:]
     return "", ledger_type
+
+
+def exact_only(ledger_type: str) -> bool:
+    """Whether the column holds an integer a double cannot hold exactly (it never becomes a double)."""
+    return ledger_type.startswith(EXACT_ONLY)
+
+
+def beyond_double(value: Value) -> bool:
+    """An integer no double holds exactly (2^53 + 1 and the like)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return False
+    try:
+        return int(float(value)) != value
+    except OverflowError:
+        return True
 
 
 def plain(ledger: dict[str, str]) -> dict[str, str]:
@@ -126,9 +162,10 @@ def _inferred_to_strict(have: str, typed: str, value: Value) -> str | None:
 
 
 def admit(types: dict[str, str], row: Mapping[str, Value], text_source: bool,
-          row_types: Mapping[str, str] | None = None) -> str | None:
+          row_types: Mapping[str, str] | None = None, rules: Rules = ANY) -> str | None:
     """Widen `types` with the row's values and return None, or return why the row cannot fit
-    (and leave `types` as it was). `row_types`: the types the file or `columns:` gives."""
+    (and leave `types` as it was). `row_types`: the types the file or `columns:` gives;
+    `rules`: the table's key columns and whether inference may widen a column to text."""
     seen: dict[str, str] = {}
     row_types = row_types or {}
     for col, value in row.items():
@@ -142,6 +179,8 @@ def admit(types: dict[str, str], row: Mapping[str, Value], text_source: bool,
         if value is None:
             continue
         mark, have = split(types.get(col, SOFT + NULL))
+        if not rules.to_text and not typed and mark != STRICT:
+            t = _as_number(col, have, value, rules) or t
         if mark == STRICT:
             new = _strict_column(have, value, typed)
             if new is None:
@@ -158,7 +197,53 @@ def admit(types: dict[str, str], row: Mapping[str, Value], text_source: bool,
             if not fits(have, value, text_source):
                 return _misfit(col, have, t)
             seen[col] = join_types(have, t)
+        before = types.get(col, SOFT + NULL)
+        why = _refused(col, before, seen[col], value, rules)
+        if why is not None:
+            return why
+        if (exact_only(before) or beyond_double(value)) and split(seen[col])[1] in (INT, LONG) \
+                and split(seen[col])[0] != STRICT:
+            seen[col] = EXACT_ONLY + seen[col]
     types.update(seen)
+    return None
+
+
+def _as_number(col: str, have: str, value: Value, rules: Rules) -> str | None:
+    """With `widen_to_text: false`, the type of a number spelled as text (CSV, where a column
+    holding any text in a file is text there) that a number column takes as the number: a
+    column kept numeric holds it as one. A key's text must be the number's own spelling (`1`,
+    not `1.0`), so that its key is the same either way."""
+    if not isinstance(value, str) or not _numeric(have):
+        return None
+    number = infer_text(value.strip())
+    if isinstance(number, str) or number is None:
+        return None
+    if col in rules.keys and canonical_text(number) != value:
+        return None
+    return value_type(number)
+
+
+def _refused(col: str, before: str, after: str, value: Value, rules: Rules) -> str | None:
+    """Why a widening the values allow would change a stored value or a key, or is one the table
+    refuses (`widen_to_text: false`); None when it may be done."""
+    have = split(before)[1]
+    new_mark, new = split(after)
+    if new == DOUBLE and exact_only(before):
+        return (f"column {col!r} holds an integer a double cannot hold exactly (past 2^53); this change has a "
+                f"fraction there, and as a double the column would round that integer: declare the column's "
+                f"type in `columns:` (a decimal(p,s) holds both)")
+    if new == DOUBLE and beyond_double(value):
+        return (f"column {col!r} holds {_name(DOUBLE)} values (double); this change has an integer a double cannot "
+                f"hold exactly (past 2^53) there: declare the column's type in `columns:` (a decimal(p,s) holds both)")
+    if new != STRING or have in (NULL, STRING) or new_mark == STRICT:
+        return None
+    if col in rules.keys and have not in (INT, LONG, BOOLEAN):
+        return (f"key column {col!r} holds {_name(have)} values; this change has text there, and as text numbers "
+                f"that are one key (1 and 1.0) would be two: the column keeps its type (declare the key's type "
+                f"in `columns:`)")
+    if not rules.to_text:
+        return (f"column {col!r} holds {_name(have)} values; this change has text there, and the table's "
+                f"`widen_to_text: false` keeps the column's type")
     return None
 
 
@@ -180,6 +265,8 @@ def admit_columns(types: dict[str, str], rows: list[Row], row_types: Mapping[str
         mark, have = split(types.get(col, SOFT + NULL))
         if mark == STRICT and widen(have, typed) is None:
             return False  # whether a value converts to the column's own type depends on the value
+        if mark != STRICT and have == DOUBLE and typed in (INT, LONG):
+            return False  # whether an integer is a double depends on the value (2^53 + 1 is none)
     return admit(types, sample, False, row_types) is None
 
 
@@ -187,18 +274,33 @@ def _misfit(col: str, have: str, got: str) -> str:
     return f"column {col!r} holds {_name(have)} values; this change has {_name(got)} there, which cannot widen to it"
 
 
+def widened_to_text(before: dict[str, str], after: dict[str, str]) -> tuple[str, ...]:
+    """The columns inference widened to text between two ledgers (a declaration or a file's type
+    is no inference; a column's first values are no widening)."""
+    out = []
+    for col, t in after.items():
+        mark, new = split(t)
+        old = split(before.get(col, SOFT + NULL))[1]
+        if new == STRING and mark != STRICT and old not in (NULL, STRING):
+            out.append(col)
+    return tuple(out)
+
+
 def joined(*ledgers: dict[str, str]) -> dict[str, str]:
     """Several ledgers as one: strict wherever any of them is strict, soft only where all are."""
     out: dict[str, str] = {}
     for ledger in ledgers:
         for col, t in ledger.items():
-            m1, a = split(out.get(col, SOFT + NULL))
+            ledger_was = out.get(col, SOFT + NULL)
+            m1, a = split(ledger_was)
             m2, b = split(t)
             if STRICT in (m1, m2):
                 joined_type = widen(a, b) or (a if m1 == STRICT else b)
                 out[col] = STRICT + joined_type
             else:
                 out[col] = (SOFT if m1 == m2 == SOFT else "") + join_types(a, b)
+            if (exact_only(t) or exact_only(ledger_was)) and split(out[col])[1] in (INT, LONG):
+                out[col] = EXACT_ONLY + out[col]
     return out
 
 

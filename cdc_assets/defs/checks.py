@@ -75,8 +75,9 @@ def quarantine_failure(batch_id: str, figures: checks.BatchQuarantine) -> str:
 
 def target_check_specs(table: TableConfig, target: dg.AssetKey) -> list[dg.AssetCheckSpec]:
     specs = [dg.AssetCheckSpec(KEYS_UNIQUE, asset=target, blocking=True,
-                               description="Each key the last apply touched is in the target once (every key after "
-                                           "a whole build); blocking: downstream waits on it.")]
+                               description="Each key the last apply touched is in the target once, by its `_cdc_key` "
+                                           "and by its key columns' values (every key after a whole build); "
+                                           "blocking: downstream waits on it.")]
     if table.reconcile_with:
         specs.append(dg.AssetCheckSpec(RECONCILES_WITH_SOURCE, asset=target,
                                        description=f"Row counts and a row-by-row comparison with {table.reconcile_with}."))

@@ -36,7 +36,14 @@ from .staged_history import SparkHistory
 from .step_results import ApplyResult
 from .table_layout import BASE, STAGING, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
 from .target_build import build, widen
-from .target_typing import ROWS_PER_FILE, as_target_types, existing_columns, flagged_columns, target_frame
+from .target_typing import (
+    ROWS_PER_FILE,
+    as_target_types,
+    existing_columns,
+    flagged_columns,
+    known_columns,
+    target_frame,
+)
 from .truncate import STEP_COLUMNS, truncate_merge
 
 
@@ -215,7 +222,7 @@ def _apply_feed_on_spark(spark, cfg: Config, table: TableConfig, dt_: DeltaTable
 
     table_dir = cfg.table_dir(table.name)
     target_path = path(table_dir, TARGET)
-    columns = flagged_columns(shape.target_columns(existing_columns(dt_), [], table.keys, table.partition_by,
+    columns = flagged_columns(shape.target_columns(known_columns(dt_), [], table.keys, table.partition_by,
                                                    history_types=column_types(table_dir, marked=False)), table)
     if any(existing_columns(dt_).get(c, t) != t for c, t in columns.items()):
         # A column widened: as in this process, the target is rewritten once with the wider type first.
@@ -264,7 +271,7 @@ def _apply_on_spark(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, app
     """A large incremental apply, computed and written by Spark executors (engine/spark_apply.py)."""
     table_dir = cfg.table_dir(table.name)
     target_path = path(table_dir, TARGET)
-    columns = flagged_columns(shape.target_columns(existing_columns(dt_), [], table.keys, table.partition_by,
+    columns = flagged_columns(shape.target_columns(known_columns(dt_), [], table.keys, table.partition_by,
                                                    history_types=column_types(table_dir, marked=False)), table)
     if existing_columns(dt_) != columns | {m: STRING for m in shape.META_COLUMNS}:
         # A column is new or wider: the target is rewritten once with it, as of the batch it

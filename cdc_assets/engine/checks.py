@@ -2,21 +2,23 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..core import reconcile
+from ..core import names, reconcile
 from ..core.config import Config, ConfigError, TableConfig
 from ..core.figures import Figures
 from ..core.formats import parse_snapshot
 from ..core.ordering import origin
-from ..core.target import DELETED
+from ..core.target import DELETED, arrow_type
 from . import delta, key_spans, postgres_reconcile, replay, spark_apply, spark_files, storage
 from .settings import settings
 from .table_layout import CHANGES, CHANGES_TRIM, QUARANTINE, REPLAYS, STAGING, STAGING_TRIM, TARGET, path
+from .target_typing import existing_columns, spark_columns
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,8 +56,8 @@ def key_uniqueness(cfg: Config, table: TableConfig, spark=None) -> KeyUniqueness
         if key_spans.keys_unique_by_order(dt, table.keys, spark):  # files in key order: nothing to count
             return KeyUniqueness(rows=rows, keys_checked=rows, duplicate_keys=0)
         if spark is None or rows <= settings().local_build_rows:  # small enough to count in this process
-            return _all_keys_unique_here(dt, rows)
-        return _all_keys_unique(spark(), dt)
+            return _all_keys_unique_here(dt, rows, table.keys)
+        return _all_keys_unique(spark(), dt, table.keys)
     touched = delta.select(path(table_dir, STAGING), (("_cdc_key", "string"),),
                            f"_cdc_batch_seq >= {int(commit['from_batch'])} AND _cdc_batch_seq <= {int(commit['batch_seq'])}")
     keys = sorted(set(touched["_cdc_key"].to_pylist())) if touched is not None else []
@@ -63,10 +65,12 @@ def key_uniqueness(cfg: Config, table: TableConfig, spark=None) -> KeyUniqueness
         return KeyUniqueness(keys_checked=0, duplicate_keys=0)
     # the keys' own range, for this query only: it lets delta-rs skip target files by statistics
     span = f"_cdc_key >= {delta.sql_text(keys[0])} AND _cdc_key <= {delta.sql_text(keys[-1])}"
-    found = delta.rows_with_keys(dt, KEY_AND_ORDER, keys, also=span)
+    found = delta.rows_with_keys(dt, _with_key_columns(dt, table.keys), keys, also=span)
     counts = found.group_by("_cdc_key").aggregate([("_cdc_key", "count")])
     dupes = counts.filter(pc.greater(counts["_cdc_key_count"], 1))["_cdc_key"]
-    return KeyUniqueness(keys_checked=len(keys), duplicate_keys=len(dupes), sample_duplicates=_origins(found, dupes))
+    values, shared = _key_values_shared(dt, table.keys, found)
+    return KeyUniqueness(keys_checked=len(keys), duplicate_keys=max(len(dupes), values),
+                         sample_duplicates=_origins(found, dupes) if len(dupes) else _origins(shared, shared["_cdc_key"]))
 
 
 KEY_AND_ORDER = (("_cdc_key", "string"), ("_cdc_order", "string"))
@@ -79,16 +83,64 @@ def _origins(rows: pa.Table, keys) -> tuple[str, ...]:
     return tuple(sorted(origin(o) for o in picked["_cdc_order"].to_pylist()))
 
 
-def _all_keys_unique_here(dt: delta.DeltaTable, rows: int) -> KeyUniqueness:
-    """Every key of the target's `rows` counted in this process."""
+def _with_key_columns(dt: delta.DeltaTable, keys) -> pa.Schema:
+    """The `_cdc_key` and `_cdc_order` fields, and the key columns as the target types them."""
+    have = existing_columns(dt)
+    return pa.schema(list(delta.arrow_schema(KEY_AND_ORDER)) + [pa.field(k, arrow_type(have[k])) for k in keys if k in have])
+
+
+def _quoted(column: str) -> str:
+    return '"' + column.replace('"', '""') + '"'
+
+
+def _sql_value(value) -> str | None:
+    """A key value as an SQL literal, for the types a lookup by value takes (else None)."""
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return delta.sql_text(value)
+    return None
+
+
+def _key_values_shared(dt: delta.DeltaTable, keys, found: pa.Table) -> tuple[int, pa.Table]:
+    """How many key values more than one row holds, and those rows (`_cdc_key`, `_cdc_order`), among the
+    rows holding the values of `found`'s keys: `_cdc_key` is each row's key as its change was
+    read, and a row whose key columns hold another row's key value is the same key twice. Looked
+    up by the first key column's values (text, integers, booleans; other types are not looked up)."""
+    first = keys[0] if keys else None
+    none = (0, delta.arrow_schema(KEY_AND_ORDER).empty_table())
+    if first is None or first not in found.column_names or not found.num_rows:
+        return none
+    literals = sorted({v for v in (_sql_value(x) for x in pc.unique(found[first]).to_pylist()) if v is not None})
+    if not literals or len(literals) > delta.IN_LIST_LIMIT:
+        return none
+    rows = delta.select(dt, _with_key_columns(dt, keys), f"{_quoted(first)} IN ({', '.join(literals)})")
+    columns = [k for k in keys if k in rows.column_names]
+    counts = rows.group_by(columns).aggregate([("_cdc_key", "count")])
+    shared = counts.filter(pc.greater(counts["_cdc_key_count"], 1)).drop_columns(["_cdc_key_count"])
+    if not shared.num_rows:
+        return none
+    return shared.num_rows, rows.join(shared, columns, join_type="inner").select([n for n, _ in KEY_AND_ORDER])
+
+
+def _all_keys_unique_here(dt: delta.DeltaTable, rows: int, keys=()) -> KeyUniqueness:
+    """Every key of the target's `rows` counted in this process: by `_cdc_key`, and by the key
+    columns' values."""
     dupes = delta.query(dt, "SELECT _cdc_key FROM t GROUP BY _cdc_key HAVING count(*) > 1")
     sample = dupes["_cdc_key"].to_pylist()[:SAMPLE]
     found = delta.rows_with_keys(dt, KEY_AND_ORDER, [str(k) for k in sample]) if sample else None
-    return KeyUniqueness(rows=rows, keys_checked=rows, duplicate_keys=dupes.num_rows,
+    by_value = 0
+    if keys and set(keys) <= set(_with_key_columns(dt, keys).names):
+        listed = ", ".join(_quoted(k) for k in keys)
+        shared = delta.query(dt, f"SELECT {listed} FROM t GROUP BY {listed} HAVING count(*) > 1")
+        by_value = shared.num_rows
+    return KeyUniqueness(rows=rows, keys_checked=rows, duplicate_keys=max(dupes.num_rows, by_value),
                          sample_duplicates=_origins(found, sample) if found is not None else ())
 
 
-def _all_keys_unique(spark, dt) -> KeyUniqueness:
+def _all_keys_unique(spark, dt, key_columns=()) -> KeyUniqueness:
     from pyspark.sql import functions as F
 
     files = dt.file_uris()
@@ -99,13 +151,19 @@ def _all_keys_unique(spark, dt) -> KeyUniqueness:
     else:
         keys = spark.read.parquet(*files).select("_cdc_key")
     # One group-by counts the rows and the duplicated keys; only when there are some is it run
-    # again for a sample of them.
+    # again for a sample of them. The key columns' values are counted too (`_all_keys_unique_here`).
+    by_value = 0
+    in_files = {k: t for k, t in existing_columns(dt).items() if k in key_columns}
+    if key_columns and len(in_files) == len(key_columns) and not set(key_columns) & set(dt.metadata().partition_columns):
+        read = spark_files.read_files(spark, files, spark_columns(in_files)) if storage.is_remote(files[0]) \
+            else spark.read.parquet(*files)
+        by_value = read.groupBy(*[F.col(names.spark(k)) for k in key_columns]).count().where("count > 1").count()
     counts = keys.groupBy("_cdc_key").count()
     rows, n_dupes = counts.agg(F.sum("count"), F.sum(F.when(F.col("count") > 1, 1).otherwise(0))).first()
     rows, n_dupes = int(rows or 0), int(n_dupes or 0)
     sample = [r["_cdc_key"] for r in counts.where(F.col("count") > 1).limit(SAMPLE).collect()] if n_dupes else []
     found = delta.rows_with_keys(dt.table_uri, KEY_AND_ORDER, sample) if sample else None
-    return KeyUniqueness(rows=rows, keys_checked=rows, duplicate_keys=n_dupes,
+    return KeyUniqueness(rows=rows, keys_checked=rows, duplicate_keys=max(n_dupes, by_value),
                          sample_duplicates=_origins(found, sample) if found is not None else ())
 
 
@@ -127,6 +185,8 @@ class BatchAccounting(Figures):
     staged: int | None = None
     superseded_in_batch: int | None = None
     counted_from_commits: tuple[str, ...] | None = None  # figures a trim took the rows of: as committed
+    # inferred columns the batch widened to text (a value that is not a number): allowed, and said
+    widened_to_text: tuple[str, ...] | None = None
     complete: bool
     adds_up: bool | None = None
 
@@ -166,7 +226,9 @@ def batch_accounting(cfg: Config, table: TableConfig, batch_seq: int) -> BatchAc
     return BatchAccounting(
         records_read=read, changes_new=changes_new, duplicates_skipped=duplicates, quarantined=quarantined,
         unchanged=unchanged, derived_deletes=derived_deletes, staged=staged_rows,
-        superseded_in_batch=s["superseded_in_batch"], counted_from_commits=tuple(recorded) or None, complete=True,
+        superseded_in_batch=s["superseded_in_batch"], counted_from_commits=tuple(recorded) or None,
+        widened_to_text=tuple(json.loads(ingest["widened_to_text"])) if ingest.get("widened_to_text") else None,
+        complete=True,
         adds_up=(read + derived_deletes == changes_new + duplicates + unchanged + quarantined
                  and changes_new == staged_rows + s["superseded_in_batch"]))
 

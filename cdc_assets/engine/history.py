@@ -30,7 +30,7 @@ from ..core.config import Config, ConfigError, TableConfig
 from ..core.errors import OutOfOrder, TerminalError
 from ..core.names import spark as spark_name
 from ..core.ordering import BASE_TIER
-from ..core.values import UNSET_KEY, decode_image, decode_row
+from ..core.values import NULL, UNSET_KEY, decode_image, decode_row
 from . import delta, spark_files
 from .combine import combines, marked
 from .ingest import column_types
@@ -44,11 +44,12 @@ from .target_typing import (
     ROWS_PER_FILE,
     as_target_rows,
     as_target_types,
-    existing_columns,
+    known_columns,
     spark_columns,
     spark_type,
     target_schema,
     typed_frame,
+    valueless_columns,
 )
 
 _OP = ("_cdc_op", versions.UNSET)  # kept beside the meta columns while rows are typed
@@ -72,7 +73,10 @@ def _columns(dt_, images: list[dict], table_dir: str, table: TableConfig) -> dic
     type them. A history built before the target (from a base snapshot alone, whose text columns
     the changes then type) is rebuilt once with the target's types."""
     target = delta.open_table(path(table_dir, TARGET))
-    known = {**data_columns(dt_), **{c: t for c, t in existing_columns(target).items() if c not in shape.META_COLUMNS}}
+    # a column holding no value yet (a history or target of only an empty export) is typed by its first value
+    valueless = valueless_columns(dt_)
+    known = {**{c: NULL if c in valueless else t for c, t in data_columns(dt_).items()},
+             **{c: t for c, t in known_columns(target).items() if c not in shape.META_COLUMNS}}
     return shape.target_columns(known, images, table.keys, table.partition_by,
                                 history_types=column_types(table_dir, marked=False))
 

@@ -36,9 +36,9 @@ from ..core.formats import (
     parse_snapshot,
     raw_line,
 )
-from ..core.schema import admit, admit_columns, is_text_source, joined, plain
+from ..core.schema import ANY, Rules, admit, admit_columns, is_text_source, joined, plain, widened_to_text
 from ..core.typed_changes import TypedFile, read_by_column, read_typed_change_file, read_typed_row_group
-from ..core.values import STRING, UNSET_KEY, decode_image, decode_row, encode_row, key_text
+from ..core.values import STRING, UNSET_KEY, convert, decode_image, decode_row, encode_row, key_text
 from . import delta, faults, gcs
 from .landing import Batch, file_size, inside, is_done_or_next, read_file, undecodable_name
 from .latest import first_of_each
@@ -164,7 +164,8 @@ def _parse_partition(table: TableConfig, snapshot: bool, root: str | None, text_
                     if isinstance(item, Change) and export:
                         # an export row that cannot join the others' columns (a name differing
                         # only by case, a value its declared column cannot hold) is quarantined
-                        why = admit(types, item.row, snapshot or is_text_source(f["file"]), item.types)
+                        why = admit(types, item.row, snapshot or is_text_source(f["file"]), item.types,
+                                    type_rules(table))
                         if why is not None:
                             item = Rejection(item.line, why, encode_row(item.row), key=item.key)
                         elif batch_export:
@@ -268,12 +269,18 @@ def column_types(table_dir: str, marked: bool = True) -> dict[str, str]:
     return ledger if marked else plain(ledger)
 
 
+def type_rules(table: TableConfig) -> Rules:
+    """What the table says about its column types beyond their values (core/schema.Rules)."""
+    return Rules(keys=tuple(table.keys), to_text=table.widen_to_text)
+
+
 def admit_rows(types: dict, rows: pa.Table, text_source_of, images_of=None,
-               stored_ops: tuple[str, ...] = (UPSERT,)) -> tuple[list[str | None], list[dict]]:
+               stored_ops: tuple[str, ...] = (UPSERT,), rules: Rules = ANY) -> tuple[list[str | None], list[dict]]:
     """Admit each row (in the given order) to the column types: the reason for each misfit,
     and each row's image. `images_of`: the image of a row without `_cdc_row` (a typed file's,
     whose rows are admitted a file at a time where `schema.admit_columns` can). `stored_ops`: the
-    operations whose images reach the target (a soft-delete table keeps its deletes' rows)."""
+    operations whose images reach the target (a soft-delete table keeps its deletes' rows);
+    `rules`: the table's (`type_rules`)."""
     reasons: list[str | None] = []
     images: list[dict] = []
     types_of: dict = {}  # a file's rows share one types text
@@ -300,7 +307,7 @@ def admit_rows(types: dict, rows: pa.Table, text_source_of, images_of=None,
         for x, image in zip(listed[i:j], run):
             images.append(image)
             reasons.append(None if x["_cdc_op"] not in stored_ops  # a (hard) delete's image never reaches the target
-                           else admit(types, image, text_source_of(x["_cdc_file"]), types_of[text]))
+                           else admit(types, image, text_source_of(x["_cdc_file"]), types_of[text], rules))
         i = j
     return reasons, images
 
@@ -326,14 +333,14 @@ def in_arrival_order(records: pa.Table, batch_files: Sequence[str]) -> pa.Table:
 
 def admit_types(new: pa.Table, types: dict, batch: Batch, landing: str,
                 values: dict[str, pa.Table] | None = None,
-                stored_ops: tuple[str, ...] = (UPSERT,)) -> tuple[pa.Table, list[dict], pa.Table]:
+                stored_ops: tuple[str, ...] = (UPSERT,), rules: Rules = ANY) -> tuple[pa.Table, list[dict], pa.Table]:
     """Split the batch's new changes into those whose values fit the column types (which they
     widen, in arrival order), with their row images, and rejections for those that cannot
     widen them. `values`: the source columns of typed files, whose records have no `_cdc_row`."""
     in_order = in_arrival_order(new, batch.files)
     rows = in_order.select(["_cdc_row", "_cdc_file", "_cdc_line"]).to_pylist()
     keep, rejects, texts = [True] * len(rows), [], {}
-    reasons, images = admit_rows(types, in_order, is_text_source, _images_of(values or {}), stored_ops)
+    reasons, images = admit_rows(types, in_order, is_text_source, _images_of(values or {}), stored_ops, rules)
     for i, reason in enumerate(reasons):
         r = rows[i]
         if reason:
@@ -349,9 +356,12 @@ def admit_types(new: pa.Table, types: dict, batch: Batch, landing: str,
     return kept, kept_images, pa.Table.from_pylist(rejects, schema=delta.arrow_schema(REJECT_FIELDS))
 
 
-def stored_changes(records: pa.Table, images: list[dict], ledger: dict, stored: dict[str, str]) -> pa.Table:
+def stored_changes(records: pa.Table, images: list[dict], ledger: dict, stored: dict[str, str],
+                   keys: Sequence[str] = ()) -> pa.Table:
     """The batch's records as `changes` holds them: source columns typed where the column
-    types allow it (`core.changes.stored_form`), row images kept where they do not."""
+    types allow it (`core.changes.stored_form`), row images kept where they do not; each key
+    (`keys`: the key columns) as its values are stored (`text_keys`)."""
+    records = text_keys(records, images, ledger, keys)
     have = records["_cdc_row"].to_pylist()
     # A change from a text file, or one that does not carry some column (its image lists it), keeps its image.
     from_text = [is_text_source(f) or (text is not None and UNSET_KEY in text and bool(decode_image(text)[1]))
@@ -364,6 +374,27 @@ def stored_changes(records: pa.Table, images: list[dict], ledger: dict, stored: 
     for column, values in columns.items():
         records = records.append_column(column, values)
     return records
+
+
+def text_keys(records: pa.Table, images: list[dict], ledger: dict, keys: Sequence[str]) -> pa.Table:
+    """The records with each key read as the key columns' types after the batch hold it: in a key
+    column this batch made text, a number's key is its text (`1.0` is the key "1.0", not 1), as
+    it is in every later batch, whose files give that column text (`Prepared.text_columns`)."""
+    text = [k for k in keys if plain(ledger).get(k) == STRING]
+    if not text:
+        return records
+    old = records["_cdc_key"].to_pylist()
+    new = [_text_key(key, image, keys, text) for key, image in zip(old, images)]
+    if new == old:
+        return records
+    return records.set_column(records.schema.get_field_index("_cdc_key"), "_cdc_key", pa.array(new, pa.string()))
+
+
+def _text_key(key: str, image: dict, keys: Sequence[str], text: list[str]) -> str:
+    values = [image.get(k) for k in keys]
+    if any(v is None for v in values) or all(isinstance(image[k], str) for k in text):
+        return key
+    return key_text([convert(v, STRING) if k in text else v for k, v in zip(keys, values)])
 
 
 # A batch whose files hold at most `local_parse_bytes` is taken in this process, parsed by the
@@ -537,22 +568,26 @@ def take_parsed(given: Prepared, table: TableConfig, batch: Batch, parsed: pa.Ta
     if len(seen):
         with_id = with_id.filter(pc.invert(pc.is_in(with_id["_cdc_event_id"], value_set=seen)))
     distinct_rows = pa.concat_tables([with_id, without_id])
+    before = dict(types)
     admitted, images, misfits = admit_types(distinct_rows, types, batch, landing, values,
-                                            (UPSERT, DELETE) if table.soft_deletes else (UPSERT,))
-    new = stored_changes(admitted, images, types, stored_columns(changes_path))
+                                            (UPSERT, DELETE) if table.soft_deletes else (UPSERT,), type_rules(table))
+    new = stored_changes(admitted, images, types, stored_columns(changes_path), table.keys)
     rejected_all = pa.concat_tables([unreadable.cast(misfits.schema), misfits])
     n_rejected = (quarantine(table, table_dir, rejected_all, batch.seq, log) if set_aside is None
                   else set_aside(rejected_all))
     taken = ChangesResult(files=len(files), records_read=records_read, changes_new=new.num_rows,
                           duplicates_skipped=records_read - unreadable.num_rows - distinct_rows.num_rows,
-                          quarantined=n_rejected)
+                          quarantined=n_rejected, widened_to_text=widened_to_text(before, types) or None)
     version = delta.append(changes_path, new, CHANGES, batch.seq, changes_metadata(taken, types))
     return finish_changes(changes_path, taken, version, t0)
 
 
 def changes_metadata(taken: ChangesResult, types: dict[str, str]) -> dict:
     """What a batch's `changes` commit records beside its step mark: its figures and the column types."""
-    return {**taken.to_metadata(), "column_types": json.dumps(types)}
+    figures = taken.to_metadata()
+    if taken.widened_to_text:
+        figures["widened_to_text"] = json.dumps(list(taken.widened_to_text))
+    return {**figures, "column_types": json.dumps(types)}
 
 
 def finish_changes(changes_path: str, taken: ChangesResult, version: int, t0: float) -> ChangesResult:

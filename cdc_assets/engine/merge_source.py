@@ -19,13 +19,13 @@ from ..core import names
 from ..core import target as shape
 from ..core.changes import DELETE, REFILL, TRUNCATE, TRUNCATE_KEY, UPSERT
 from ..core.config import TableConfig
-from ..core.values import DATE, DOUBLE, INT, LONG, STRING, Misfit, convert, decimal_parts, decode_row, same
+from ..core.values import DATE, DOUBLE, INT, LONG, STRING, Misfit, convert, decimal_parts, decode_row, fits, same
 from . import combine, delta
 from .ingest import column_types
 from .records import read_committed_records, read_records
 from .stage import latest_of_batch
 from .table_layout import BASE, STAGING, TOMBSTONE_FIELDS, TOMBSTONES, path
-from .target_typing import as_target_rows, existing_columns, flagged_columns, target_schema
+from .target_typing import as_target_rows, existing_columns, flagged_columns, known_columns, target_schema
 
 _PRUNABLE = (INT, LONG, DOUBLE, STRING, DATE)
 
@@ -71,15 +71,36 @@ def merge_source(table_dir: str, table: TableConfig, dt_: DeltaTable, applied: i
                              REFILL, applies)
     live = live.append_column("_cdc_apply", applies)
     images = [decode_row(r) for r in live["_cdc_row"].to_pylist() if r is not None]
+    if not soft and DELETE in ops:
+        images = _deletes_by_key(live, images, table)
     columns = flagged_columns(_columns(dt_, images, table_dir, table), table)
+    if not soft and DELETE in ops:
+        images = _fitting_deletes(live, images, columns)
     source = as_target_rows(live, columns, extra=("_cdc_apply",) + (("_cdc_op",) if soft else ()), images=images)
     if soft:
         source = with_flags(source, floor)
     return MergeSource(pending, winners, keys, ops, tombs, columns, source, truncate)
 
 
+def _deletes_by_key(live: pa.Table, images: list[dict], table: TableConfig) -> list[dict]:
+    """The row images of `live`'s imaged records, a (hard) delete's cut to its key and partition
+    columns: a delete removes its key's row, and the rest of its image (a before-image, or an
+    empty one) is no value of the target, so it neither types a column nor has to fit one."""
+    kept = (*table.keys, *table.partition_by)
+    ops = [op for op, r in zip(live["_cdc_op"].to_pylist(), live["_cdc_row"].to_pylist()) if r is not None]
+    return [{c: image[c] for c in kept if c in image} if op == DELETE else image for op, image in zip(ops, images)]
+
+
+def _fitting_deletes(live: pa.Table, images: list[dict], columns: dict[str, str]) -> list[dict]:
+    """A delete's key or partition value that its column's type cannot hold is left out (null):
+    the delete finds its key's row by `_cdc_key`, and no row holds that value anyway."""
+    ops = [op for op, r in zip(live["_cdc_op"].to_pylist(), live["_cdc_row"].to_pylist()) if r is not None]
+    return [{c: v for c, v in image.items() if fits(v, columns.get(c, STRING))} if op == DELETE else image
+            for op, image in zip(ops, images)]
+
+
 def _columns(dt_: DeltaTable | None, images: list[dict], table_dir: str, table: TableConfig) -> dict[str, str]:
-    return shape.target_columns(existing_columns(dt_), images, table.keys, table.partition_by,
+    return shape.target_columns(known_columns(dt_), images, table.keys, table.partition_by,
                                 history_types=column_types(table_dir, marked=False))
 
 

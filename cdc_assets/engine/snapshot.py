@@ -74,7 +74,7 @@ from .target_typing import (
     as_target_rows,
     as_target_types,
     cast_typed,
-    existing_columns,
+    known_columns,
     spark_columns,
     typed_frame,
 )
@@ -286,7 +286,7 @@ def typed_records(table: TableConfig, typed: TypedExport, max_rows: int) -> pa.T
 def _state_columns(table_dir: str, table: TableConfig, dt_: DeltaTable | None, types: dict[str, str]) -> dict[str, str]:
     """The target's source columns and types once this batch's rows are in (as an apply decides
     them): the columns a row is compared by."""
-    columns = shape.target_columns(existing_columns(dt_), [], table.keys, table.partition_by,
+    columns = shape.target_columns(known_columns(dt_), [], table.keys, table.partition_by,
                                    history_types=plain(types))
     return {c: t for c, t in columns.items() if not c.startswith(names.BOOKKEEPING)}
 

@@ -32,7 +32,7 @@ from ..core import names
 from ..core.changes import DELETE, RECORD_FIELDS, REJECT_FIELDS, UPSERT, storable_name
 from ..core.config import Config, TableConfig
 from ..core.errors import OutOfOrder
-from ..core.schema import STRICT, is_text_source, joined, split
+from ..core.schema import STRICT, Rules, is_text_source, joined, split, widened_to_text
 from ..core.target import arrow_type
 from ..core.values import NULL, decode_row
 from . import delta, faults, gcs, spark_apply, spark_files
@@ -54,6 +54,7 @@ from .ingest import (
     prepare,
     quarantine,
     stored_changes,
+    type_rules,
 )
 from .landing import Batch
 from .records import stored_columns
@@ -135,7 +136,7 @@ def _slice() -> int:
     return context.partitionId()
 
 
-def _widened(types: dict, batch_files: Sequence[str], stored_ops: tuple[str, ...]):
+def _widened(types: dict, batch_files: Sequence[str], stored_ops: tuple[str, ...], rules: Rules):
     """Phase one: each slice's copy of the ledger, widened over its rows in arrival order."""
     schema = pa.schema([("slice", pa.int64()), ("types", pa.string())])
 
@@ -143,7 +144,7 @@ def _widened(types: dict, batch_files: Sequence[str], stored_ops: tuple[str, ...
         rows = _table(list(batches), delta.arrow_schema(TYPED_FIELDS))
         ledger = dict(types)
         if rows.num_rows:
-            admit_rows(ledger, in_arrival_order(rows, batch_files), is_text_source, None, stored_ops)
+            admit_rows(ledger, in_arrival_order(rows, batch_files), is_text_source, None, stored_ops, rules)
         yield pa.RecordBatch.from_pylist([{"slice": _slice(), "types": json.dumps(ledger)}], schema=schema)
     return run
 
@@ -159,7 +160,7 @@ ADMITTED = pa.schema(list(delta.arrow_schema(RECORD_FIELDS)) + list(delta.arrow_
     (("_cdc_reason", "string"), ("_cdc_raw", "string"), (LEDGER, "string"), ("_cdc_slice", "long")))))
 
 
-def _admit_task(starts: dict[int, dict], batch: Batch, landing: str, stored_ops: tuple[str, ...]):
+def _admit_task(starts: dict[int, dict], batch: Batch, landing: str, stored_ops: tuple[str, ...], rules: Rules):
     """Phase two: each slice admits its rows in arrival order from the column types it starts
     from (`starts`), and yields its admitted records, its misfits as rejections, and the column
     types it ends with."""
@@ -171,7 +172,7 @@ def _admit_task(starts: dict[int, dict], batch: Batch, landing: str, stored_ops:
         given = _table(list(batches), delta.arrow_schema(TYPED_FIELDS))
         ledger = dict(starts[k])
         if given.num_rows:
-            kept, _images, misfits = admit_types(given, ledger, batch, landing, None, stored_ops)
+            kept, _images, misfits = admit_types(given, ledger, batch, landing, None, stored_ops, rules)
             for rows in (kept, misfits):
                 if rows.num_rows:
                     yield _shaped(rows, ADMITTED)
@@ -179,7 +180,7 @@ def _admit_task(starts: dict[int, dict], batch: Batch, landing: str, stored_ops:
     return run
 
 
-def _admitted(parts, types: dict, batch: Batch, landing: str, stored_ops, upstream=()):
+def _admitted(parts, types: dict, batch: Batch, landing: str, stored_ops, rules: Rules, upstream=()):
     """The batch's changes admitted to the column types exactly as in arrival order: (the
     slices' output, the column types after the whole batch).
 
@@ -191,7 +192,7 @@ def _admitted(parts, types: dict, batch: Batch, landing: str, stored_ops, upstre
     `upstream`: cached frames `parts` is computed from, released once `parts` is cached."""
     from pyspark.sql import functions as F
 
-    own = {int(r[0]): json.loads(r[1]) for r in parts.mapInArrow(_widened(types, batch.files, stored_ops),
+    own = {int(r[0]): json.loads(r[1]) for r in parts.mapInArrow(_widened(types, batch.files, stored_ops, rules),
                                                                  "slice long, types string").collect()}
     for frame in upstream:  # `parts` is cached now: a task holds at most the slices and what they become
         frame.unpersist()
@@ -204,7 +205,7 @@ def _admitted(parts, types: dict, batch: Batch, landing: str, stored_ops, upstre
             ledger = joined(ledger, own[k])
     guess(0, dict(types))
     while True:
-        admitted = _persisted(parts.mapInArrow(_admit_task(starts, batch, landing, stored_ops), _struct(ADMITTED)))
+        admitted = _persisted(parts.mapInArrow(_admit_task(starts, batch, landing, stored_ops, rules), _struct(ADMITTED)))
         ends = {int(r[0]): json.loads(r[1]) for r in admitted.where(F.col(LEDGER).isNotNull())
                 .select("_cdc_slice", LEDGER).collect()}
         wrong = next((i for i in range(len(order) - 1) if ends[order[i]] != starts[order[i + 1]]), None)
@@ -225,7 +226,7 @@ def _typed_columns(ledger: dict[str, str], stored: dict[str, str]) -> dict[str, 
     return out
 
 
-def _stored_task(ledger: dict, stored: dict[str, str], out: pa.Schema):
+def _stored_task(ledger: dict, stored: dict[str, str], out: pa.Schema, keys: tuple[str, ...]):
     """Phase three: each task stores its admitted records (`ingest.stored_changes`) under the
     column types after the whole batch."""
     records = delta.arrow_schema(RECORD_FIELDS)
@@ -234,7 +235,7 @@ def _stored_task(ledger: dict, stored: dict[str, str], out: pa.Schema):
         rows = _table(list(batches), records)
         if rows.num_rows:
             images = [decode_row(text) for text in rows["_cdc_row"].to_pylist()]
-            yield _shaped(stored_changes(rows, images, ledger, stored), out)
+            yield _shaped(stored_changes(rows, images, ledger, stored, keys), out)
     return run
 
 
@@ -311,7 +312,8 @@ def ingest_on_spark(spark, table: TableConfig, table_dir: str, batch: Batch, fil
         parts = _persisted(distinct.repartitionByRange(max(1, min(MAX_TASKS, -(-n_distinct // ROWS_PER_SLICE))),
                                                        F.substring(F.col("_cdc_order"), -ARRIVAL_CHARS, ARRIVAL_CHARS)))
         frames.append(parts)
-        admitted, ledger = _admitted(parts, types, batch, landing, stored_ops, upstream=(parsed, firsts))
+        admitted, ledger = _admitted(parts, types, batch, landing, stored_ops, type_rules(table),
+                                     upstream=(parsed, firsts))
         frames.append(admitted)
         parts.unpersist()  # `admitted` is cached: the slices are read again only if it is lost
         misfits = _small(admitted.where(F.col("_cdc_reason").isNotNull()), REJECT_FIELDS)
@@ -319,7 +321,7 @@ def ingest_on_spark(spark, table: TableConfig, table_dir: str, batch: Batch, fil
         out = pa.schema(list(delta.arrow_schema(RECORD_FIELDS)) + [pa.field(c, arrow_type(t)) for c, t in columns.items()])
         rows = (admitted.where(F.col("_cdc_reason").isNull() & F.col(LEDGER).isNull())
                 .select(*[_column(c) for c, _ in RECORD_FIELDS])
-                .mapInArrow(_stored_task(ledger, stored, out), _struct(out)))
+                .mapInArrow(_stored_task(ledger, stored, out, table.keys), _struct(out)))
         new_columns = [c for c in columns if c not in stored]
         if new_columns:  # read twice: counted for the new columns that hold values, then written
             rows = _persisted(rows)
@@ -332,7 +334,7 @@ def ingest_on_spark(spark, table: TableConfig, table_dir: str, batch: Batch, fil
         adds = spark_files.write_files(written, changes_path)
         taken = ChangesResult(files=len(files), records_read=records_read, changes_new=spark_files.rows_written(adds),
                               duplicates_skipped=records_read - unreadable.num_rows - n_distinct,
-                              quarantined=n_rejected)
+                              quarantined=n_rejected, widened_to_text=widened_to_text(types, ledger) or None)
         version = commit_written(changes_path, CHANGES, batch.seq, spark_files.arrow_schema_of(written), adds,
                                  changes_metadata(taken, ledger))
         return taken, version

@@ -25,7 +25,7 @@ from .spark import session_of
 from .staged_history import LocalHistory, SparkHistory, history_rows
 from .step_results import ApplyResult
 from .table_layout import BASE, STAGING, STAGING_TRIM, TARGET, TOMBSTONE_FIELDS, TOMBSTONES, path
-from .target_typing import cast_keeps, cast_typed, existing_columns, flagged_columns, target_schema
+from .target_typing import cast_keeps, cast_typed, existing_columns, flagged_columns, known_columns, target_schema
 
 
 def build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reached: int,
@@ -47,7 +47,7 @@ def build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reache
         reached, partition_keys, first = delta.txn_version(staging, STAGING), None, True
     if columns is None:
         ledger = column_types(table_dir, marked=False)
-        columns = flagged_columns(shape.target_columns(existing_columns(dt_), [], table.keys, table.partition_by,
+        columns = flagged_columns(shape.target_columns(known_columns(dt_), [], table.keys, table.partition_by,
                                                        history_types=ledger), table)
     if partition_keys is not None and existing_columns(dt_) != columns | {m: STRING for m in shape.META_COLUMNS}:
         partition_keys = None  # a column is new or wider since: every file is rewritten with the new schema

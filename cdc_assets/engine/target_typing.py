@@ -15,7 +15,7 @@ from ..core import names
 from ..core import target as shape
 from ..core.changes import DELETE, RECORD_FIELDS
 from ..core.config import TableConfig
-from ..core.values import DATE, DOUBLE, INT, LONG, STRING, convert, decimal_parts, decode_row
+from ..core.values import DATE, DOUBLE, INT, LONG, NULL, STRING, convert, decimal_parts, decode_row
 from . import delta, spark_files
 from .records import stored_columns
 from .spark import map_in_arrow
@@ -47,6 +47,29 @@ def existing_columns(dt_: DeltaTable | None) -> dict[str, str]:
     if dt_ is None:
         return {}
     return {f.name: shape.column_type(f.type) for f in pa.schema(dt_.schema())}
+
+
+def known_columns(dt_: DeltaTable | None) -> dict[str, str]:
+    """The target's columns with their types, as the column types of a history build on them:
+    a column that holds no value yet (a table whose first batch held only deletes has its key
+    columns, and no row) has the type `null`, so that its first value decides it, as in a table
+    whose first batch held that value."""
+    columns = existing_columns(dt_)
+    valueless = valueless_columns(dt_)
+    return {c: NULL if c in valueless and c not in shape.META_COLUMNS else t for c, t in columns.items()}
+
+
+def valueless_columns(dt_: DeltaTable | None) -> set[str]:
+    """The columns of a Delta table that hold no value (every row null, or no row), by the files'
+    statistics (a file without them is taken to hold values)."""
+    if dt_ is None:
+        return set()
+    columns = existing_columns(dt_)
+    actions = pa.table(dt_.get_add_actions(flatten=True))
+    if not actions.num_rows or not pc.sum(actions["num_records"]).as_py():
+        return set(columns)
+    return {c for c in columns if f"null_count.{c}" in actions.column_names and
+            pc.all(pc.fill_null(pc.equal(actions[f"null_count.{c}"], actions["num_records"]), False)).as_py()}
 
 
 def target_schema(columns: dict[str, str], meta=shape.META_COLUMNS) -> pa.Schema:
