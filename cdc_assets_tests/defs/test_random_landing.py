@@ -23,7 +23,7 @@ file, the quarantined one included) apply; `cdc-assets quarantine replay` leaves
 reference over every change (as if the key had been right from the start); a second replay changes
 nothing.
 
-RANDOM_LANDING_EXAMPLES (default 5) sets the examples of each test.
+RANDOM_LANDING_EXAMPLES (default 4) sets the examples of each test.
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ from cdc_assets_tests.support.warehouse import delta_version, target_rows
 
 pytestmark = MARKS
 
-EXAMPLES = int(os.environ.get("RANDOM_LANDING_EXAMPLES", "5"))
+EXAMPLES = int(os.environ.get("RANDOM_LANDING_EXAMPLES", "4"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, database=None, print_blob=True,
                     phases=[Phase.explicit, Phase.reuse, Phase.generate],  # a run costs seconds: no shrinking
                     suppress_health_check=list(HealthCheck))
@@ -294,30 +294,35 @@ def test_random_quarantine_replay(spark, capsys, no_dagster_home):
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
             (root / "landing").mkdir()
-            fmt = rnd.choice(["jsonl", "csv"])
-            feed = Feed("Q", fmt, history(rnd, rnd.randint(6, 20), rnd.randint(1, 4)))
-            cfg = write_config(root, [changeset("Q", fmt, keys=("kk",))])  # the column is k
-            first = feed.take(rnd, 1, 5)
-            feed.publish(cfg, f"b0/f.{fmt}", (HEADER if fmt == "csv" else "") + feed.text(first))
+            feeds = [Feed(f"Q_{fmt.upper()}", fmt, history(rnd, rnd.randint(6, 20), rnd.randint(1, 4)))
+                     for fmt in ("jsonl", "csv")]
+            cfg = write_config(root, [changeset(f.name, f.fmt, keys=("kk",)) for f in feeds])  # the column is k
+            first = {}
+            for f in feeds:
+                first[f.name] = f.take(rnd, 1, 5)
+                f.publish(cfg, f"b0/f.{f.fmt}", (HEADER if f.fmt == "csv" else "") + f.text(first[f.name]))
             code, out = cli_run(cfg, capsys)
-            assert code == 1 and "Q: FAILED" in out, out
-            cfg = write_config(root, [changeset("Q", fmt)])  # fixed
+            assert code == 1 and all(f"{f.name}: FAILED" in out for f in feeds), out
+            cfg = write_config(root, [changeset(f.name, f.fmt) for f in feeds])  # fixed
             for run in range(1, rnd.randint(1, 3) + 1):
-                land_step(rnd, feed, cfg, run, kinds=("new", "append"))
+                for f in feeds:
+                    land_step(rnd, f, cfg, run, kinds=("new", "append"))
                 code, out = cli_run(cfg, capsys)
                 assert code == 0, out
-                assert target_state(cfg, "Q") == expected_state(feed.delivered), f"after run {run}:\n{out}\n" \
-                    + "\n".join(feed.log)
-            code = main(["quarantine", "replay", "Q", "--config", cfg.path])
-            out = capsys.readouterr().out
-            story = f"first batch {first}\n" + "\n".join(feed.log)
-            assert code == 0, f"{out}\n{story}"
-            assert target_state(cfg, "Q") == expected_state(first + feed.delivered), f"{out}\n{story}"
-            version = delta_version(cfg, "Q", "target")
-            code = main(["quarantine", "replay", "Q", "--config", cfg.path])
-            out = capsys.readouterr().out
-            assert code == 0 and "nothing to replay" in out, out
-            assert delta_version(cfg, "Q", "target") == version
-            assert target_state(cfg, "Q") == expected_state(first + feed.delivered)
+                for f in feeds:
+                    assert target_state(cfg, f.name) == expected_state(f.delivered), \
+                        f"{f.name} after run {run}:\n{out}\n" + "\n".join(f.log)
+            for f in feeds:
+                code = main(["quarantine", "replay", f.name, "--config", cfg.path])
+                out = capsys.readouterr().out
+                story = f"first batch {first[f.name]}\n" + "\n".join(f.log)
+                assert code == 0, f"{out}\n{story}"
+                assert target_state(cfg, f.name) == expected_state(first[f.name] + f.delivered), f"{out}\n{story}"
+                version = delta_version(cfg, f.name, "target")
+                code = main(["quarantine", "replay", f.name, "--config", cfg.path])
+                out = capsys.readouterr().out
+                assert code == 0 and "nothing to replay" in out, out
+                assert delta_version(cfg, f.name, "target") == version
+                assert target_state(cfg, f.name) == expected_state(first[f.name] + f.delivered)
 
     check()
