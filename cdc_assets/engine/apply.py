@@ -129,6 +129,11 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> ApplyResult:
                                             props if source.num_rows == 0 else None)
         else:
             dt_ = delta.add_columns(target_path, dt_, source.drop_columns(["_cdc_apply"]).schema, STEP_COLUMNS)
+    if not delta.records_change_feed(dt_) and not rewrite.applies(dt_, source):
+        # A new column is added in a version of its own, and the file-by-file rewrite takes the
+        # batch: delta-rs' MERGE names a partition's folder by its value, which a value over 255
+        # bytes cannot be (the file it wrote could never be read).
+        dt_ = delta.add_columns(target_path, dt_, source.drop_columns(["_cdc_apply"]).schema, STEP_COLUMNS)
     if rewrite.applies(dt_, source):
         done = rewrite.rewrite(target_path, dt_, source, table.partition_by,
                                lambda figures: delta.commit_props(TARGET, reached, {**marks, **figures}),

@@ -56,4 +56,5 @@ def test_materializations_carry_row_counts_schema_name_and_uri(spark, workdir):
     graph = build_definitions(cfg).get_repository_def().asset_graph
     names = {k.path[-1]: graph.get(k).metadata["dagster/table_name"] for k in graph.get_all_asset_keys()}
     assert names == {
-        "changes": "ORDERS.changes", "staging": "ORDERS.staging", "target": "ORDERS.target"}
+        "changes": "ORDERS.changes", "staging": "ORDERS.staging", "target": "ORDERS.target",
+        "quarantine": "ORDERS.quarantine"}
