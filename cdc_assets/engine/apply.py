@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -129,7 +130,8 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> ApplyResult:
                                             props if source.num_rows == 0 else None)
         else:
             dt_ = delta.add_columns(target_path, dt_, source.drop_columns(["_cdc_apply"]).schema, STEP_COLUMNS)
-    if not delta.records_change_feed(dt_) and not rewrite.applies(dt_, source):
+    if (not delta.records_change_feed(dt_) and not rewrite.applies(dt_, source)
+            and _unfit_for_a_folder(source, table.partition_by)):
         # A new column is added in a version of its own, and the file-by-file rewrite takes the
         # batch: delta-rs' MERGE names a partition's folder by its value, which a value over 255
         # bytes cannot be (the file it wrote could never be read).
@@ -149,6 +151,12 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> ApplyResult:
     faults.point("target.committed")
     return _applied_figures(table, target_path, applied, reached, pending.num_rows, winners.num_rows,
                             (inserts, updates, deletes + truncated), files_before, version_before, t0, on_spark)
+
+
+def _unfit_for_a_folder(source: pa.Table, partition_by: Sequence[str]) -> bool:
+    """Whether a partition value of `source` makes a folder name over 255 bytes."""
+    return any(len(f"{c}={v}".encode()) > 255 for c in partition_by if c in source.column_names
+               for v in source[c].to_pylist() if v is not None)
 
 
 def _merge(dt_: DeltaTable, source, props: delta.CommitProperties) -> tuple[int, int, int]:
