@@ -155,7 +155,7 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> ApplyResult:
 
 def _unfit_for_a_folder(source: pa.Table, partition_by: Sequence[str]) -> bool:
     """Whether a partition value of `source` makes a folder name over 255 bytes."""
-    return any(len(f"{c}={v}".encode()) > 255 for c in partition_by if c in source.column_names
+    return any(len(f"{c}={v}".encode()) > rewrite.MAX_FOLDER_NAME for c in partition_by if c in source.column_names
                for v in source[c].to_pylist() if v is not None)
 
 
