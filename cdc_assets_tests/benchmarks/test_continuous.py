@@ -102,12 +102,17 @@ def test_the_benchmark_runs_end_to_end_through_the_ui_with_sensors(tmp_path, lon
     # the same harness as the one-sensor run below; each table's own sensor bringing a landed file
     # into the target through the UI is tested by cli/test_ui_runs.py
     if not long_run:
-        pytest.skip("the harness runs end to end with one sensor below: run with --long")
+        pytest.skip("the benchmark's harness end to end through the UI: run with --long")
     _tiny(tmp_path, "sensors")
 
 
+@pytest.mark.long
 @pytest.mark.spark
-def test_the_benchmark_runs_end_to_end_through_the_ui_with_one_sensor_for_all_tables(tmp_path):
+def test_the_benchmark_runs_end_to_end_through_the_ui_with_one_sensor_for_all_tables(tmp_path, long_run):
+    # a landed file reaching the target through the UI's sensors and runs is tested by
+    # cli/test_ui_runs.py in every run; this is the benchmark's own harness (about a minute)
+    if not long_run:
+        pytest.skip("the benchmark's harness end to end through the UI: run with --long")
     _tiny(tmp_path, "one-sensor")
 
 
