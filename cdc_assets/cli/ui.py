@@ -12,8 +12,7 @@ import subprocess
 import sys
 import threading
 
-from ..defs.instance import dagster_home
-from ..defs.pool_watch import ensure_settings
+from ..defs.instance import prepared_home
 from ..engine.settings import variable
 from .common import config_or_none
 
@@ -33,8 +32,8 @@ def register(sub) -> None:
 def command(cfg_path: str, host: str, port: int) -> tuple[list[str], dict]:
     env = dict(os.environ)
     env[variable("config")] = cfg_path
-    env["DAGSTER_HOME"] = dagster_home(cfg_path)  # the instance `cdc-assets run` records into too
-    ensure_settings(env["DAGSTER_HOME"])  # the pool limit: one writer step per table at a time
+    # the instance `cdc-assets run` records into too, with its pool limit: one writer step per table at a time
+    env["DAGSTER_HOME"] = prepared_home(cfg_path)
     dagster = shutil.which("dagster", path=os.path.dirname(sys.executable)) or "dagster"
     return [dagster, "dev", "-m", "cdc_assets.definitions", "-h", host, "-p", str(port)], env
 

@@ -33,10 +33,9 @@ def dagster_home(config_path: str) -> str:
     return os.path.join(os.path.dirname(os.path.abspath(config_path)), HOME_FOLDER)
 
 
-def open_instance(config_path: str) -> dg.DagsterInstance:
-    """The configuration's instance (see the module's docstring). Opening it makes the databases of
-    a new home: processes opening one home at once take turns, so that only the first makes them."""
-    import dagster as dg
+def prepared_home(config_path: str) -> str:
+    """The instance's folder (`dagster_home`), made with the product's settings if new. Processes
+    preparing one home at once take turns, so that only the first writes its settings."""
     from filelock import FileLock
 
     home = dagster_home(config_path)
@@ -44,7 +43,25 @@ def open_instance(config_path: str) -> dg.DagsterInstance:
         os.makedirs(home, exist_ok=True)
         with FileLock(os.path.join(home, ".cdc_assets.lock")):
             ensure_settings(home)
+    except OSError as e:  # a read-only folder beside cdc.yaml, or a file of that name: the remedy, not a stack
+        raise _unusable(home, e) from e
+    return home
+
+
+def open_instance(config_path: str) -> dg.DagsterInstance:
+    """The configuration's instance (see the module's docstring). Opening it makes the databases of
+    a new home: processes opening one home at once take turns, so that only the first makes them."""
+    import dagster as dg
+    from filelock import FileLock
+
+    home = prepared_home(config_path)
+    try:
+        with FileLock(os.path.join(home, ".cdc_assets.lock")):
             return dg.DagsterInstance.from_config(home)
-    except OSError as e:  # a read-only folder beside cdc.yaml, say: the remedy, not a stack
-        raise TerminalError(f"the Dagster instance {home} cannot be opened or made ({e.strerror or e}): "
-                            "set DAGSTER_HOME to a folder this process may write") from e
+    except OSError as e:
+        raise _unusable(home, e) from e
+
+
+def _unusable(home: str, e: OSError) -> TerminalError:
+    return TerminalError(f"the Dagster instance {home} cannot be opened or made ({e.strerror or e}): "
+                         "set DAGSTER_HOME to a folder this process may write")

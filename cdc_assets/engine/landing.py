@@ -21,6 +21,7 @@ import json
 import os
 import stat
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -227,8 +228,10 @@ def taken_parts(batches: list[Batch]) -> dict[str, Part]:
 
 # What a listing found of a file a batch took whose size or stamp moved: (landing, file, as listed,
 # as taken) -> the change, or None (the same bytes, written again). A file touched but unchanged
-# is read once per process, not on every tick.
-_verdicts: dict[tuple, str | None] = {}
+# is read once per process, not on every tick. It lives as long as the process (a sensor's daemon
+# runs for months), so it keeps the VERDICTS_KEPT most recently asked and forgets the oldest.
+VERDICTS_KEPT = 4096
+_verdicts: OrderedDict[tuple, str | None] = OrderedDict()
 
 
 def changed_files(landing_dir: str, listing: dict[str, Landed], taken: dict[str, Part],
@@ -245,8 +248,12 @@ def changed_files(landing_dir: str, listing: dict[str, Landed], taken: dict[str,
         if now.size == p.end and (now.stamp == p.stamp or p.stamp is None or now.stamp is None):
             continue  # (a ledger of an older version recorded no stamp: the size decides)
         memo = (landing_dir, f, now, p)
-        if memo not in _verdicts:
+        if memo in _verdicts:
+            _verdicts.move_to_end(memo)
+        else:
             _verdicts[memo] = _change_of(os.path.join(landing_dir, f), now, p)
+            while len(_verdicts) > VERDICTS_KEPT:
+                _verdicts.popitem(last=False)
         if _verdicts[memo] is not None:
             out[f] = APPENDED if _verdicts[memo] == APPENDED and appendable(f) else REPLACED
     return out

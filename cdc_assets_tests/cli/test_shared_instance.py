@@ -75,3 +75,14 @@ def test_a_configuration_in_a_folder_the_run_may_not_write_says_to_set_dagster_h
     ran = subprocess.run([*cli, "run", "--config", cfg.path], env={**env, "DAGSTER_HOME": str(home)},
                          capture_output=True, text=True, timeout=600)
     assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
+def test_the_ui_with_no_folder_for_its_instance_says_to_set_dagster_home(tmp_path, cli):
+    cfg, env = _setup(tmp_path)
+    (tmp_path / "dagster_home").write_text("")  # a file where the instance's folder would be made
+    ran = subprocess.run([*cli, "ui", "--no-spark", "--config", cfg.path], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert ran.returncode == 1
+    assert ran.stderr.strip().splitlines()[-1] == (
+        f"cdc-assets ui: the Dagster instance {tmp_path / 'dagster_home'} cannot be opened or made "
+        "(File exists): set DAGSTER_HOME to a folder this process may write")
