@@ -71,10 +71,17 @@ def read_landed(file_path: str, root: str | None, start: int = 0, end: int | Non
         raise UnreadableFile(f"cannot read the file: {e.strerror or e}") from None
 
 
+# A work-list file's entry saying why the bytes to read are no longer in the file (a replay's file
+# replaced since its batch took it): the file fails as a whole with that reason.
+GONE = "gone"
+
+
 def landed_part(f: dict, root: str | None) -> tuple[bytes, int, bool]:
     """What the parser reads of a work-list file `f`: the bytes its batch took (from `start` to
     `end`), what to add to the parser's line numbers, and whether line 1 of those bytes is the
     file's header, borrowed for a part taken after it (and so no record of this part)."""
+    if f.get(GONE):
+        raise UnreadableFile(f[GONE])
     start, end, before = f.get("start") or 0, f.get("end"), f.get("lines_before") or 0
     if not start:
         return read_landed(f["path"], root, 0, end), 0, False
@@ -441,7 +448,8 @@ def _typed_file(table: TableConfig, f: dict, root: str | None, schema: pa.Schema
                 images: bool = False) -> TypedFile | None:
     """A change file, or its row group `f["row_group"]`, read column by column; None when it goes
     record by record. `images`: with each record's row image (`_cdc_row`)."""
-    if table.insert_only or table.rename or not read_by_column(table.format, f["file"]) or f.get("start"):
+    if (table.insert_only or table.rename or not read_by_column(table.format, f["file"]) or f.get("start")
+            or f.get(GONE)):
         # the column reader does not reject updates: an insert_only table's files go record by record;
         # nor does it rename columns, nor read a part appended to a file
         return None

@@ -29,8 +29,8 @@ from ..core.errors import TerminalError
 from ..core.figures import Figures
 from ..core.formats import SNAPSHOT
 from . import delta
-from .ingest import parse_batch, prepare, take_parsed
-from .landing import BATCH_FIELDS, REPLAYED, Batch, batches_path, file_size, registered
+from .ingest import GONE, parse_batch, prepare, take_parsed
+from .landing import BATCH_FIELDS, REPLAYED, Batch, Part, batches_path, digest, file_size, registered
 from .step_results import ChangesResult
 from .table_layout import CHANGES, QUARANTINE, REPLAY_FIELDS, REPLAYS, path
 
@@ -219,8 +219,8 @@ def ingest_replay(cfg: Config, table: TableConfig, batch: Batch, spec: tuple[Rep
     given = prepare(cfg, table, batch)
     if given is None:
         return ChangesResult(already_committed=True)
-    files = [{"path": os.path.join(given.landing, s.file), "file": s.file, "file_index": s.index,
-              "batch_seq": s.batch_seq, "batch_id": Batch.id_for(s.batch_seq)} for s in spec]
+    parts = {(b.seq, f): b.part(f) for b in registered(given.table_dir) for f in b.files}
+    files = [_work_item(given.landing, s, parts.get((s.batch_seq, s.file))) for s in spec]
     given = dataclasses.replace(given, files=files)
     parsed, values = parse_batch(table, files, root=given.landing, text_columns=given.text_columns)
     parsed = _named_records(parsed, spec)
@@ -232,6 +232,23 @@ def ingest_replay(cfg: Config, table: TableConfig, batch: Batch, spec: tuple[Rep
     in_order = Batch(batch.seq, batch.id, tuple(s.file for s in spec))
     return take_parsed(given, table, in_order, parsed, values, log, t0,
                        set_aside=_outcomes_writer(table, given.table_dir, batch, spec, original, log))
+
+
+def _work_item(landing_dir: str, s: ReplayFile, part: Part | None) -> dict:
+    """What the replay reads of a file: the bytes its batch took (lines appended later are a batch
+    of their own). A file whose taken bytes are no longer there (replaced since) is not read: its
+    records stay in quarantine, saying why."""
+    file_path = os.path.join(landing_dir, s.file)
+    item = {"path": file_path, "file": s.file, "file_index": s.index, "batch_seq": s.batch_seq,
+            "batch_id": Batch.id_for(s.batch_seq)}
+    if part is None or part.end is None:
+        return item
+    item.update(start=part.start, end=part.end, lines_before=part.lines_before)
+    if part.digest is not None and os.path.exists(file_path):
+        if file_size(file_path) < part.end or digest(file_path, part.end) != part.digest:
+            item[GONE] = (f"the file was replaced after batch {Batch.id_for(s.batch_seq)} took it: the records "
+                          "quarantined then are no longer in it (its new content is a batch of its own)")
+    return item
 
 
 def _named_records(parsed: pa.Table, spec: tuple[ReplayFile, ...]) -> pa.Table:

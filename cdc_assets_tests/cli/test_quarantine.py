@@ -356,3 +356,27 @@ def test_a_replayed_file_appended_to_afterwards_gives_only_its_new_lines(workdir
     code, out, _ = run(cfg, capsys)
     assert code == 0 and "(1 file appended)" in out and "1 records, 1 new changes" in out, out
     assert values(target_rows(cfg, "ORDERS"), "order_id", "v") == {1: "c", 2: "b", 4: "e"}
+
+
+def test_a_replay_of_a_file_replaced_since_keeps_its_records_in_quarantine_and_takes_the_new_content_once(
+        workdir, capsys, monkeypatch):
+    """The bytes a batch took are what its quarantined records were: a file replaced afterwards
+    holds other records (its new content is a batch of its own), so a replay takes none of it for
+    the old records, which stay in quarantine saying why."""
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    cfg = write_config(workdir, [orders(keys=("orderid",))])
+    land(cfg, "ORDERS", "b1", {"f.jsonl": first_batch()})
+    assert run(cfg, capsys)[0] == 1
+    with open(workdir / "landing" / "ORDERS" / "b1" / "f.jsonl", "w") as f:
+        f.write(jsonl([{"op": "I", "order_id": 9, "v": "new", "seq": 7}]))
+    cfg = write_config(workdir, [orders()])
+    code, out, _ = quarantine(cfg, capsys, "replay", "ORDERS")
+    assert code == 1 and "FAILED" in out, out
+    listed = [row.split("\t") for row in quarantine(cfg, capsys, "ORDERS")[1].strip().splitlines()[1:]]
+    assert [row[1:3] for row in listed] == [["b1/f.jsonl", str(n)] for n in (1, 2, 3)]
+    assert all("replaced" in row[4] for row in listed), listed
+    # the replay's run of the table took the new content as a batch of its own, once
+    assert "(1 file replaced)" in out, out
+    code, out, _ = run(cfg, capsys)
+    assert code == 0 and "nothing new landed" in out, out
+    assert values(target_rows(cfg, "ORDERS"), "order_id", "v") == {9: "new"}
