@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
@@ -25,7 +27,11 @@ def _installed(python: Path, cwd: Path) -> dict[str, str]:
     return dict(line.split("==", 1) for line in frozen.splitlines() if "==" in line)
 
 
-def test_the_wheel_installs_beside_a_users_own_dagster_and_runs_the_demo(tmp_path):
+@pytest.mark.long
+def test_the_wheel_installs_beside_a_users_own_dagster_and_runs_the_demo(tmp_path, long_run):
+    if not long_run:
+        # each install builds PySpark's source archive anew (a minute): the normal run keeps CI short
+        pytest.skip("builds the wheel and installs it with its dependencies in a new environment: run with --long")
     _run([sys.executable, "-m", "build", "--wheel", "--installer", "uv", "--outdir", tmp_path / "dist", REPO], REPO)
     [wheel] = (tmp_path / "dist").glob("cdc_assets-*.whl")
     assert not any(name.startswith("cdc_assets_tests/") for name in _wheel_names(wheel))
