@@ -158,7 +158,7 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
             def ingest_exact():
                 rekey.ensure_exact(cfg, table)  # a warehouse keyed by an earlier release says so first
                 if again is not None:
-                    return replay.ingest_replay(cfg, table, batch, again, log=context.log.warning)
+                    return replay.ingest_replay(cfg, table, batch, again, spark, log=context.log.warning)
                 take = snapshot.ingest_batch if table.format == SNAPSHOT else spark_ingest.ingest_batch
                 return take(spark, cfg, table, batch, log=context.log.warning)
 

@@ -51,6 +51,7 @@ from .step_results import BaseResult
 from .table_layout import BASE, path
 
 BASE_BATCH = 0  # base rows count as batch 0; landed batches start at 1
+BASE_ID = "base"  # the batch the base rows' records name
 
 
 def _export_path(table: TableConfig) -> str:
@@ -71,7 +72,7 @@ def import_base(spark, cfg: Config, table: TableConfig, log=None) -> BaseResult:
         return BaseResult(already_committed=True)
     export = _export_path(table)
     files = [{"path": export, "file": os.path.basename(export), "file_index": 0,
-              "batch_seq": BASE_BATCH, "batch_id": "base"}]
+              "batch_seq": BASE_BATCH, "batch_id": BASE_ID}]
     columns = typed_export_columns(table)
     if columns is not None:
         typed = _import_typed(spark, table, table_dir, columns, log, t0)

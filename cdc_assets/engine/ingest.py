@@ -444,6 +444,15 @@ def parse_batch(table: TableConfig, files: list[dict], root: str,
     return (pa.concat_tables(parts) if parts else schema.empty_table()), values
 
 
+def parse_export(table: TableConfig, files: list[dict], text_columns: tuple[str, ...] = ()) -> pa.Table:
+    """Every row of a base export's files, parsed in this process as the base import reads them
+    (upserts at the base's tier; rejections have `_cdc_reason`)."""
+    listing = pa.RecordBatch.from_pylist([{"start": 0, "end": None, "lines_before": 0, **f}
+                                          for f in snapshot_listing(files)])
+    return pa.Table.from_batches(list(_parse_partition(table, True, None, text_columns)([listing])),
+                                 schema=delta.arrow_schema(PARSED_FIELDS))
+
+
 def _typed_file(table: TableConfig, f: dict, root: str | None, schema: pa.Schema,
                 images: bool = False) -> TypedFile | None:
     """A change file, or its row group `f["row_group"]`, read column by column; None when it goes

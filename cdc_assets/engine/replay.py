@@ -29,8 +29,11 @@ from ..core.errors import TerminalError
 from ..core.figures import Figures
 from ..core.formats import SNAPSHOT
 from . import delta
-from .ingest import GONE, parse_batch, prepare, take_parsed
+from .base_import import BASE_BATCH, BASE_ID
+from .ingest import GONE, PARSED_FIELDS, batch_bytes, parse_batch, parse_export, parse_files, prepare, take_parsed
 from .landing import BATCH_FIELDS, REPLAYED, Batch, Part, batches_path, digest, file_size, registered
+from .settings import settings
+from .spark import session_of
 from .step_results import ChangesResult
 from .table_layout import CHANGES, QUARANTINE, REPLAY_FIELDS, REPLAYS, path
 
@@ -176,14 +179,21 @@ def register_replay(cfg: Config, table: TableConfig) -> Batch | None:
         if b.seq > done and spec_of(table_dir, b) is not None:
             return b
     by_seq = {b.seq: b for b in batches}
+    export = _export_name(table)
     lines: dict[tuple[int, str], list[int]] = {}
     for q in quarantined(cfg, table):
-        if q.batch_seq in by_seq and q.file in by_seq[q.batch_seq].files:  # a landed batch's record
+        if (q.batch_seq in by_seq and q.file in by_seq[q.batch_seq].files  # a landed batch's record
+                or q.batch_seq == BASE_BATCH and q.file == export):  # a row of the base export
             lines.setdefault((q.batch_seq, q.file), []).append(q.line)
     if not lines:
         return None
-    spec = [ReplayFile(seq, f, by_seq[seq].files.index(f), tuple(sorted(ns))) for (seq, f), ns in sorted(
-        lines.items(), key=lambda item: (item[0][0], by_seq[item[0][0]].files.index(item[0][1])))]
+
+    def index(seq: int, f: str) -> int:
+        return 0 if seq == BASE_BATCH else by_seq[seq].files.index(f)
+
+    # in arrival order: the base export first, then the landed batches
+    spec = [ReplayFile(seq, f, index(seq, f), tuple(sorted(ns)))
+            for (seq, f), ns in sorted(lines.items(), key=lambda item: (item[0][0], index(*item[0])))]
     seq = batches[-1].seq + 1
     names = sorted({s.file for s in spec})
     now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -204,6 +214,11 @@ def register_replay(cfg: Config, table: TableConfig) -> Batch | None:
     return Batch(seq, Batch.id_for(seq), tuple(names))
 
 
+def _export_name(table: TableConfig) -> str | None:
+    """The name the base export's quarantined rows carry as their file (None: no base export)."""
+    return os.path.basename(table.base_snapshot) if table.base_snapshot else None
+
+
 def _size(file_path: str) -> int:
     try:
         return file_size(file_path)
@@ -212,17 +227,23 @@ def _size(file_path: str) -> int:
 
 
 def ingest_replay(cfg: Config, table: TableConfig, batch: Batch, spec: tuple[ReplayFile, ...],
-                  log=None) -> ChangesResult:
+                  spark=None, log=None) -> ChangesResult:
     """Commit a replay batch's changes: its records read again under the configuration as it is
-    now, with their first arrival; a second call does nothing."""
+    now, with their first arrival; a second call does nothing. `spark`: a session, or a function
+    that starts one, for a base export too big to read again in this process."""
     t0 = time.time()
     given = prepare(cfg, table, batch)
     if given is None:
         return ChangesResult(already_committed=True)
     parts = {(b.seq, f): b.part(f) for b in registered(given.table_dir) for f in b.files}
-    files = [_work_item(given.landing, s, parts.get((s.batch_seq, s.file))) for s in spec]
+    files = [_export_item(table, s) if s.batch_seq == BASE_BATCH
+             else _work_item(given.landing, s, parts.get((s.batch_seq, s.file))) for s in spec]
     given = dataclasses.replace(given, files=files)
-    parsed, values = parse_batch(table, files, root=given.landing, text_columns=given.text_columns)
+    landed = [f for f in files if f["batch_seq"] != BASE_BATCH]
+    parsed, values = parse_batch(table, landed, root=given.landing, text_columns=given.text_columns)
+    export = [f for f in files if f["batch_seq"] == BASE_BATCH]
+    if export:  # a base row keeps the base's tier: it ranks below every change of its key
+        parsed = pa.concat_tables([_export_records(table, export, spec, given.text_columns, spark), parsed])
     parsed = _named_records(parsed, spec)
     original = {s.file: s.batch_seq for s in spec}
     # the records keep their first arrival in their ordering keys; the replay's batch holds them
@@ -232,6 +253,30 @@ def ingest_replay(cfg: Config, table: TableConfig, batch: Batch, spec: tuple[Rep
     in_order = Batch(batch.seq, batch.id, tuple(s.file for s in spec))
     return take_parsed(given, table, in_order, parsed, values, log, t0,
                        set_aside=_outcomes_writer(table, given.table_dir, batch, spec, original, log))
+
+
+def _export_item(table: TableConfig, s: ReplayFile) -> dict:
+    assert table.base_snapshot is not None  # a base row is named only for a table with a base export
+    return {"path": table.base_snapshot, "file": s.file, "file_index": s.index, "batch_seq": BASE_BATCH,
+            "batch_id": BASE_ID}
+
+
+def _export_records(table: TableConfig, files: list[dict], spec: tuple[ReplayFile, ...],
+                    text_columns: tuple[str, ...], spark) -> pa.Table:
+    """The base export's rows (and rejections) the replay names, read as the base import reads
+    them: in this process, or by Spark's tasks for an export over `local_parse_bytes` (only the
+    named rows come back)."""
+    if spark is None or batch_bytes(files) <= settings().local_parse_bytes:
+        return parse_export(table, files, text_columns)
+    from pyspark.sql import functions as F
+
+    named = [(s.file, n) for s in spec if s.batch_seq == BASE_BATCH for n in s.lines]
+    wanted = F.lit(False)
+    for f in {f for f, _ in named}:
+        lines = [n for g, n in named if g == f]
+        wanted = wanted | ((F.col("_cdc_file") == f) & (F.col("_cdc_line").isin(lines) | (F.col("_cdc_line") == 0)))
+    frame = parse_files(session_of(spark), table, files, snapshot=True, text_columns=text_columns)
+    return frame.where(wanted).toArrow().cast(delta.arrow_schema(PARSED_FIELDS))
 
 
 def _work_item(landing_dir: str, s: ReplayFile, part: Part | None) -> dict:

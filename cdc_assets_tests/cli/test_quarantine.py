@@ -10,7 +10,7 @@ import json
 import pytest
 
 from cdc_assets.cli.main import main
-from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.config import settings_of, write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.runs import MARKS
 from cdc_assets_tests.support.warehouse import target_rows, values
@@ -380,3 +380,55 @@ def test_a_replay_of_a_file_replaced_since_keeps_its_records_in_quarantine_and_t
     code, out, _ = run(cfg, capsys)
     assert code == 0 and "nothing new landed" in out, out
     assert values(target_rows(cfg, "ORDERS"), "order_id", "v") == {9: "new"}
+
+
+@pytest.mark.parametrize("declared, on_spark", [(False, False), (True, False), (False, True)],
+                         ids=["row-by-row", "typed", "export-read-again-on-spark"])
+def test_a_replay_takes_the_base_exports_quarantined_rows_below_every_change(tmp_path, capsys, monkeypatch, declared,
+                                                                             on_spark, request):
+    """A base export's rows are quarantined records too: once cdc.yaml is fixed a replay takes them
+    again, each ranked as a base row, below every change of its key (a change that deleted the key
+    meanwhile still wins); the target is the one a right configuration gives. An export over
+    `local_parse_bytes` is read again by Spark's tasks, which hand back only the named rows."""
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    if on_spark:
+        from cdc_assets.engine import replay
+
+        request.getfixturevalue("spark")
+        settings_of(monkeypatch, replay, local_parse_bytes=0)
+    columns = {"order_id": "long", "v": "string", "seq": "long", "op": "string"} if declared else None
+
+    def config(root, keys):
+        export = root / "orders.csv"
+        export.write_text("order_id,v\n1,base-1\n2,base-2\n5,base-5\n")
+        more = {"base_snapshot": str(export), **({"columns": columns} if columns else {})}
+        return write_config(root, [orders(keys=keys, **more)])
+
+    right_dir, wrong_dir = tmp_path / "right", tmp_path / "wrong"
+    for d in (right_dir, wrong_dir):
+        (d / "landing").mkdir(parents=True)
+    later = jsonl([{"op": "I", "order_id": 3, "v": "d", "seq": 4}, {"op": "D", "order_id": 5, "seq": 5}])
+    right = config(right_dir, ("order_id",))
+    for name, records in (("b1", first_batch()), ("b2", later)):
+        land(right, "ORDERS", name, {"f.jsonl": records})
+        assert run(right, capsys)[0] == 0
+    expected = comparable(right)
+    assert values(target_rows(right, "ORDERS"), "order_id", "v") == {1: "c", 2: "b", 3: "d"}
+
+    cfg = config(wrong_dir, ("orderid",))
+    land(cfg, "ORDERS", "b1", {"f.jsonl": first_batch()})
+    assert run(cfg, capsys)[0] == 1
+    listed = [row.split("\t") for row in quarantine(cfg, capsys, "ORDERS")[1].strip().splitlines()[1:]]
+    # the header first (under the wrong key it is not one), then each row
+    assert [row[:3] for row in listed if row[1] == "orders.csv"] == [["b000000", "orders.csv", str(n)]
+                                                                      for n in (1, 2, 3, 4)], listed
+    cfg = config(wrong_dir, ("order_id",))  # the key fixed
+    land(cfg, "ORDERS", "b2", {"f.jsonl": later})
+    assert run(cfg, capsys)[0] == 0
+    code, out, _ = quarantine(cfg, capsys, "replay", "ORDERS")
+    assert code == 0, out
+    assert "6 records, 6 new changes" in out, out
+    assert quarantine(cfg, capsys, "ORDERS")[1].strip().splitlines() == ["batch\tfile\tline\tcolumn\treason"]
+    assert comparable(cfg, set(expected[0])) == expected
+    code, out, _ = quarantine(cfg, capsys, "replay", "ORDERS")
+    assert code == 0 and "nothing to replay" in out, out
