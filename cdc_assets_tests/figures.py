@@ -87,6 +87,7 @@ class Figures:
         self.repo, self.force = repo, force or os.environ.get(FORCE_ENV) == "1"
         self.tree = tree(repo)  # at the start of the measurement: a refused run stops before measuring
         self._refuse(self.tree)
+        self._written: set[str] = set()  # the files this measurement wrote: figures, not code
         os.makedirs(self.folder, exist_ok=True)
 
     def _into_docs(self) -> bool:
@@ -102,17 +103,25 @@ class Figures:
                         f"({FORCE_ENV}=1 for tests) to record the figures as measured on a dirty tree"
                         + (f"; this measurement's figures were written to {kept}" if kept else ""))
 
+    def _now(self) -> Tree:
+        """The tree now, but for the files this measurement wrote (each over its committed figure)."""
+        now = tree(self.repo)
+        return Tree(now.commit, tuple(f for f in now.uncommitted
+                                      if os.path.realpath(os.path.join(self.repo, f)) not in self._written))
+
     def path(self, name: str) -> str:
         """Where figure file `name` goes; refused (DirtyTree) when the tree has become dirty since the
         measurement began, as at the start."""
-        self._refuse(tree(self.repo))
-        return os.path.join(self.folder, name)
+        self._refuse(self._now())
+        where = os.path.join(self.folder, name)
+        self._written.add(os.path.realpath(where))
+        return where
 
     def write_json(self, name: str, figures: dict, command: str) -> str:
         """`figures` with the command, the commit, whether the tree was dirty (and its changed files)
         and the time. A tree that became dirty during the measurement is refused as at the start, the
         file then kept in a temporary folder that the error names."""
-        now = tree(self.repo)
+        now = self._now()
         changed = tuple(dict.fromkeys(self.tree.uncommitted + now.uncommitted))
         data = {"command": command, "commit": now.commit, "dirty": bool(changed),
                 **({"uncommitted": list(changed)} if changed else {}),
@@ -122,6 +131,7 @@ class Figures:
         if changed and not self.force and self._into_docs():
             kept = tempfile.mkdtemp(prefix="figures-dirty-")
         where = os.path.join(kept or self.folder, name)
+        self._written.add(os.path.realpath(where))
         with open(where, "w", encoding="utf-8") as fh:
             json.dump(data, fh, indent=2, sort_keys=False, default=str)
             fh.write("\n")
@@ -130,11 +140,12 @@ class Figures:
         return where
 
     def write_csv(self, name: str, header: list[str], rows: list) -> str:
-        with open(self.path(name), "w", newline="", encoding="utf-8") as fh:
+        where = self.path(name)
+        with open(where, "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
             w.writerow(header)
             w.writerows(rows)
-        return self.path(name)
+        return where
 
 
 def from_request(option: str | None, force: bool = False) -> Figures | None:

@@ -79,3 +79,24 @@ def test_every_figure_writing_benchmark_takes_the_force_flag(module, capsys, mon
     with pytest.raises(SystemExit) as e:
         main(["--help"]) if module != "soak" else main()
     assert e.value.code == 0 and "--force-dirty" in capsys.readouterr().out
+
+
+def test_a_measurement_writes_all_its_files_over_the_committed_ones_it_replaces(repo):
+    """A benchmark writes several files (JSON, then a table, a CSV, a chart) over committed ones: its
+    own writes are the measurement, not uncommitted code, so none of them is refused."""
+    figures_dir = repo / "docs" / "figures"
+    for name in ("f.json", "f.md", "f.csv"):
+        (figures_dir / name).write_text("before\n")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "add", "docs")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "figures")
+    figures = Figures(str(figures_dir), repo=str(repo))
+    data = json.loads(open(figures.write_json("f.json", {"n": 2}, command="measure")).read())
+    assert data["dirty"] is False
+    with open(figures.path("f.md"), "w") as fh:
+        fh.write("after\n")
+    figures.write_csv("f.csv", ["n"], [[2]])
+    assert (figures_dir / "f.md").read_text() == "after\n"
+    # a change to anything else than what it wrote still refuses
+    (repo / "code.py").write_text("x = 2\n")
+    with pytest.raises(DirtyTree, match=r"\(code\.py\)"):
+        figures.path("g.md")
