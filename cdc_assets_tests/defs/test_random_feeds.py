@@ -54,7 +54,8 @@ one truncating table of 1 feed) = 145 feeds, the example's half (which tables ar
 named, which two source kinds) drawn with its seed, so successive runs cover both halves;
 `--long`: 10 x (9 x 40 + 2) = 3620.
 RANDOM_FEEDS_KINDS=dbz,snap,cs_t,dbz_t draws only the named kinds, each in every example.
-RANDOM_FEEDS_EXAMPLES / RANDOM_FEEDS_PER_TABLE override both; RANDOM_FEEDS_THREADS (default 2)
+RANDOM_FEEDS_SEED draws the feeds of one seed again (each run draws its own, printed on the summary
+line and in a failure). RANDOM_FEEDS_EXAMPLES / RANDOM_FEEDS_PER_TABLE override both; RANDOM_FEEDS_THREADS (default 2)
 is how many tables run side by side.
 
 The check: after every batch, the run succeeded with its checks passed, the
@@ -1659,6 +1660,7 @@ def test_random_feeds(spark, long_run, capsys, figures):
     threads = int(os.environ.get("RANDOM_FEEDS_THREADS", "2"))
     tally = {"generated": 0, "passed": 0, "examples": 0, "planned": 0}
     drawn_kinds: list[list[str]] = []
+    seeds: list[int] = []
     seen: Counter = Counter()
     # RANDOM_FEEDS_KINDS=dbz,snap,...: only these table kinds (to draw many of a few)
     only = [k for k in os.environ.get("RANDOM_FEEDS_KINDS", "").split(",") if k]
@@ -1667,8 +1669,13 @@ def test_random_feeds(spark, long_run, capsys, figures):
               phases=[Phase.explicit, Phase.reuse, Phase.generate],  # feeds shrink in shrink_feed
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                      HealthCheck.large_base_example, HealthCheck.filter_too_much])
-    @given(value_pools=pools(), seed=st.integers(0, 2 ** 32 - 1))
-    def check(value_pools: Pools, seed: int):
+    # Hypothesis gives its simplest example first (seed 0, the smallest pools), so a run of one
+    # example would draw the same feeds every time: the seed comes from true randomness instead
+    # (RANDOM_FEEDS_SEED repeats one), said on the summary line and in every failure.
+    @given(value_pools=pools(), chance=st.randoms(use_true_random=True))
+    def check(value_pools: Pools, chance: random.Random):
+        seed = int(os.environ.get("RANDOM_FEEDS_SEED") or chance.getrandbits(32))
+        seeds.append(seed)
         rnd = random.Random(f"random-feeds/{seed}")
         # every other table kind is partitioned, the others in the other half; every table kind
         # names its columns from NAME_POOL in one of the two halves (some of them partitioned);
@@ -1708,7 +1715,8 @@ def test_random_feeds(spark, long_run, capsys, figures):
                     reports.append(f"{tname} {fid} [{feed.kind}]: {why}\n  shrunk to {len(shrunk[0].changes)} "
                                    f"changes, {len(shrunk[0].delivery)} deliveries: {shrunk[1]}\n  shrunk feed: {path}")
             _SHRUNK[marker] = "\n".join(reports)
-        pytest.fail(f"{len(failed)} of {len(results)} random feeds differ from the reference:\n{_SHRUNK[marker]}\n"
+        pytest.fail(f"{len(failed)} of {len(results)} random feeds of seed {seed} (RANDOM_FEEDS_SEED={seed} draws "
+                    f"them again) differ from the reference:\n{_SHRUNK[marker]}\n"
                     f"keep a shrunk feed as a regression: move its file to {REGRESSIONS_DIR}/")
 
     t0 = time.time()
@@ -1727,12 +1735,12 @@ def test_random_feeds(spark, long_run, capsys, figures):
                   f"trimmed ({seen['staged rows trimmed']} rows), {seen['trimmed tables rebuilt']} rebuilt whole from "
                   f"them; {seen['tables with drawn column names']} tables with drawn column names; "
                   f"{', '.join(f'{n} {k}' for k, n in sorted(seen.items()) if k.startswith('source tables '))}; "
-                  f"{time.time() - t0:.0f} s)")
+                  f"seeds {seeds}; {time.time() - t0:.0f} s)")
         if figures:
             figures.write_json("random_feeds.json", {
                 "generated": tally["generated"], "passed": tally["passed"], "examples": tally["examples"],
                 "tables": len(TABLE_KINDS), "feeds_per_table": feeds_per_table, "planned": tally["planned"],
-                "source_kinds": drawn_kinds, **dict(seen),
+                "source_kinds": drawn_kinds, "seeds": seeds, **dict(seen),
                 "regression_feeds": len(_regression_entries()), "seconds": round(time.time() - t0)},
                 command="./bootstrap.sh test cdc_assets_tests/defs/test_random_feeds.py --figures docs/figures")
     # the README states these counts for a normal run: exactly this many feeds, every one compared
