@@ -1,0 +1,146 @@
+"""An empty text in a string partition column stays an empty text: Delta's protocol writes "" and
+null alike as a null partition value, so a table that receives "" stores such a column as data
+and partitions by an escaped copy of it (`_cdc_part_<column>`); "", null, "~x" and "x" stay
+distinct through the first build, a later batch that re-lays the target out, moves, deletes,
+reruns and partition rebuilds, in this process and on Spark."""
+from __future__ import annotations
+
+import os
+
+import pytest
+from deltalake import DeltaTable
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cdc_assets.core.partition_text import derived_value, original_value
+from cdc_assets.core.target import NULL_PARTITION
+from cdc_assets.defs.run_loop import summary_line
+from cdc_assets.engine.partitions import staged_partition_keys
+from cdc_assets.engine.target_build import rebuild
+from cdc_assets_tests.support.config import write_config
+from cdc_assets_tests.support.landing import jsonl, land
+from cdc_assets_tests.support.records import bq_cdc
+from cdc_assets_tests.support.runs import MARKS, run_ok
+from cdc_assets_tests.support.warehouse import target_version
+
+pytestmark = MARKS
+
+SIDE_BY_SIDE = {1: "", 2: None, 3: "~x", 4: "x", 5: "~", 6: "~~"}
+
+
+def _read(cfg, table) -> dict:
+    """id -> (P, v), as any Delta reader reads the target."""
+    rows = DeltaTable(os.path.join(cfg.table_dir(table), "target")).to_pyarrow_table().to_pylist()
+    return {r["id"]: (r["P"], r["v"]) for r in rows}
+
+
+def _spark_env(on_spark, monkeypatch):
+    if on_spark:
+        monkeypatch.setenv("CDC_ASSETS_LOCAL_BUILD_ROWS", "0")
+        monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", "0")
+
+
+def _upserts(values: dict, v, order: str) -> str:
+    return jsonl([bq_cdc("UPSERT", {"id": i, "P": p, "v": v}, order) for i, p in values.items()])
+
+
+def _the_rest(spark, cfg, table, expected):
+    """Moves, a delete, a rerun and a rebuild of the "" partition after `expected`."""
+    land(cfg, table, "b-move", {"c.jsonl": jsonl([
+        bq_cdc("UPSERT", {"id": 1, "P": "y", "v": 3}, "5"),     # out of ""
+        bq_cdc("UPSERT", {"id": 4, "P": "", "v": 3}, "5"),      # into ""
+        bq_cdc("UPSERT", {"id": 7, "P": "", "v": 3}, "5"),
+        bq_cdc("DELETE", {"id": 5, "P": "~"}, "5"),
+    ])})
+    run_ok(cfg, table)
+    expected = {**expected, 1: ("y", 3), 4: ("", 3), 7: ("", 3)}
+    del expected[5]
+    assert _read(cfg, table) == expected
+    land(cfg, table, "b-delete", {"c.jsonl": jsonl([bq_cdc("DELETE", {"id": 7, "P": ""}, "6")])})
+    run_ok(cfg, table)
+    del expected[7]
+    assert _read(cfg, table) == expected
+    version = target_version(cfg, table)
+    run_ok(cfg, table)
+    assert target_version(cfg, table) == version  # a rerun commits nothing
+
+    keys = staged_partition_keys(cfg, cfg.table(table))
+    assert "P=" in keys and f"P={NULL_PARTITION}" in keys  # "" and null: two partitions
+    rebuild(spark, cfg, cfg.table(table), ["P="])
+    assert _read(cfg, table) == expected
+    rebuild(spark, cfg, cfg.table(table), None)
+    assert _read(cfg, table) == expected
+
+
+@pytest.mark.parametrize("on_spark", [False, True], ids=["in-process", "on-spark"])
+def test_an_empty_text_in_a_later_batch_re_lays_the_target_out_once(spark, workdir, monkeypatch, on_spark):
+    _spark_env(on_spark, monkeypatch)
+    cfg = write_config(workdir, [{"name": "EP", "keys": ["id"], "format": "bigquery-cdc", "partition_by": ["P"]}])
+    land(cfg, "EP", "b1", {"c.jsonl": _upserts({10: "x", 11: "y"}, 1, "1")})
+    run_ok(cfg, "EP")
+    assert _read(cfg, "EP") == {10: ("x", 1), 11: ("y", 1)}
+    native = DeltaTable(os.path.join(cfg.table_dir("EP"), "target"))
+    assert native.metadata().partition_columns == ["P"]  # laid out as configured until "" comes
+    land(cfg, "EP", "b2", {"c.jsonl": _upserts(SIDE_BY_SIDE, 2, "2")})
+    outcome = run_ok(cfg, "EP")
+    expected = {10: ("x", 1), 11: ("y", 1)} | {i: (p, 2) for i, p in SIDE_BY_SIDE.items()}
+    assert _read(cfg, "EP") == expected
+    assert DeltaTable(os.path.join(cfg.table_dir("EP"), "target")).metadata().partition_columns == ["_cdc_part_P"]
+    assert "_cdc_part_P" in summary_line(outcome)  # the run says the target was laid out again
+    _the_rest(spark, cfg, "EP", expected)
+
+
+@pytest.mark.parametrize("on_spark", [False, True], ids=["in-process", "on-spark"])
+def test_an_empty_text_in_the_first_batch(spark, workdir, monkeypatch, on_spark):
+    _spark_env(on_spark, monkeypatch)
+    cfg = write_config(workdir, [{"name": "EF", "keys": ["id"], "format": "bigquery-cdc", "partition_by": ["P"]}])
+    land(cfg, "EF", "b1", {"c.jsonl": _upserts(SIDE_BY_SIDE, 1, "1")})
+    run_ok(cfg, "EF")
+    expected = {i: (p, 1) for i, p in SIDE_BY_SIDE.items()}
+    assert _read(cfg, "EF") == expected
+    _the_rest(spark, cfg, "EF", expected)
+
+
+@pytest.mark.parametrize("on_spark", [False, True], ids=["in-process", "on-spark"])
+def test_an_empty_text_as_the_key_and_the_partition_column(spark, workdir, monkeypatch, on_spark):
+    _spark_env(on_spark, monkeypatch)
+    cfg = write_config(workdir, [{"name": "EK", "keys": ["P"], "format": "bigquery-cdc", "partition_by": ["P"]}])
+    land(cfg, "EK", "b1", {"c.jsonl": jsonl([bq_cdc("UPSERT", {"P": "x", "v": 1}, "1")])})
+    run_ok(cfg, "EK")
+    land(cfg, "EK", "b2", {"c.jsonl": jsonl([bq_cdc("UPSERT", {"P": p, "v": 2}, "2") for p in ("", "~", "~x")])})
+    run_ok(cfg, "EK")
+    rows = DeltaTable(os.path.join(cfg.table_dir("EK"), "target")).to_pyarrow_table().to_pylist()
+    assert sorted((r["P"], r["v"]) for r in rows) == [("", 2), ("x", 1), ("~", 2), ("~x", 2)]
+    land(cfg, "EK", "b3", {"c.jsonl": jsonl([bq_cdc("DELETE", {"P": ""}, "3"),
+                                             bq_cdc("UPSERT", {"P": "~", "v": 3}, "3")])})
+    run_ok(cfg, "EK")
+    rows = DeltaTable(os.path.join(cfg.table_dir("EK"), "target")).to_pyarrow_table().to_pylist()
+    assert sorted((r["P"], r["v"]) for r in rows) == [("x", 1), ("~", 3), ("~x", 2)]
+
+
+VALUES = st.lists(st.one_of(st.none(), st.text(max_size=12), st.text("~", max_size=4),
+                            st.builds(lambda s: "~" + s, st.text(max_size=6))), max_size=40)
+
+
+@settings(max_examples=300)
+@given(VALUES)
+def test_the_derived_partition_value_is_one_rule_in_arrow_and_on_spark_and_it_inverts(values):
+    import pyarrow as pa
+
+    from cdc_assets.engine.partition_layout import arrow_derived
+
+    derived = [derived_value(v) for v in values]
+    assert [original_value(d) for d in derived] == values
+    assert len({d for d in derived}) == len(set(values))  # injective: two values never share a partition
+    assert all(d != "" for d in derived)  # what Delta's log cannot tell from null is never written
+    assert arrow_derived(pa.array(values, pa.string())).to_pylist() == derived
+
+
+@settings(max_examples=15, deadline=None)
+@given(VALUES)
+def test_the_derived_partition_value_on_spark_is_the_rule(spark, values):
+    from cdc_assets.engine.partition_layout import spark_derived
+
+    frame = spark.createDataFrame([(i, v) for i, v in enumerate(values)], "i long, P string")
+    got = [r[0] for r in frame.orderBy("i").select(spark_derived("P")).collect()]
+    assert got == [derived_value(v) for v in values]
