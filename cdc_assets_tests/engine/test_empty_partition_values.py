@@ -144,3 +144,47 @@ def test_the_derived_partition_value_on_spark_is_the_rule(spark, values):
     frame = spark.createDataFrame([(i, v) for i, v in enumerate(values)], "i long, P string")
     got = [r[0] for r in frame.orderBy("i").select(spark_derived("P")).collect()]
     assert got == [derived_value(v) for v in values]
+
+
+@pytest.mark.parametrize("change_feed", [False, True], ids=["new-column", "change-feed"])
+def test_an_empty_text_through_delta_rs_merge(spark, workdir, change_feed):
+    """A batch bringing a new column (schema evolution) or a table recording its change data feed
+    takes delta-rs' MERGE; "" stays exact there too."""
+    cfg = write_config(workdir, [{"name": "EM", "keys": ["id"], "format": "bigquery-cdc", "partition_by": ["P"],
+                                  "change_feed": change_feed}])
+    land(cfg, "EM", "b1", {"c.jsonl": _upserts({10: "x", 11: "y"}, 1, "1")})
+    run_ok(cfg, "EM")
+    land(cfg, "EM", "b2", {"c.jsonl": jsonl([bq_cdc("UPSERT", {"id": i, "P": p, "v": 2, "w": "new"}, "2")
+                                             for i, p in SIDE_BY_SIDE.items()])})
+    run_ok(cfg, "EM")
+    expected = {10: ("x", 1), 11: ("y", 1)} | {i: (p, 2) for i, p in SIDE_BY_SIDE.items()}
+    assert _read(cfg, "EM") == expected
+    land(cfg, "EM", "b3", {"c.jsonl": jsonl([bq_cdc("UPSERT", {"id": 1, "P": "z", "v": 3}, "3"),
+                                             bq_cdc("UPSERT", {"id": 10, "P": "", "v": 3}, "3"),
+                                             bq_cdc("DELETE", {"id": 3, "P": "~x"}, "3")])})
+    run_ok(cfg, "EM")
+    expected = {**expected, 1: ("z", 3), 10: ("", 3)}
+    del expected[3]
+    assert _read(cfg, "EM") == expected
+
+
+def _pg(op: str, lsn: int, id_: int | None = None, region: str | None = None) -> dict:
+    source = {"version": "2.5.0.Final", "connector": "postgresql", "name": "shop", "ts_ms": 1_709_287_200_000 + lsn,
+              "snapshot": "false", "db": "shop", "schema": "public", "table": "orders", "lsn": lsn}
+    image = None if id_ is None else {"id": id_, "v": lsn, "region": region}
+    before, after = (image, None) if op in ("d", "t") else (None, image)
+    return {"before": before, "after": after, "op": op, "source": source, "ts_ms": 1_709_287_200_000 + lsn + 40}
+
+
+@pytest.mark.parametrize("on_spark", [False, True], ids=["in-process", "on-spark"])
+def test_a_truncate_keeps_empty_texts_above_it(spark, workdir, monkeypatch, on_spark):
+    _spark_env(on_spark, monkeypatch)
+    cfg = write_config(workdir, [{"name": "ET", "keys": ["id"], "format": "debezium-json",
+                                  "partition_by": ["region"]}])
+    land(cfg, "ET", "b1", {"o.jsonl": jsonl([_pg("c", 100, 1, "eu"), _pg("c", 110, 2, ""), _pg("c", 900, 3, ""),
+                                             _pg("c", 910, 4, None)])})
+    run_ok(cfg, "ET")
+    land(cfg, "ET", "b2", {"o.jsonl": jsonl([_pg("t", 500), _pg("c", 600, 5, ""), _pg("u", 920, 1, "")])})
+    run_ok(cfg, "ET")
+    rows = DeltaTable(os.path.join(cfg.table_dir("ET"), "target")).to_pyarrow_table().to_pylist()
+    assert {r["id"]: r["region"] for r in rows} == {1: "", 3: "", 4: None, 5: ""}
