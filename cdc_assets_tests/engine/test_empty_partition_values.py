@@ -188,3 +188,43 @@ def test_a_truncate_keeps_empty_texts_above_it(spark, workdir, monkeypatch, on_s
     run_ok(cfg, "ET")
     rows = DeltaTable(os.path.join(cfg.table_dir("ET"), "target")).to_pyarrow_table().to_pylist()
     assert {r["id"]: r["region"] for r in rows} == {1: "", 3: "", 4: None, 5: ""}
+
+
+def _export(regions: dict) -> bytes:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = io.BytesIO()
+    pq.write_table(pa.table({"id": pa.array(list(regions), pa.int64()), "region": pa.array(list(regions.values()),
+                                                                                        pa.string()),
+                             "v": pa.array([1] * len(regions), pa.int64())}), out)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("on_spark", [False, True], ids=["in-process", "on-spark"])
+def test_a_snapshot_table_keeps_empty_texts(spark, workdir, monkeypatch, on_spark):
+    """A snapshot table's exports compared with a target that holds "" (a derived layout): an
+    unchanged "" row is no change, a row moving out of "" is one."""
+    from cdc_assets.engine import snapshot
+    from cdc_assets_tests.support.config import settings_of
+
+    if on_spark:
+        settings_of(monkeypatch, snapshot, local_parse_bytes=-1, local_build_rows=-1)
+        _spark_env(True, monkeypatch)
+    cfg = write_config(workdir, [{"name": "ES", "keys": ["id"], "format": "snapshot", "partition_by": ["region"]}])
+    first = {1: "x", 2: "", 3: None, 4: "~"}
+    land(cfg, "ES", "b1", {"a.parquet": _export(first)})
+    run_ok(cfg, "ES")
+    rows = DeltaTable(os.path.join(cfg.table_dir("ES"), "target")).to_pyarrow_table().to_pylist()
+    assert {r["id"]: r["region"] for r in rows} == first
+    second = {1: "", 2: "", 3: None, 5: ""}
+    land(cfg, "ES", "b2", {"a.parquet": _export(second)})
+    run_ok(cfg, "ES")
+    dt = DeltaTable(os.path.join(cfg.table_dir("ES"), "target"))
+    assert {r["id"]: r["region"] for r in dt.to_pyarrow_table().to_pylist()} == second
+    changed = [r for r in DeltaTable(os.path.join(cfg.table_dir("ES"), "changes")).to_pyarrow_table().to_pylist()
+               if r["_cdc_batch_seq"] == 2]
+    assert sorted((r["_cdc_change_type"], r["_cdc_key"]) for r in changed) == [
+        ("DELETE", '["4"]'), ("INSERT", '["5"]'), ("UPDATE", '["1"]')]
