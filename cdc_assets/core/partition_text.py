@@ -11,7 +11,7 @@ values the log holds name the column's exact values).
 from __future__ import annotations
 
 DERIVED_PREFIX = "_cdc_part_"
-ESCAPE = "~"
+ESCAPE = "."
 
 
 def derived_column(column: str) -> str:
@@ -25,7 +25,9 @@ def is_derived_column(name: str) -> bool:
 
 def derived_value(value: str | None) -> str | None:
     """None stays None; "" and a text starting with the escape get the escape in front; any other
-    text is itself (so a plain value names its partition as it does in a native layout)."""
+    text is itself (so a plain value names its partition as it does in a native layout). The
+    escape is "." since delta-rs writes a partition's folder name with a character such as "~"
+    percent-encoded, and its change data feed reader then misses the change files there."""
     if value is None:
         return None
     return ESCAPE + value if value == "" or value.startswith(ESCAPE) else value

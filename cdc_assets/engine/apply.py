@@ -31,7 +31,7 @@ from .merge_source import (
     every_column,
     merge_source,
 )
-from .partition_layout import PartitionLayout
+from .partition_layout import RELAYOUT, PartitionLayout
 from .settings import settings
 from .spark import session_of
 from .staged_history import SparkHistory
@@ -86,7 +86,7 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> ApplyResult:
         # laid out again once, that column stored as data and partitioned by its derived column.
         layout = layout.deriving(newly)
         dt_ = retype.relayout(target_path, dt_, layout, delta.CommitProperties(
-            custom_metadata={"cdc.step": "relayout", "cdc.reached": str(applied)}))
+            custom_metadata={"cdc.step": RELAYOUT, "cdc.reached": str(applied)}))
         done = _apply_laid_out(spark, cfg, table, dt_, layout, applied, reached, t0)
         return dataclasses.replace(done, derived_partitions=tuple(c for c in table.partition_by if c in newly))
     return _apply_laid_out(spark, cfg, table, dt_, layout, applied, reached, t0)

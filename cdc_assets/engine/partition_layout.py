@@ -22,7 +22,10 @@ from ..core import names
 from ..core.partition_text import ESCAPE, derived_column, is_derived_column, original_value
 from . import delta
 
-__all__ = ["PartitionLayout", "arrow_derived", "spark_derived", "is_derived_column"]
+# The step (cdc.step) of the commit that lays a target out again.
+RELAYOUT = "relayout"
+
+__all__ = ["RELAYOUT", "PartitionLayout", "arrow_derived", "spark_derived", "is_derived_column"]
 
 
 def arrow_derived(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
