@@ -274,3 +274,25 @@ def test_an_insert_only_table_appends_empty_texts(spark, workdir):
     land(cfg, "EA", "b3", {"c.jsonl": jsonl([mysql("INSERT", {"id": 5, "P": "", "v": 3}, 3, 1)])})
     run_ok(cfg, "EA")
     assert _read(cfg, "EA") == {1: ("x", 1), 2: ("", 2), 3: (None, 2), 4: (".", 2), 5: ("", 3)}
+
+
+@pytest.mark.parametrize("declared,wider", [({}, {"v": 2.5}), ({"v": "int"}, {})], ids=["rebuilt", "retyped"])
+def test_a_widening_keeps_the_derived_layout_and_empty_texts(spark, workdir, declared, wider):
+    """A column widened on a target in the derived layout: built again (long to double) or its
+    files rewritten with a cast (a declared int to long), the "" rows and the layout stay."""
+    table = {"name": "EW", "keys": ["id"], "format": "bigquery-cdc", "partition_by": ["P"]}
+    cfg = write_config(workdir, [{**table, "columns": declared}])
+    land(cfg, "EW", "b1", {"c.jsonl": jsonl([bq_cdc("UPSERT", {"id": i, "P": p, "v": 1}, "1")
+                                             for i, p in SIDE_BY_SIDE.items()])})
+    run_ok(cfg, "EW")
+    cfg = write_config(workdir, [{**table, "columns": {"v": "long"} if declared else {}}])
+    land(cfg, "EW", "b2", {"c.jsonl": jsonl([bq_cdc("UPSERT", {"id": 20, "P": "", "v": 1, **wider}, "2")])})
+    run_ok(cfg, "EW")
+    dt = DeltaTable(os.path.join(cfg.table_dir("EW"), "target"))
+    assert dt.metadata().partition_columns == ["_cdc_part_P"]
+    rows = {r["id"]: r for r in dt.to_pyarrow_table().to_pylist()}
+    assert {i: r["P"] for i, r in rows.items()} == SIDE_BY_SIDE | {20: ""}
+    assert rows[20]["v"] == wider.get("v", 1) and rows[1]["v"] == 1
+    import pyarrow as pa
+
+    assert pa.schema(dt.schema().to_arrow()).field("v").type == (pa.int64() if declared else pa.float64())
