@@ -16,6 +16,7 @@ from cdc_assets.core.partition_text import derived_value, original_value
 from cdc_assets.core.target import NULL_PARTITION
 from cdc_assets.defs.run_loop import summary_line
 from cdc_assets.engine import target_versions
+from cdc_assets.engine.fresh import fresh_table
 from cdc_assets.engine.partitions import staged_partition_keys
 from cdc_assets.engine.target_build import rebuild
 from cdc_assets_tests.support.config import write_config
@@ -65,6 +66,10 @@ def _the_rest(spark, cfg, table, expected):
     run_ok(cfg, table)
     assert target_version(cfg, table) == version  # a rerun commits nothing
 
+    for with_metadata in (False, True):  # what `cdc-assets read` shows: the exact values, no derived column
+        read = fresh_table(cfg, cfg.table(table), with_metadata)
+        assert "_cdc_part_P" not in read.column_names
+        assert {r["id"]: (r["P"], r["v"]) for r in read.to_pylist()} == expected
     keys = staged_partition_keys(cfg, cfg.table(table))
     assert "P=" in keys and f"P={NULL_PARTITION}" in keys  # "" and null: two partitions
     rebuild(spark, cfg, cfg.table(table), ["P="])
