@@ -123,9 +123,3 @@ class PartitionLayout:
                 values = json.loads(text)
                 found.update(c for c, v in zip(self.partition_by, values) if c in watched and v == "")
         return sorted(found)
-
-    def empty_text_in(self, rows: pa.Table) -> list[str]:
-        """The native text partition columns that `rows` hold "" in."""
-        return [c for c in self.partition_by if c not in self.derived and c in rows.column_names
-                and pa.types.is_string(rows.schema.field(c).type)
-                and pc.any(pc.equal(rows[c], "")).as_py()]

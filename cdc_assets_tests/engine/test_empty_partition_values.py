@@ -301,3 +301,24 @@ def test_a_widening_keeps_the_derived_layout_and_empty_texts(spark, workdir, dec
     import pyarrow as pa
 
     assert pa.schema(dt.schema().to_arrow()).field("v").type == (pa.int64() if declared else pa.float64())
+
+
+@pytest.mark.parametrize("on_spark", [False, True], ids=["in-process", "on-spark"])
+def test_a_base_snapshot_with_empty_texts(spark, workdir, monkeypatch, on_spark):
+    """A base export (a typed Parquet file) holding "" in the partition column: the first build
+    lays the target out in the derived layout; a later change moves a key out of ""."""
+    _spark_env(on_spark, monkeypatch)
+    (workdir / "base.parquet").write_bytes(_export({1: "x", 2: "", 3: None, 4: "."}))
+    cfg = write_config(workdir, [{"name": "EB", "keys": ["id"], "format": "bigquery-cdc", "partition_by": ["region"],
+                                  "base_snapshot": str(workdir / "base.parquet")}])
+    run_ok(cfg, "EB")
+
+    def regions():
+        rows = DeltaTable(os.path.join(cfg.table_dir("EB"), "target")).to_pyarrow_table().to_pylist()
+        return {r["id"]: r["region"] for r in rows}
+
+    assert regions() == {1: "x", 2: "", 3: None, 4: "."}
+    land(cfg, "EB", "b1", {"c.jsonl": jsonl([bq_cdc("UPSERT", {"id": 2, "region": "y", "v": 2}, "2"),
+                                             bq_cdc("UPSERT", {"id": 5, "region": "", "v": 2}, "2")])})
+    run_ok(cfg, "EB")
+    assert regions() == {1: "x", 2: "y", 3: None, 4: ".", 5: ""}
