@@ -322,3 +322,23 @@ def test_a_base_snapshot_with_empty_texts(spark, workdir, monkeypatch, on_spark)
                                              bq_cdc("UPSERT", {"id": 5, "region": "", "v": 2}, "2")])})
     run_ok(cfg, "EB")
     assert regions() == {1: "x", 2: "y", 3: None, 4: ".", 5: ""}
+
+
+def test_two_partition_columns_only_the_text_one_derived(spark, workdir):
+    cfg = write_config(workdir, [{"name": "E2", "keys": ["id"], "format": "bigquery-cdc", "partition_by": ["n", "P"]}])
+    land(cfg, "E2", "b1", {"c.jsonl": jsonl([bq_cdc("UPSERT", {"id": 1, "n": 1, "P": "x", "v": 1}, "1")])})
+    run_ok(cfg, "E2")
+    land(cfg, "E2", "b2", {"c.jsonl": jsonl([bq_cdc("UPSERT", {"id": 2, "n": 1, "P": "", "v": 2}, "2"),
+                                             bq_cdc("UPSERT", {"id": 3, "n": 2, "P": None, "v": 2}, "2")])})
+    run_ok(cfg, "E2")
+    dt = DeltaTable(os.path.join(cfg.table_dir("E2"), "target"))
+    assert dt.metadata().partition_columns == ["n", "_cdc_part_P"]
+
+    def state():
+        rows = DeltaTable(os.path.join(cfg.table_dir("E2"), "target")).to_pyarrow_table().to_pylist()
+        return {r["id"]: (r["n"], r["P"], r["v"]) for r in rows}
+
+    assert state() == {1: (1, "x", 1), 2: (1, "", 2), 3: (2, None, 2)}
+    assert {"n=1/P=x", "n=1/P=", f"n=2/P={NULL_PARTITION}"} <= set(staged_partition_keys(cfg, cfg.table("E2")))
+    rebuild(spark, cfg, cfg.table("E2"), ["n=1/P="])
+    assert state() == {1: (1, "x", 1), 2: (1, "", 2), 3: (2, None, 2)}
