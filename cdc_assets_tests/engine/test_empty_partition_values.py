@@ -342,3 +342,19 @@ def test_two_partition_columns_only_the_text_one_derived(spark, workdir):
     assert {"n=1/P=x", "n=1/P=", f"n=2/P={NULL_PARTITION}"} <= set(staged_partition_keys(cfg, cfg.table("E2")))
     rebuild(spark, cfg, cfg.table("E2"), ["n=1/P="])
     assert state() == {1: (1, "x", 1), 2: (1, "", 2), 3: (2, None, 2)}
+
+
+def test_an_object_store_target_is_laid_out_again_too(spark, tmp_path, s3_warehouse):
+    from cdc_assets.engine import delta
+
+    (tmp_path / "landing").mkdir(parents=True)
+    cfg = write_config(tmp_path, [{"name": "EO", "keys": ["id"], "format": "bigquery-cdc", "partition_by": ["P"]}],
+                       warehouse=s3_warehouse)
+    land(cfg, "EO", "b1", {"c.jsonl": _upserts({10: "x", 11: "y"}, 1, "1")})
+    run_ok(cfg, "EO")
+    land(cfg, "EO", "b2", {"c.jsonl": _upserts(SIDE_BY_SIDE, 2, "2")})
+    run_ok(cfg, "EO")
+    dt = delta.load(os.path.join(cfg.table_dir("EO"), "target"))
+    assert dt.metadata().partition_columns == ["_cdc_part_P"]
+    assert {r["id"]: (r["P"], r["v"]) for r in dt.to_pyarrow_table().to_pylist()} == \
+        {10: ("x", 1), 11: ("y", 1)} | {i: (p, 2) for i, p in SIDE_BY_SIDE.items()}
