@@ -20,6 +20,7 @@ from typing import NamedTuple
 import dagster as dg
 
 from ..core.config import Config, TableConfig
+from ..core.partition_text import derived_column
 from ..core.plan import Ingest
 from ..engine import bigquery_publish as publishing
 from ..engine import faults, history, sources
@@ -372,6 +373,11 @@ def summary_line(o: TableOutcome) -> str:
     if tg and not tg.nothing_new:
         parts.append(f"target {tg.rows} rows (+{tg.inserts} ~{tg.updates} -{tg.deletes}, {tg.stale_skipped} stale) "
                      f"v{tg.delta_version}" + (f" in {tg.seconds}s" if tg.seconds is not None else ""))
+    if tg and tg.derived_partitions:  # a layout the user's partition pruning sees: said
+        derived = ", ".join(repr(derived_column(c)) for c in tg.derived_partitions)
+        parts.append(f"warning: partition column(s) {', '.join(map(repr, tg.derived_partitions))} received an empty "
+                     f"text, which a Delta partition value cannot hold: the target is partitioned by {derived} "
+                     f"in their place now, the column(s) stored as data")
     if o.waiting:
         parts.append(o.waiting)
     hist = o.history

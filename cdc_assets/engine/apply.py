@@ -23,7 +23,7 @@ from ..core.changes import DELETE, REFILL, TRUNCATE, TRUNCATE_KEY, UPSERT
 from ..core.config import Config, TableConfig
 from ..core.errors import OutOfOrder
 from ..core.values import STRING
-from . import combine, delta, faults, rewrite, spark_apply, spark_files, storage
+from . import combine, delta, faults, retype, rewrite, spark_apply, spark_files, storage
 from .ingest import column_types
 from .merge_source import (
     MERGE_ON_KEY,
@@ -31,6 +31,7 @@ from .merge_source import (
     every_column,
     merge_source,
 )
+from .partition_layout import RELAYOUT, PartitionLayout
 from .settings import settings
 from .spark import session_of
 from .staged_history import SparkHistory
@@ -78,6 +79,24 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> ApplyResult:
                                    seconds=round(time.time() - t0, 2),
                                    applied_on="a whole build: deletes are hard now")
 
+    layout = PartitionLayout.of(dt_, table.partition_by)
+    newly = layout.empty_text_in_staging(table_dir, f"_cdc_batch_seq > {int(applied)} AND _cdc_batch_seq <= {int(reached)}")
+    if newly:
+        # "" in a text partition column, which a Delta partition value cannot hold: the target is
+        # laid out again once, that column stored as data and partitioned by its derived column.
+        layout = layout.deriving(newly)
+        dt_ = retype.relayout(target_path, dt_, layout, delta.CommitProperties(
+            custom_metadata={"cdc.step": RELAYOUT, "cdc.reached": str(applied)}))
+        done = _apply_laid_out(spark, cfg, table, dt_, layout, applied, reached, t0)
+        return dataclasses.replace(done, derived_partitions=tuple(c for c in table.partition_by if c in newly))
+    return _apply_laid_out(spark, cfg, table, dt_, layout, applied, reached, t0)
+
+
+def _apply_laid_out(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, layout: PartitionLayout, applied: int,
+                    reached: int, t0: float) -> ApplyResult:
+    """The incremental apply of batches applied+1..reached to the target `dt_`, laid out in `layout`."""
+    table_dir = cfg.table_dir(table.name)
+    target_path = path(table_dir, TARGET)
     on_spark = None  # why a batch large enough for Spark is applied in this process
     many = _truncate_reads_many(table_dir, table, dt_, applied, reached)
     if spark_apply.runs_on_spark(table_dir, applied) or many:
@@ -109,14 +128,14 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> ApplyResult:
             return dataclasses.replace(widened, seconds=round(time.time() - t0, 2))
         dt_ = delta.load(target_path)
     if table.insert_only:
-        return _append(table, target_path, dt_, m, applied, reached, t0)
+        return _append(table, target_path, dt_, layout, m, applied, reached, t0)
     if DELETE in ops or TRUNCATE in ops or tombs:
         # Only a delete or truncate, or an upsert of a key that has a tombstone, can change tombstones.
         touching = [op != UPSERT or k in tombs for k, op in zip(keys, ops)]
         _merge_tombstones(table_dir, winners.filter(pa.array(touching, pa.bool_())), reached)
     dt_ = delta.keep_change_feed(target_path, dt_, table.change_feed)  # before the MERGE that it is to record
     files_before, version_before = len(dt_.file_uris()), dt_.version()
-    source = m.source
+    source = layout.with_derived(m.source)
     # A truncate can change any row: the commit says so (a BigQuery publish then sends the whole target).
     marks = {"from_batch": applied + 1, **({"truncate": "true"} if m.truncate else {})}
     props = delta.commit_props(TARGET, reached, marks)
@@ -131,13 +150,13 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> ApplyResult:
         else:
             dt_ = delta.add_columns(target_path, dt_, source.drop_columns(["_cdc_apply"]).schema, STEP_COLUMNS)
     if (not delta.records_change_feed(dt_) and not rewrite.applies(dt_, source)
-            and _unfit_for_a_folder(source, table.partition_by)):
+            and _unfit_for_a_folder(source, layout.delta_columns)):
         # A new column is added in a version of its own, and the file-by-file rewrite takes the
         # batch: delta-rs' MERGE names a partition's folder by its value, which a value over 255
         # bytes cannot be (the file it wrote could never be read).
         dt_ = delta.add_columns(target_path, dt_, source.drop_columns(["_cdc_apply"]).schema, STEP_COLUMNS)
     if rewrite.applies(dt_, source):
-        done = rewrite.rewrite(target_path, dt_, source, table.partition_by,
+        done = rewrite.rewrite(target_path, dt_, source, layout.delta_columns,
                                lambda figures: delta.commit_props(TARGET, reached, {**marks, **figures}),
                                ROWS_PER_FILE, truncate=m.truncate, soft=table.soft_deletes)
         inserts, updates, deletes = done.inserts, done.updates, done.deletes
@@ -193,7 +212,8 @@ def _applied_figures(table: TableConfig, target_path: str, applied: int, reached
         inserts=inserts, updates=updates, deletes=deletes, stale_skipped=winners - sum(changed),
         superseded=pending - winners,
         files_added=len(adds), files_removed=len(removes), files_before=files_before,
-        partitions_rewritten=tuple(_partitions_of(adds + removes, table.partition_by) if table.partition_by else []),
+        partitions_rewritten=tuple(_partitions_of(adds + removes, PartitionLayout.of(final, table.partition_by))
+                                   if table.partition_by else []),
         rows=final.count(), delta_version=final.version(), seconds=round(time.time() - t0, 2), applied_on=applied_on,
     )
 
@@ -251,7 +271,8 @@ def _apply_feed_on_spark(spark, cfg: Config, table: TableConfig, dt_: DeltaTable
         n_pending, n_winners = pending.agg(F.count(F.lit(1)), F.countDistinct("_cdc_key")).first()
         deletes = history.latest.where(F.col("_cdc_op") == DELETE)
         changing = spark_apply.changing_rows(session, target_path, dt_,
-                                             target_frame(history.live(table), columns, table, history.truncate),
+                                             PartitionLayout.of(dt_, table.partition_by).spark_with_derived(
+                                                 target_frame(history.live(table), columns, table, history.truncate)),
                                              deletes, history.truncate, table.soft_deletes)
     finally:
         history.close()
@@ -301,14 +322,15 @@ def _apply_on_spark(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, app
     done = spark_apply.apply(session, table, table_dir, dt_, applied, reached, staged,
                              lambda frame, floor: target_frame(frame, columns, table, floor),
                              lambda figures: delta.commit_props(TARGET, reached, {"from_batch": applied + 1,
-                                                                                  **figures}), ROWS_PER_FILE)
+                                                                                  **figures}), ROWS_PER_FILE,
+                             PartitionLayout.of(dt_, table.partition_by))
     faults.point("target.committed")
     return _applied_figures(table, target_path, applied, reached, done.changes_pending, done.winners,
                             (done.inserts, done.updates, done.deletes), files_before, version_before, t0, "spark")
 
 
-def _append(table: TableConfig, target_path: str, dt_: DeltaTable, m: MergeSource, applied: int, reached: int,
-            t0: float) -> ApplyResult:
+def _append(table: TableConfig, target_path: str, dt_: DeltaTable, layout: PartitionLayout, m: MergeSource,
+            applied: int, reached: int, t0: float) -> ApplyResult:
     """An insert_only table's batches: their rows appended, no target file read or rewritten
     (ingest quarantined every change that is not an insert)."""
     rows = m.source.filter(pc.equal(m.source["_cdc_apply"], UPSERT)).drop_columns(["_cdc_apply"])
@@ -316,7 +338,7 @@ def _append(table: TableConfig, target_path: str, dt_: DeltaTable, m: MergeSourc
     props = delta.commit_props(TARGET, reached, {"from_batch": applied + 1, "insert_only": "true"})
     # through the snapshot the watermark was read on: another run appending the same batch makes ours fail
     if table.partition_by:
-        _append_partitioned(target_path, dt_, rows, list(table.partition_by), props)
+        _append_partitioned(target_path, dt_, layout.with_derived(rows), layout.delta_columns, props)
     else:
         write_deltalake(dt_, rows, mode="append", schema_mode="merge", commit_properties=props)
     faults.point("target.committed")
@@ -328,7 +350,7 @@ def _append(table: TableConfig, target_path: str, dt_: DeltaTable, m: MergeSourc
         changes_pending=m.pending.num_rows, keys_changed=rows.num_rows, inserts=rows.num_rows,
         updates=0, deletes=0, stale_skipped=0, superseded=m.pending.num_rows - m.winners.num_rows,
         files_added=len(adds), files_removed=0, files_before=files_before,
-        partitions_rewritten=tuple(_partitions_of(adds, table.partition_by) if table.partition_by else []),
+        partitions_rewritten=tuple(_partitions_of(adds, layout) if table.partition_by else []),
         rows=final.count(), delta_version=final.version(), seconds=round(time.time() - t0, 2),
     )
 
@@ -386,7 +408,8 @@ def _commit_files(table_path: str, version: int) -> tuple[list[dict], list[dict]
     return adds, removes
 
 
-def _partitions_of(actions: list[dict], partition_by) -> list[str]:
-    keys = {shape.partition_key(partition_by, [(a.get("partitionValues") or {}).get(c) for c in partition_by])
+def _partitions_of(actions: list[dict], layout: PartitionLayout) -> list[str]:
+    """The partition keys of the files of a commit's actions (the configured columns' values)."""
+    keys = {shape.partition_key(layout.partition_by, layout.values(a.get("partitionValues") or {}))
             for a in actions}
     return sorted(keys)

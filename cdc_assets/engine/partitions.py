@@ -13,6 +13,7 @@ import pyarrow as pa
 from ..core.config import Config, TableConfig
 from ..core.target import partition_key
 from . import delta
+from .partition_layout import PartitionLayout
 from .table_layout import BASE, STAGING, TARGET, path
 
 
@@ -24,9 +25,9 @@ def staged_partition_keys(cfg: Config, table: TableConfig) -> list[str]:
     applied = delta.txn_version(target, TARGET)
     keys: set[str] = set()
     if target is not None:
+        layout = PartitionLayout.of(target, table.partition_by)
         for a in pa.table(target.get_add_actions(flatten=False)).to_pylist():
-            values = a.get("partition") or {}
-            keys.add(partition_key(table.partition_by, [values.get(c) for c in table.partition_by]))
+            keys.add(partition_key(table.partition_by, layout.values(a.get("partition") or {})))
     texts: set[str] = set()
     # the partitions rows go to: upserts', and in a soft-delete table deletes' too (rule 12)
     ops = "'U', 'D'" if table.soft_deletes else "'U'"

@@ -23,7 +23,9 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction
 
+from ..core.partition_text import derived_value
 from . import faults, spark_files, storage
+from .partition_layout import PartitionLayout
 
 
 def rewrite(target_path: str, dt_: DeltaTable, schema: pa.Schema, partition_by, props) -> DeltaTable:
@@ -51,8 +53,40 @@ def rewrite(target_path: str, dt_: DeltaTable, schema: pa.Schema, partition_by, 
         raise
 
 
+def relayout(target_path: str, dt_: DeltaTable, layout: PartitionLayout, props) -> DeltaTable:
+    """The target laid out again in `layout` (engine/partition_layout.py), file by file as a
+    widening rewrites it: each file's rows keep their order and key range, a newly derived
+    column's value (the file's partition value) is written into the file, and the derived column
+    partitions the table in its place; one overwrite commit carries the new schema and partition
+    columns. A value an older version stored as null (an empty text) stays null."""
+    schema = layout.schema(pa.schema(dt_.schema().to_arrow()))
+    delta_columns, before = layout.delta_columns, PartitionLayout.of(dt_, layout.partition_by)
+    data_schema = pa.schema([f for f in schema if f.name not in delta_columns])
+    folder = spark_files.new_folder(target_path)
+    fs, _ = storage.filesystem(target_path)
+    if not storage.is_remote(folder):
+        os.makedirs(folder)
+    adds: list[AddAction] = []
+    try:
+        for added in pa.table(dt_.get_add_actions(flatten=False)).to_pylist():
+            source = storage.filesystem(storage.join(target_path, unquote(added["path"])))[1]
+            location = storage.join(folder, f"part-{uuid.uuid4().hex}.snappy.parquet")
+            # the configured columns' values, as the old layout's log holds them
+            values = dict(zip(layout.partition_by, before.values(added.get("partition") or {})))
+            partition = {d: spark_files.partition_text(derived_value(values[c]) if c in layout.derived else values[c])
+                         for c, d in zip(layout.partition_by, delta_columns)}
+            adds.append(_rewrite_file(fs, source, target_path, location, data_schema, partition, values))
+        faults.point("target.computed")
+        return spark_files.commit(target_path, dt_, schema, adds, None, delta_columns, props)
+    except Exception:
+        storage.remove_tree(folder)  # nothing references an uncommitted write's files
+        raise
+
+
 def _rewrite_file(fs, source: str, target_path: str, location: str, schema: pa.Schema,
-                  partition_values: dict) -> AddAction:
+                  partition_values: dict, fill: dict | None = None) -> AddAction:
+    """One file written again with `schema`; a column it lacks is `fill`'s value for it, or null."""
+    fill = fill or {}
     with fs.open_input_file(source) as raw:
         pf = pq.ParquetFile(raw)
         have = set(pf.schema_arrow.names)
@@ -62,8 +96,8 @@ def _rewrite_file(fs, source: str, target_path: str, location: str, schema: pa.S
         try:
             for batch in pf.iter_batches(columns=[n for n in schema.names if n in have]):
                 writer.write_batch(pa.RecordBatch.from_arrays(
-                    [batch.column(f.name).cast(f.type) if f.name in have else pa.nulls(batch.num_rows, f.type)
-                     for f in schema], schema=schema))
+                    [batch.column(f.name).cast(f.type) if f.name in have
+                     else pa.array([fill.get(f.name)] * batch.num_rows, f.type) for f in schema], schema=schema))
         finally:
             writer.close()
             stream.close()

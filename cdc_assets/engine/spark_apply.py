@@ -27,6 +27,7 @@ from ..core.config import TableConfig
 from ..core.target import DELETED
 from . import delta, spark_files, storage
 from .latest import latest_per_key
+from .partition_layout import PartitionLayout
 from .settings import settings
 from .spark import map_in_arrow
 from .spark_files import TableFile
@@ -212,16 +213,16 @@ class Applied:
 
 
 def apply(spark, table: TableConfig, table_dir: str, dt_, applied: int, reached: int, staged, target_rows,
-          props_for, rows_per_file: int) -> Applied:
+          props_for, rows_per_file: int, layout: PartitionLayout) -> Applied:
     """Apply batches applied+1..reached to the target snapshot `dt_` and its tombstones.
     `staged`: staging's records, typed columns cast to the target's types; `target_rows(frame,
     floor)`: such records as target rows (`floor`: the truncate they rank against); `props_for(figures)`:
-    the target commit's properties."""
+    the target commit's properties; `layout`: how the target's partition columns are laid out."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     target_path = path(table_dir, TARGET)
-    partition_by = list(table.partition_by)
+    partition_by = layout.delta_columns
     pending = staged.where((F.col("_cdc_batch_seq") > applied) & (F.col("_cdc_batch_seq") <= reached))
     # Each winner carries its key's count of pending changes, so one job counts both and finds the
     # greatest pending truncate (one winner: truncates share TRUNCATE_KEY).
@@ -300,7 +301,7 @@ def apply(spark, table: TableConfig, table_dir: str, dt_, applied: int, reached:
         if soft and truncate:
             kept = kept.withColumn(DELETED, F.coalesce(F.col(DELETED), F.lit(False)) | (F.col(ORDER) <= F.lit(truncate)))
         arriving = classified.where(arrives & new_or_changing)
-        typed = target_rows(arriving, floor)
+        typed = layout.spark_with_derived(target_rows(arriving, floor))
         rows = kept.unionByName(typed.select(*[F.col(names.spark(n)) for n in schema.names]))
         # each changing key leaves its file; each upsert arrives (a soft-delete table keeps its rows)
         n_rows = sum(files[i].rows for i in changed_ids) + (inserts if soft else inserts - deletes)

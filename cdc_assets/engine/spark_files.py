@@ -439,6 +439,17 @@ def commit(table_path: str, dt_: DeltaTable | None, schema: pa.Schema, adds: lis
                                           configuration=configuration or delta.TABLE_CONFIGURATION,
                                           commit_properties=props,
                                           storage_options=storage.delta_options(table_path))
+        elif removes is None and list(dt_.metadata().partition_columns) != list(partition_by):
+            # A table laid out again (engine/partition_layout.py): delta-rs' overwrite keeps the
+            # partition columns, a replace of the table's metadata changes them, in one version. The
+            # replace commits on the newest version: one since the snapshot `dt_` fails this write.
+            if delta.load(table_path).version() != dt_.version():
+                raise delta.CommitConflict(f"{table_path}: another writer committed since this write read the table")
+            create_table_with_add_actions(table_path, Schema.from_arrow(schema), adds, mode="overwrite",
+                                          partition_by=list(partition_by) or None,
+                                          configuration=dict(dt_.metadata().configuration),
+                                          commit_properties=props,
+                                          storage_options=storage.delta_options(table_path))
         elif removes is None:
             dt_.create_write_transaction(list(adds), mode="overwrite", schema=Schema.from_arrow(schema),
                                          partition_by=list(partition_by) or None, commit_properties=props)

@@ -18,6 +18,7 @@ from ..core.changes import RECORD_FIELDS, TRUNCATE, UPSERT
 from ..core.config import TableConfig
 from . import combine, delta, spark_files, storage
 from .merge_source import truncate_order, with_flags
+from .partition_layout import PartitionLayout
 from .records import read_records, stored_columns
 from .stage import latest_of_batch, latest_per_key
 from .table_layout import BASE, STAGING, TOMBSTONE_FIELDS, path
@@ -79,21 +80,22 @@ class SparkHistory:
         live = self.latest.where(F.col("_cdc_op") == UPSERT)
         return live.where(F.col("_cdc_order") > F.lit(self.truncate)) if self.truncate is not None else live
 
-    def write_target(self, target_path: str, table: TableConfig, partition_keys: list[str] | None) -> list:
+    def write_target(self, target_path: str, table: TableConfig, partition_keys: list[str] | None,
+                     layout: PartitionLayout) -> list:
         from pyspark.sql import functions as F
 
         live, rows = self.live(table), None if table.soft_deletes else self.upserts
         if partition_keys is not None:
             wanted = [shape.partition_text(shape.partition_values(k)) for k in partition_keys]
             live, rows = live.where(F.col("_cdc_partition").isin(wanted)), None
-        typed = target_frame(live, self.columns, table, self.truncate)
+        typed = layout.spark_with_derived(target_frame(live, self.columns, table, self.truncate))
         # Files of about ROWS_PER_FILE rows, each holding one range of keys (within a partition),
         # so that a batch's keys sit in few files, the ones a MERGE rewrites, and a lookup of keys
         # skips the others by their statistics.
         n_files = max(1, math.ceil((live.count() if rows is None else rows) / ROWS_PER_FILE))
         order = [F.col(names.spark(c)) for c in list(table.partition_by) + list(table.keys)]
         typed = typed.repartitionByRange(n_files, *order)
-        return spark_files.write_files(typed, target_path, table.partition_by, sort_by=list(table.keys))
+        return spark_files.write_files(typed, target_path, layout.delta_columns, sort_by=list(table.keys))
 
     def write_deletes(self, tomb_path: str) -> list:
         from pyspark.sql import functions as F
@@ -134,7 +136,8 @@ class LocalHistory:
             self.latest = latest_of_batch(history)
         self.truncate = truncate_order(self.latest)  # rule 9, as SparkHistory
 
-    def write_target(self, target_path: str, table: TableConfig, partition_keys: list[str] | None) -> list:
+    def write_target(self, target_path: str, table: TableConfig, partition_keys: list[str] | None,
+                     layout: PartitionLayout) -> list:
         if table.soft_deletes:  # every key's latest change is a row (rule 12)
             live = rows_where(self.latest, pc.not_equal(self.latest["_cdc_op"], TRUNCATE))
         else:
@@ -154,7 +157,7 @@ class LocalHistory:
         order = pc.sort_indices(typed, [(c, "ascending") for c in list(table.partition_by) + list(table.keys)])
         if not np.array_equal(order.to_numpy(), np.arange(len(order))):  # an export in key order is kept as it is
             typed = typed.take(order)
-        return spark_files.write_arrow(typed, target_path, table.partition_by, ROWS_PER_FILE)
+        return spark_files.write_arrow(layout.with_derived(typed), target_path, layout.delta_columns, ROWS_PER_FILE)
 
     def write_deletes(self, tomb_path: str) -> list:
         deleted = self.latest.filter(pc.not_equal(self.latest["_cdc_op"], UPSERT)).select(["_cdc_key", "_cdc_order"])

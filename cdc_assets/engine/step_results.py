@@ -72,6 +72,9 @@ class ApplyResult(Figures):
     partitions: str | tuple[str, ...] | None = None  # a rebuild's partitions, or "all"
     previous_version: int | None = None  # the target's version before a rebuild
     applied_on: str | None = None  # where a batch was applied, when not in this process the usual way
+    # partition columns that received "" and are stored as data from now on, the table partitioned
+    # by their derived `_cdc_part_` columns (engine/partition_layout.py)
+    derived_partitions: tuple[str, ...] | None = None
     seconds: float | None = None
 
 

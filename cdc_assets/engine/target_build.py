@@ -20,6 +20,7 @@ from ..core.config import Config, TableConfig
 from ..core.values import DATE, DOUBLE, LONG, STRING, TIMESTAMP, TIMESTAMP_NTZ
 from . import delta, faults, key_spans, retype, spark_files, storage
 from .ingest import column_types
+from .partition_layout import PartitionLayout
 from .settings import settings
 from .spark import session_of
 from .staged_history import LocalHistory, SparkHistory, history_rows
@@ -52,6 +53,12 @@ def build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reache
     if partition_keys is not None and existing_columns(dt_) != columns | {m: STRING for m in shape.META_COLUMNS}:
         partition_keys = None  # a column is new or wider since: every file is rewritten with the new schema
     has_base = table.base_snapshot is not None
+    layout = PartitionLayout.of(dt_, table.partition_by)
+    newly = layout.empty_text_in_staging(table_dir, f"_cdc_batch_seq <= {int(reached)}", base=has_base)
+    if newly:
+        # "" in a text partition column, which a Delta partition value cannot hold: the target is
+        # built whole in the derived layout (engine/partition_layout.py)
+        layout, partition_keys = layout.deriving(newly), None
     history: _BaseFiles | LocalHistory | SparkHistory
     by_files = _BaseFiles.of(spark, table_dir, table, columns, reached, partition_keys)
     adds = by_files.build(target_path, table) if by_files is not None else None
@@ -63,15 +70,15 @@ def build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reache
         history = SparkHistory(session_of(spark), table_dir, table, columns, reached)
     try:
         if not isinstance(history, _BaseFiles):
-            adds = history.write_target(target_path, table, partition_keys)
+            adds = history.write_target(target_path, table, partition_keys, layout)
         assert adds is not None
-        arrow_schema = target_schema(columns)
+        arrow_schema = layout.schema(target_schema(columns))
         if partition_keys is None or dt_ is None:
             removes = None  # every file, and the schema, replaced
         else:
             wanted_keys = set(partition_keys)
             removes = spark_files.removes_for(dt_, keep=lambda pv: shape.partition_key(
-                table.partition_by, [pv.get(c) for c in table.partition_by]) not in wanted_keys)
+                table.partition_by, layout.values(pv)) not in wanted_keys)
         if first:
             props = delta.commit_props(TARGET, reached, {"from_batch": max(delta.txn_version(dt_, TARGET), -1) + 1,
                                                          "build": "full"})
@@ -81,7 +88,7 @@ def build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reache
             props = delta.CommitProperties(custom_metadata={"cdc.step": step, "cdc.reached": str(reached)})
         faults.point("target.computed")
         try:
-            final = spark_files.commit(target_path, dt_, arrow_schema, adds, removes, table.partition_by, props,
+            final = spark_files.commit(target_path, dt_, arrow_schema, adds, removes, layout.delta_columns, props,
                                        delta.target_configuration(table.change_feed))
         except Exception:
             spark_files.discard(target_path, adds)
@@ -95,7 +102,8 @@ def build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reache
     replaced = len(dt_.file_uris()) if removes is None and dt_ is not None else len(removes or [])
     figures = ApplyResult(applied_batch=reached, rows_written=rows, files_added=len(adds), files_removed=replaced,
                           rows=final.count(), delta_version=final.version(),
-                          partitions_rewritten=tuple(sorted(partition_keys)) if partition_keys is not None else None)
+                          partitions_rewritten=tuple(sorted(partition_keys)) if partition_keys is not None else None,
+                          derived_partitions=tuple(c for c in table.partition_by if c in newly) or None)
     if first:
         applied = delta.txn_version(dt_, TARGET)
         start = applied + 1 if applied >= 0 or table.base_snapshot else 1
@@ -215,8 +223,9 @@ def widen(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, applied: int,
         return build(spark, cfg, table, dt_, applied, None, first=False, columns=columns, widen=True)
     files = len(dt_.file_uris())
     props = delta.CommitProperties(custom_metadata={"cdc.step": "widen", "cdc.reached": str(applied)})
-    final = retype.rewrite(path(cfg.table_dir(table.name), TARGET), dt_, target_schema(columns), table.partition_by,
-                           props)
+    layout = PartitionLayout.of(dt_, table.partition_by)
+    final = retype.rewrite(path(cfg.table_dir(table.name), TARGET), dt_, layout.schema(target_schema(columns)),
+                           layout.delta_columns, props)
     faults.point("target.committed")
     return ApplyResult(applied_batch=applied, files_added=files, files_removed=files, rows=final.count(),
                        delta_version=final.version())

@@ -15,6 +15,7 @@ from ..core import names
 from ..core import target as shape
 from ..core.changes import DELETE, RECORD_FIELDS
 from ..core.config import TableConfig
+from ..core.partition_text import is_derived_column
 from ..core.values import DATE, DOUBLE, INT, LONG, NULL, STRING, convert, decimal_parts, decode_row
 from . import delta, spark_files
 from .records import stored_columns
@@ -46,7 +47,8 @@ def _target_ddl(columns: dict[str, str]) -> str:
 def existing_columns(dt_: DeltaTable | None) -> dict[str, str]:
     if dt_ is None:
         return {}
-    return {f.name: shape.column_type(f.type) for f in pa.schema(dt_.schema())}
+    # a derived partition column (engine/partition_layout.py) is the layout's, not a column of the rows
+    return {f.name: shape.column_type(f.type) for f in pa.schema(dt_.schema()) if not is_derived_column(f.name)}
 
 
 def known_columns(dt_: DeltaTable | None) -> dict[str, str]:

@@ -20,6 +20,7 @@ from deltalake import CommitProperties, Transaction
 
 from ..core.errors import TerminalError
 from . import delta
+from .partition_layout import RELAYOUT
 from .table_layout import TARGET, path
 
 RESTORE = "restore"
@@ -28,7 +29,9 @@ RESTORE = "restore"
 _KINDS = {TARGET: "apply", "rebuild": "rebuild", "widen": "widen", RESTORE: RESTORE, "compaction": "compaction",
           "zorder": "zorder", "vacuum": "vacuum", "properties": "properties",
           # an apply's own steps before its commit (engine/truncate.py)
-          "truncate": "truncate", "columns": "columns"}
+          "truncate": "truncate", "columns": "columns",
+          # a target laid out again for an empty text in a partition column (engine/partition_layout.py)
+          RELAYOUT: RELAYOUT}
 # The kinds of commit that applied batches, and those of maintenance: cdc_assets' own (cdc.step),
 # or delta-rs' operation when another tool compacted or vacuumed the target.
 APPLY_KINDS = ("first build", "build", "apply")

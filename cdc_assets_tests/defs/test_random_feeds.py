@@ -136,6 +136,7 @@ from cdc_assets.engine.errors import root_cause_of_info
 from cdc_assets.engine.fresh import fresh_table
 from cdc_assets.engine.lock import table_lock
 from cdc_assets.engine.maintenance import maintain
+from cdc_assets.engine.partition_layout import RELAYOUT, PartitionLayout
 from cdc_assets.engine.target_build import rebuild
 from cdc_assets_tests.reference_model import DELETE, TRUNCATE, UPSERT, ReferenceTable, SourceChange
 from cdc_assets_tests.support.config import write_config
@@ -160,11 +161,11 @@ AMT, TS = "amt", "ts"  # declared decimal(38,s) and timestamp columns in every t
 PAYLOAD = ["n", "x", TEXT_COL, REGION, AMT, TS]  # the columns of payload_choices
 # Partition values shared by all feeds of a table (escaping-prone text among them, and "007",
 # text in JSON but a number to CSV inference); each feed also has a region of its own, which
-# becomes empty when the feed's rows leave it. Not "": a partitioned target gives it back as
-# NULL (Delta Lake stores an empty partition value as null), which the SPEC does not settle yet.
+# becomes empty when the feed's rows leave it. "" among them: a target that receives it is laid
+# out again, partitioned by the column's derived value (engine/partition_layout.py).
 # Partition values of every kind: plain, Hive's escapes ('/', '=', '%', ' '), non-ASCII, and folder
 # names no file system takes (over 255 bytes, plain ASCII or not).
-SHARED_REGIONS = ["eu", "us", "a b/c=d%", "x'y", "back\\slash", "007", "ü", "r" * 300, "日本/" * 60, None]
+SHARED_REGIONS = ["eu", "us", "a b/c=d%", "x'y", "back\\slash", "007", "ü", "r" * 300, "日本/" * 60, None, "", ".x"]
 OP_COL = "FLAG"
 SEQ_COL, TS_COL = "SEQ", "CDC_TIMESTAMP"
 DELETED = "_cdc_deleted"  # a soft-delete target's flag, compared as a column of the row
@@ -1289,19 +1290,21 @@ def target_files(cfg, t: TablePlan) -> dict:
     """Partition value (by meaning) -> the data files of the target's current snapshot."""
     if delta_version(cfg, t.name, "target") < 0:
         return {}
-    actions = DeltaTable(os.path.join(cfg.table_dir(t.name), "target")).get_add_actions(flatten=True)
+    dt = DeltaTable(os.path.join(cfg.table_dir(t.name), "target"))
+    layout = PartitionLayout.of(dt, [t.physical(REGION)])
     out: dict = {}
-    for a in pa.table(actions).to_pylist():
-        out.setdefault(meaning(a[f"partition.{t.physical(REGION)}"]), set()).add(a["path"])
+    for a in pa.table(dt.get_add_actions(flatten=False)).to_pylist():
+        out.setdefault(meaning(layout.values(a["partition"] or {})[0]), set()).add(a["path"])
     return out
 
 
 def widened_since(cfg, t: TablePlan, version: int) -> bool:
-    """Whether a commit after `version` rewrote the target to widen a column's type."""
+    """Whether a commit after `version` rewrote the target to widen a column's type, or laid it out
+    again for an empty text in its partition column."""
     if version < 0:
         return False
     history = DeltaTable(os.path.join(cfg.table_dir(t.name), "target")).history(limit=10)
-    return any(h.get("cdc.step") == "widen" for h in history if h["version"] > version)
+    return any(h.get("cdc.step") in ("widen", RELAYOUT) for h in history if h["version"] > version)
 
 
 def touched_partitions(t: TablePlan, batch: int, before: list[dict]) -> set:

@@ -9,6 +9,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from cdc_assets.core.config import Config
+from cdc_assets.core.partition_text import is_derived_column
 
 from .expected import TABLE
 
@@ -19,11 +20,12 @@ def delta_rows(cfg: Config, table: str, name: str) -> list[dict]:
 
 
 def target_rows(cfg: Config, table: str, source_only: bool = True) -> list[dict]:
-    """The target's rows; `source_only`: without the `_cdc_` columns."""
+    """The target's rows; `source_only`: without the `_cdc_` columns. A derived partition column
+    (`_cdc_part_`, engine/partition_layout.py) is the layout's, never one of the rows' columns."""
     rows = delta_rows(cfg, table, "target")
     if source_only:
-        rows = [{k: v for k, v in r.items() if not k.startswith("_cdc_")} for r in rows]
-    return rows
+        return [{k: v for k, v in r.items() if not k.startswith("_cdc_")} for r in rows]
+    return [{k: v for k, v in r.items() if not is_derived_column(k)} for r in rows]
 
 
 def delta_version(cfg: Config, table: str, name: str) -> int:
