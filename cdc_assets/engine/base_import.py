@@ -48,10 +48,7 @@ from .ingest import (
 from .settings import settings
 from .spark import session_of
 from .step_results import BaseResult
-from .table_layout import BASE, path
-
-BASE_BATCH = 0  # base rows count as batch 0; landed batches start at 1
-BASE_ID = "base"  # the batch the base rows' records name
+from .table_layout import BASE, BASE_BATCH, BASE_ID, path
 
 
 def _export_path(table: TableConfig) -> str:

@@ -29,13 +29,12 @@ from ..core.errors import TerminalError
 from ..core.figures import Figures
 from ..core.formats import SNAPSHOT
 from . import delta
-from .base_import import BASE_BATCH, BASE_ID
 from .ingest import GONE, PARSED_FIELDS, batch_bytes, parse_batch, parse_export, parse_files, prepare, take_parsed
 from .landing import BATCH_FIELDS, REPLAYED, Batch, Part, batches_path, digest, file_size, registered
 from .settings import settings
 from .spark import session_of
 from .step_results import ChangesResult
-from .table_layout import CHANGES, QUARANTINE, REPLAY_FIELDS, REPLAYS, path
+from .table_layout import BASE_BATCH, BASE_ID, CHANGES, QUARANTINE, REPLAY_FIELDS, REPLAYS, path
 
 REGISTER = "register"  # the ledger's step (engine/landing.register_new_batch)
 REPLAY = "replay"  # the step mark of `quarantine_replays`, and the ledger commit's entry naming the records
