@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections.abc import Callable
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -32,8 +33,36 @@ def rewrite(target_path: str, dt_: DeltaTable, schema: pa.Schema, partition_by, 
     """Every file of the snapshot `dt_` written again with `schema` (each column cast to its type
     there, a column a file lacks read as nulls), committed through `dt_` as one overwrite that
     replaces every file and the schema. The caller has checked that each cast keeps every value."""
-    partition_by = list(partition_by)
-    data_schema = pa.schema([f for f in schema if f.name not in partition_by])
+    def place(added: dict) -> tuple[dict, dict | None]:
+        return {c: spark_files.partition_text(v) for c, v in (added.get("partition") or {}).items()}, None
+
+    return _rewrite_every_file(target_path, dt_, schema, list(partition_by), props, place)
+
+
+def relayout(target_path: str, dt_: DeltaTable, layout: PartitionLayout, props) -> DeltaTable:
+    """The target laid out again in `layout` (engine/partition_layout.py), file by file as a
+    widening rewrites it: each file's rows keep their order and key range, a newly derived
+    column's value (the file's partition value) is written into the file, and the derived column
+    partitions the table in its place; one overwrite commit carries the new schema and partition
+    columns. A value an older version stored as null (an empty text) stays null."""
+    delta_columns, before = layout.delta_columns, PartitionLayout.of(dt_, layout.partition_by)
+
+    def place(added: dict) -> tuple[dict, dict | None]:
+        # the configured columns' values, as the old layout's log holds them
+        values = dict(zip(layout.partition_by, before.values(added.get("partition") or {})))
+        return {d: spark_files.partition_text(derived_value(values[c]) if c in layout.derived else values[c])
+                for c, d in zip(layout.partition_by, delta_columns)}, values
+
+    return _rewrite_every_file(target_path, dt_, layout.schema(pa.schema(dt_.schema().to_arrow())), delta_columns,
+                               props, place)
+
+
+def _rewrite_every_file(target_path: str, dt_: DeltaTable, schema: pa.Schema, delta_columns: list[str], props,
+                        place: Callable[[dict], tuple[dict, dict | None]]) -> DeltaTable:
+    """Every file of `dt_` written again with `schema`, its partition values and the values of
+    columns it lacks given by `place` (from its add action); one overwrite commit through `dt_`
+    with `delta_columns` as the partition columns."""
+    data_schema = pa.schema([f for f in schema if f.name not in delta_columns])
     folder = spark_files.new_folder(target_path)
     fs, _ = storage.filesystem(target_path)
     if not storage.is_remote(folder):
@@ -44,38 +73,8 @@ def rewrite(target_path: str, dt_: DeltaTable, schema: pa.Schema, partition_by, 
             # get_add_actions gives a path URI-encoded once more than the file's own
             source = storage.filesystem(storage.join(target_path, unquote(added["path"])))[1]
             location = storage.join(folder, f"part-{uuid.uuid4().hex}.snappy.parquet")
-            partition = {c: spark_files.partition_text(v) for c, v in (added.get("partition") or {}).items()}
-            adds.append(_rewrite_file(fs, source, target_path, location, data_schema, partition))
-        faults.point("target.computed")
-        return spark_files.commit(target_path, dt_, schema, adds, None, partition_by, props)
-    except Exception:
-        storage.remove_tree(folder)  # nothing references an uncommitted write's files
-        raise
-
-
-def relayout(target_path: str, dt_: DeltaTable, layout: PartitionLayout, props) -> DeltaTable:
-    """The target laid out again in `layout` (engine/partition_layout.py), file by file as a
-    widening rewrites it: each file's rows keep their order and key range, a newly derived
-    column's value (the file's partition value) is written into the file, and the derived column
-    partitions the table in its place; one overwrite commit carries the new schema and partition
-    columns. A value an older version stored as null (an empty text) stays null."""
-    schema = layout.schema(pa.schema(dt_.schema().to_arrow()))
-    delta_columns, before = layout.delta_columns, PartitionLayout.of(dt_, layout.partition_by)
-    data_schema = pa.schema([f for f in schema if f.name not in delta_columns])
-    folder = spark_files.new_folder(target_path)
-    fs, _ = storage.filesystem(target_path)
-    if not storage.is_remote(folder):
-        os.makedirs(folder)
-    adds: list[AddAction] = []
-    try:
-        for added in pa.table(dt_.get_add_actions(flatten=False)).to_pylist():
-            source = storage.filesystem(storage.join(target_path, unquote(added["path"])))[1]
-            location = storage.join(folder, f"part-{uuid.uuid4().hex}.snappy.parquet")
-            # the configured columns' values, as the old layout's log holds them
-            values = dict(zip(layout.partition_by, before.values(added.get("partition") or {})))
-            partition = {d: spark_files.partition_text(derived_value(values[c]) if c in layout.derived else values[c])
-                         for c, d in zip(layout.partition_by, delta_columns)}
-            adds.append(_rewrite_file(fs, source, target_path, location, data_schema, partition, values))
+            partition, fill = place(added)
+            adds.append(_rewrite_file(fs, source, target_path, location, data_schema, partition, fill))
         faults.point("target.computed")
         return spark_files.commit(target_path, dt_, schema, adds, None, delta_columns, props)
     except Exception:
