@@ -375,9 +375,10 @@ def summary_line(o: TableOutcome) -> str:
                      f"v{tg.delta_version}" + (f" in {tg.seconds}s" if tg.seconds is not None else ""))
     if tg and tg.derived_partitions:  # a layout the user's partition pruning sees: said
         derived = ", ".join(repr(derived_column(c)) for c in tg.derived_partitions)
-        parts.append(f"warning: partition column(s) {', '.join(map(repr, tg.derived_partitions))} received an empty "
-                     f"text, which a Delta partition value cannot hold: the target is partitioned by {derived} "
-                     f"in their place now, the column(s) stored as data")
+        parts.append(f"warning: partition column(s) {', '.join(map(repr, tg.derived_partitions))} received a value "
+                     f"a Delta partition folder cannot stand for (an empty text, one too long for a folder name, "
+                     f"or in a change-feed table one a folder name encodes): the target is partitioned by "
+                     f"{derived} in their place now, the column(s) stored as data")
     if o.waiting:
         parts.append(o.waiting)
     hist = o.history

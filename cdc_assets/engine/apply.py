@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Sequence
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -80,10 +80,14 @@ def apply_pending(spark, cfg: Config, table: TableConfig) -> ApplyResult:
                                    applied_on="a whole build: deletes are hard now")
 
     layout = PartitionLayout.of(dt_, table.partition_by)
-    newly = layout.empty_text_in_staging(table_dir, f"_cdc_batch_seq > {int(applied)} AND _cdc_batch_seq <= {int(reached)}")
+    texts = {c for c, t in existing_columns(dt_).items() if t == STRING}
+    newly = layout.unfit_in_staging(table_dir, f"_cdc_batch_seq > {int(applied)} AND _cdc_batch_seq <= {int(reached)}",
+                                    texts, delta.records_change_feed(dt_))
     if newly:
-        # "" in a text partition column, which a Delta partition value cannot hold: the target is
-        # laid out again once, that column stored as data and partitioned by its derived column.
+        # "" in a text partition column, which a Delta partition value cannot hold, a value too
+        # long for a folder name, which delta-rs' MERGE and compaction cannot write, or one its
+        # change data feed reader cannot find: the target is laid out again once, that column
+        # stored as data and partitioned by its derived column.
         layout = layout.deriving(newly)
         dt_ = retype.relayout(target_path, dt_, layout, delta.CommitProperties(
             custom_metadata={"cdc.step": RELAYOUT, "cdc.reached": str(applied)}))
@@ -149,12 +153,6 @@ def _apply_laid_out(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, lay
                                             props if source.num_rows == 0 else None)
         else:
             dt_ = delta.add_columns(target_path, dt_, source.drop_columns(["_cdc_apply"]).schema, STEP_COLUMNS)
-    if (not delta.records_change_feed(dt_) and not rewrite.applies(dt_, source)
-            and _unfit_for_a_folder(source, layout.delta_columns)):
-        # A new column is added in a version of its own, and the file-by-file rewrite takes the
-        # batch: delta-rs' MERGE names a partition's folder by its value, which a value over 255
-        # bytes cannot be (the file it wrote could never be read).
-        dt_ = delta.add_columns(target_path, dt_, source.drop_columns(["_cdc_apply"]).schema, STEP_COLUMNS)
     if rewrite.applies(dt_, source):
         done = rewrite.rewrite(target_path, dt_, source, layout.delta_columns,
                                lambda figures: delta.commit_props(TARGET, reached, {**marks, **figures}),
@@ -170,12 +168,6 @@ def _apply_laid_out(spark, cfg: Config, table: TableConfig, dt_: DeltaTable, lay
     faults.point("target.committed")
     return _applied_figures(table, target_path, applied, reached, pending.num_rows, winners.num_rows,
                             (inserts, updates, deletes + truncated), files_before, version_before, t0, on_spark)
-
-
-def _unfit_for_a_folder(source: pa.Table, partition_by: Sequence[str]) -> bool:
-    """Whether a partition value of `source` makes a folder name over 255 bytes."""
-    return any(len(f"{c}={v}".encode()) > rewrite.MAX_FOLDER_NAME for c in partition_by if c in source.column_names
-               for v in source[c].to_pylist() if v is not None)
 
 
 def _merge(dt_: DeltaTable, source, props: delta.CommitProperties) -> tuple[int, int, int]:
@@ -212,7 +204,7 @@ def _applied_figures(table: TableConfig, target_path: str, applied: int, reached
         inserts=inserts, updates=updates, deletes=deletes, stale_skipped=winners - sum(changed),
         superseded=pending - winners,
         files_added=len(adds), files_removed=len(removes), files_before=files_before,
-        partitions_rewritten=tuple(_partitions_of(adds + removes, PartitionLayout.of(final, table.partition_by))
+        partitions_rewritten=tuple(_partitions_of(target_path, adds + removes, PartitionLayout.of(final, table.partition_by))
                                    if table.partition_by else []),
         rows=final.count(), delta_version=final.version(), seconds=round(time.time() - t0, 2), applied_on=applied_on,
     )
@@ -350,7 +342,7 @@ def _append(table: TableConfig, target_path: str, dt_: DeltaTable, layout: Parti
         changes_pending=m.pending.num_rows, keys_changed=rows.num_rows, inserts=rows.num_rows,
         updates=0, deletes=0, stale_skipped=0, superseded=m.pending.num_rows - m.winners.num_rows,
         files_added=len(adds), files_removed=0, files_before=files_before,
-        partitions_rewritten=tuple(_partitions_of(adds, layout) if table.partition_by else []),
+        partitions_rewritten=tuple(_partitions_of(target_path, adds, layout) if table.partition_by else []),
         rows=final.count(), delta_version=final.version(), seconds=round(time.time() - t0, 2),
     )
 
@@ -408,8 +400,9 @@ def _commit_files(table_path: str, version: int) -> tuple[list[dict], list[dict]
     return adds, removes
 
 
-def _partitions_of(actions: list[dict], layout: PartitionLayout) -> list[str]:
+def _partitions_of(target_path: str, actions: list[dict], layout: PartitionLayout) -> list[str]:
     """The partition keys of the files of a commit's actions (the configured columns' values)."""
-    keys = {shape.partition_key(layout.partition_by, layout.values(a.get("partitionValues") or {}))
-            for a in actions}
+    # a removed file is still there to read (a vacuum keeps it for the retention's hours at least)
+    keys = {shape.partition_key(layout.partition_by, layout.values(
+        a.get("partitionValues") or {}, storage.join(target_path, unquote(a["path"])))) for a in actions}
     return sorted(keys)

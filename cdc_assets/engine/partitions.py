@@ -7,12 +7,13 @@ of the whole history.
 from __future__ import annotations
 
 import json
+from urllib.parse import unquote
 
 import pyarrow as pa
 
 from ..core.config import Config, TableConfig
 from ..core.target import partition_key
-from . import delta
+from . import delta, storage
 from .partition_layout import PartitionLayout
 from .table_layout import BASE, STAGING, TARGET, path
 
@@ -27,7 +28,9 @@ def staged_partition_keys(cfg: Config, table: TableConfig) -> list[str]:
     if target is not None:
         layout = PartitionLayout.of(target, table.partition_by)
         for a in pa.table(target.get_add_actions(flatten=False)).to_pylist():
-            keys.add(partition_key(table.partition_by, layout.values(a.get("partition") or {})))
+            # get_add_actions gives paths URI-encoded once more than the files' names
+            file = storage.join(path(table_dir, TARGET), unquote(a["path"]))
+            keys.add(partition_key(table.partition_by, layout.values(a.get("partition") or {}, file)))
     texts: set[str] = set()
     # the partitions rows go to: upserts', and in a soft-delete table deletes' too (rule 12)
     ops = "'U', 'D'" if table.soft_deletes else "'U'"

@@ -48,9 +48,12 @@ def relayout(target_path: str, dt_: DeltaTable, layout: PartitionLayout, props) 
     delta_columns, before = layout.delta_columns, PartitionLayout.of(dt_, layout.partition_by)
 
     def place(added: dict) -> tuple[dict, dict | None]:
-        # the configured columns' values, as the old layout's log holds them
-        values = dict(zip(layout.partition_by, before.values(added.get("partition") or {})))
-        return {d: spark_files.partition_text(derived_value(values[c]) if c in layout.derived else values[c])
+        # a column derived before keeps its derived value; a newly derived one's value (as the old
+        # layout's log holds it, exact) is written into the file and derived
+        logged = added.get("partition") or {}
+        values = {c: logged.get(c) for c in layout.partition_by if c not in before.derived}
+        return {d: logged.get(d) if c in before.derived else spark_files.partition_text(
+                    derived_value(values[c], c) if c in layout.derived else values[c])
                 for c, d in zip(layout.partition_by, delta_columns)}, values
 
     return _rewrite_every_file(target_path, dt_, layout.schema(pa.schema(dt_.schema().to_arrow())), delta_columns,

@@ -26,7 +26,6 @@ import bisect
 import dataclasses
 import math
 import os
-import re
 import time
 import uuid
 from urllib.parse import unquote
@@ -39,6 +38,7 @@ from deltalake import DeltaTable
 from deltalake.transaction import AddAction, RemoveAction
 
 from ..core.changes import DELETE, REFILL, UPSERT
+from ..core.partition_text import MAX_FOLDER_NAME, PLAIN
 from ..core.target import DELETED
 from . import delta, spark_files, storage
 
@@ -119,21 +119,14 @@ def _location(table_path: str, action: dict) -> str:
     return storage.join(table_path, unquote(action["path"]))
 
 
-_PLAIN = re.compile(r"[A-Za-z0-9_.-]+")
-
-
-# The longest name a folder may have (NAME_MAX of Linux and macOS file systems, in bytes).
-MAX_FOLDER_NAME = 255
-
-
 def _partition_folder(folder: str, partition: dict) -> str:
     """Where one partition's new files go: `col=value` folders in the table, as Spark and
     delta-rs lay a partitioned table out, when every name and value is plain and each folder name
     fits a file system's limit; the table's own folder otherwise (the Delta log, not the folder,
     says a file's partition values, so a value of any length or character is stored exactly)."""
     parts = [f"{c}={spark_files.NULL_PARTITION if v is None else v}" for c, v in partition.items()]
-    if parts and all(_PLAIN.fullmatch(c) and (v is None or _PLAIN.fullmatch(v)) for c, v in partition.items()) \
-            and all(len(p) <= MAX_FOLDER_NAME for p in parts):  # plain text: a character is a byte
+    plain = all(all(map(PLAIN.fullmatch, f"{c}{'' if v is None else v}")) for c, v in partition.items())
+    if parts and plain and all(len(p) <= MAX_FOLDER_NAME for p in parts):  # plain text: a character is a byte
         return storage.join(folder, *parts)
     return folder
 

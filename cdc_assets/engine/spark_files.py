@@ -404,13 +404,15 @@ def read_files(spark, uris: list[str], ddl: str):
     return listing.repartition(max(1, min(len(uris), 200))).mapInArrow(_reader_task(schema, storage.settings()), ddl)
 
 
-def removes_for(dt_: DeltaTable, keep=lambda partition_values: False) -> list[RemoveAction]:
-    """Remove actions for the snapshot's files, except those whose partition `keep` accepts."""
+def removes_for(dt_: DeltaTable, keep=lambda partition_values, file: False) -> list[RemoveAction]:
+    """Remove actions for the snapshot's files, except those `keep` accepts (given a file's
+    partition values and its path in the table)."""
     now = int(time.time() * 1000)
     out = []
     for a in pa.table(dt_.get_add_actions(flatten=False)).to_pylist():
         values = a.get("partition") or {}
-        if keep(values):
+        # get_add_actions gives paths URI-encoded once more than the files' names
+        if keep(values, unquote(a["path"])):
             continue
         out.append(remove_action(a, values, now))
     return out

@@ -54,10 +54,11 @@ def build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reache
         partition_keys = None  # a column is new or wider since: every file is rewritten with the new schema
     has_base = table.base_snapshot is not None
     layout = PartitionLayout.of(dt_, table.partition_by)
-    newly = layout.empty_text_in_staging(table_dir, f"_cdc_batch_seq <= {int(reached)}", base=has_base)
+    newly = layout.unfit_in_staging(table_dir, f"_cdc_batch_seq <= {int(reached)}",
+                                    {c for c, t in columns.items() if t == STRING}, table.change_feed, base=has_base)
     if newly:
-        # "" in a text partition column, which a Delta partition value cannot hold: the target is
-        # built whole in the derived layout (engine/partition_layout.py)
+        # a value of a text partition column that a Delta partition value of the native layout
+        # cannot stand for: the target is built whole in the derived layout (engine/partition_layout.py)
         layout, partition_keys = layout.deriving(newly), None
     history: _BaseFiles | LocalHistory | SparkHistory
     by_files = _BaseFiles.of(spark, table_dir, table, columns, reached, partition_keys)
@@ -77,8 +78,8 @@ def build(spark, cfg: Config, table: TableConfig, dt_: DeltaTable | None, reache
             removes = None  # every file, and the schema, replaced
         else:
             wanted_keys = set(partition_keys)
-            removes = spark_files.removes_for(dt_, keep=lambda pv: shape.partition_key(
-                table.partition_by, layout.values(pv)) not in wanted_keys)
+            removes = spark_files.removes_for(dt_, keep=lambda pv, file: shape.partition_key(
+                table.partition_by, layout.values(pv, storage.join(target_path, file))) not in wanted_keys)
         if first:
             props = delta.commit_props(TARGET, reached, {"from_batch": max(delta.txn_version(dt_, TARGET), -1) + 1,
                                                          "build": "full"})

@@ -20,7 +20,7 @@ from deltalake import CommitProperties, Transaction
 
 from ..core.errors import TerminalError
 from . import delta
-from .partition_layout import RELAYOUT
+from .partition_layout import RELAYOUT, is_derived_column
 from .table_layout import TARGET, path
 
 RESTORE = "restore"
@@ -210,15 +210,37 @@ def changes(table: str, table_dir: str, starting_version: int, ending_version: i
     None), both included, from Delta's change data feed (`change_feed: true`): each row with
     `_change_type` (insert, update_preimage, update_postimage, delete), `_commit_version` and
     `_commit_timestamp`. A first build and a rebuild record their rows as inserts and deletes
-    of the files they add and remove."""
+    of the files they add and remove; a relayout changes no row and records none."""
     target_path = path(table_dir, TARGET)
     dt_ = delta.open_table(target_path)
     if dt_ is None:
         raise TargetVersionError(f"table {table}: no target yet (nothing applied)")
     if (dt_.metadata().configuration or {}).get(delta.CHANGE_FEED, "false").lower() != "true":
         raise TargetVersionError(f"table {table}: the target records no change feed (set change_feed: true)")
-    reader = dt_.load_cdf(starting_version=starting_version, ending_version=ending_version)
+    last = dt_.version() if ending_version is None else ending_version
+    if not 0 <= starting_version <= last <= dt_.version():
+        raise TargetVersionError(f"table {table}: no change feed from version {starting_version} to {last}; the "
+                                 f"target's versions are 0 to {dt_.version()}")
+    # delta-rs reads a feed in one schema and partitioning: the feed is read in spans between the
+    # relayouts, each span in its own, and the spans' rows are put together in the newest
+    relayouts = sorted(int(h["version"]) for h in dt_.history() if h.get("cdc.step") == RELAYOUT
+                       and starting_version <= int(h["version"]) <= last)
+    bounds = [starting_version - 1, *relayouts, last + 1]
+    spans = [(lo + 1, hi - 1) for lo, hi in zip(bounds, bounds[1:]) if lo + 1 <= hi - 1]
+    parts = [_feed(target_path, lo, hi) for lo, hi in spans] or \
+        [_feed(target_path, relayouts[0], relayouts[0]).slice(0, 0)]
+    if len(parts) == 1:
+        return parts[0]
+    out = pa.concat_tables(parts, promote_options="permissive")
+    newest = parts[-1].column_names
+    return out.select(newest + [c for c in out.column_names if c not in newest])
+
+
+def _feed(target_path: str, starting_version: int, ending_version: int) -> pa.Table:
+    """The feed of versions `starting_version` to `ending_version`, read in the latter's schema."""
+    reader = delta.load(target_path, version=ending_version).load_cdf(starting_version=starting_version, ending_version=ending_version)
     data = pa.table(reader.read_all())
+    data = data.drop_columns([c for c in data.column_names if is_derived_column(c)])
     # delta-rs hands strings over as string_view, which several pyarrow kernels (sorting) refuse
     fields = [pa.field(f.name, pa.string() if f.type == pa.string_view() else f.type) for f in data.schema]
     return data.cast(pa.schema(fields))

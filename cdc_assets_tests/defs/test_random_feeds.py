@@ -120,6 +120,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from decimal import Decimal, InvalidOperation, localcontext
+from urllib.parse import unquote
 
 import dagster as dg
 import pyarrow as pa
@@ -1291,11 +1292,13 @@ def target_files(cfg, t: TablePlan) -> dict:
     """Partition value (by meaning) -> the data files of the target's current snapshot."""
     if delta_version(cfg, t.name, "target") < 0:
         return {}
-    dt = DeltaTable(os.path.join(cfg.table_dir(t.name), "target"))
+    target = os.path.join(cfg.table_dir(t.name), "target")
+    dt = DeltaTable(target)
     layout = PartitionLayout.of(dt, [t.physical(REGION)])
     out: dict = {}
     for a in pa.table(dt.get_add_actions(flatten=False)).to_pylist():
-        out.setdefault(meaning(layout.values(a["partition"] or {})[0]), set()).add(a["path"])
+        file = os.path.join(target, unquote(a["path"]))  # a value named by its digest is read from its file
+        out.setdefault(meaning(layout.values(a["partition"] or {}, file)[0]), set()).add(a["path"])
     return out
 
 

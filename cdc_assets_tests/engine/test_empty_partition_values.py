@@ -125,31 +125,41 @@ def test_an_empty_text_as_the_key_and_the_partition_column(spark, workdir, monke
 
 
 VALUES = st.lists(st.one_of(st.none(), st.text(max_size=12), st.text(".~", max_size=4),
-                            st.builds(lambda s: "." + s, st.text(max_size=6))), max_size=40)
+                            st.builds(lambda s: "." + s, st.text(max_size=6)),
+                            # around the longest a folder name takes: plain, percent-encoded, multibyte
+                            st.builds(lambda c, n, s: c * n + s, st.sampled_from("a.é~😀/"), st.integers(0, 260),
+                                      st.text(max_size=3))), max_size=40)
+COLUMNS = st.sampled_from(["P", "region_code", "x" * 150, "é" * 25, "a b"])
 
 
 @settings(max_examples=300)
-@given(VALUES)
-def test_the_derived_partition_value_is_one_rule_in_arrow_and_on_spark_and_it_inverts(values):
+@given(VALUES, COLUMNS)
+def test_the_derived_partition_value_is_one_rule_in_arrow_and_on_spark_and_it_inverts(values, column):
     import pyarrow as pa
 
+    from cdc_assets.core.partition_text import derived_column, escaped, fits_a_folder, is_digest, is_plain
     from cdc_assets.engine.partition_layout import arrow_derived
 
-    derived = [derived_value(v) for v in values]
-    assert [original_value(d) for d in derived] == values
+    derived = [derived_value(v, column) for v in values]
+    assert [v if is_digest(d) else original_value(d) for v, d in zip(values, derived)] == values
     assert len({d for d in derived}) == len(set(values))  # injective: two values never share a partition
     assert all(d != "" for d in derived)  # what Delta's log cannot tell from null is never written
-    assert arrow_derived(pa.array(values, pa.string())).to_pylist() == derived
+    assert all(d is None or fits_a_folder(derived_column(column), d) for d in derived)
+    # plain characters only; a digest only for a value whose escaped form is too long for a folder name
+    assert all(d is None or is_plain(d) for d in derived)
+    assert all(not is_digest(d) or not fits_a_folder(derived_column(column), escaped(v))
+               for v, d in zip(values, derived))
+    assert arrow_derived(pa.array(values, pa.string()), column).to_pylist() == derived
 
 
 @settings(max_examples=15, deadline=None)
-@given(VALUES)
-def test_the_derived_partition_value_on_spark_is_the_rule(spark, values):
+@given(VALUES, COLUMNS)
+def test_the_derived_partition_value_on_spark_is_the_rule(spark, values, column):
     from cdc_assets.engine.partition_layout import spark_derived
 
-    frame = spark.createDataFrame([(i, v) for i, v in enumerate(values)], "i long, P string")
-    got = [r[0] for r in frame.orderBy("i").select(spark_derived("P")).collect()]
-    assert got == [derived_value(v) for v in values]
+    frame = spark.createDataFrame([(i, v) for i, v in enumerate(values)], f"i long, `{column}` string")
+    got = [r[0] for r in frame.orderBy("i").select(spark_derived(column)).collect()]
+    assert got == [derived_value(v, column) for v in values]
 
 
 @pytest.mark.parametrize("change_feed", [False, True], ids=["new-column", "change-feed"])
@@ -178,6 +188,14 @@ def test_an_empty_text_through_delta_rs_merge(spark, workdir, change_feed):
         assert sorted((r["_change_type"], r["id"], r["P"]) for r in feed) == [
             ("delete", 3, ".x"), ("update_postimage", 1, "z"), ("update_postimage", 10, ""),
             ("update_preimage", 1, ""), ("update_preimage", 10, "x")]
+        # the whole feed, across the relayout, which records no row: no derived column, exact values
+        whole = target_versions.changes("EM", cfg.table_dir("EM"), 0)
+        relayout = [t.version for t in target_versions.versions(cfg.table_dir("EM")) if t.kind == "relayout"]
+        assert len(relayout) == 1 and "_cdc_part_P" not in whole.column_names
+        assert sorted((r["_commit_version"], r["_change_type"], r["id"], r["P"]) for r in whole.to_pylist()
+                      if r["_change_type"] in ("insert", "delete")) == sorted(
+            [(0, "insert", 10, "x"), (0, "insert", 11, "y"), (v, "delete", 3, ".x")]
+            + [(relayout[0] + 1, "insert", i, p) for i, p in SIDE_BY_SIDE.items()])
 
 
 def _pg(op: str, lsn: int, id_: int | None = None, region: str | None = None) -> dict:

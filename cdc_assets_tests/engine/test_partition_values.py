@@ -5,17 +5,23 @@ its partition, moves between partitions, deletes and an insert_only table's appe
 process and on Spark."""
 from __future__ import annotations
 
+import datetime as dt
 import os
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cdc_assets.engine import rewrite
+from cdc_assets.core.target import partition_key
+from cdc_assets.engine import rewrite, target_versions
+from cdc_assets.engine.maintenance import maintain
+from cdc_assets.engine.partitions import staged_partition_keys
+from cdc_assets.engine.target_build import rebuild
 from cdc_assets_tests.support.config import write_config
 from cdc_assets_tests.support.landing import jsonl, land
 from cdc_assets_tests.support.records import bq_cdc, mysql
 from cdc_assets_tests.support.runs import MARKS, run_ok
-from cdc_assets_tests.support.warehouse import target_rows
+from cdc_assets_tests.support.warehouse import target_rows, target_version
 
 pytestmark = MARKS
 
@@ -70,6 +76,36 @@ def test_partition_values_of_any_length_and_character_on_spark(spark, workdir, m
     monkeypatch.setenv("CDC_ASSETS_LOCAL_APPLY_ROWS", "0")
     cfg = write_config(workdir, [{"name": "PV", "keys": ["id"], "format": "bigquery-cdc", "partition_by": ["P"]}])
     _apply_batches(cfg, "PV", deletes=False)  # a first build and an apply on Spark; deletes as in process
+
+
+@pytest.mark.parametrize("change_feed", [False, True], ids=["plain", "change-feed"])
+def test_a_table_keeps_taking_and_compacting_partition_values_of_any_length(workdir, change_feed):
+    """delta-rs' MERGE (a table recording its change data feed) and its compaction name a file's
+    folder by its partition value: a value a folder name cannot hold lays the target out once in
+    the derived layout, whose folder names are short, and the table keeps taking batches."""
+    cfg = write_config(workdir, [{"name": "PV", "keys": ["id"], "format": "bigquery-cdc", "partition_by": ["P"],
+                                  "change_feed": change_feed}])
+    _apply_batches(cfg, "PV")
+    expected = _state(cfg, "PV")
+    if change_feed:  # the last apply's feed: the deletes, each with its exact value
+        feed = target_versions.changes("PV", cfg.table_dir("PV"), target_version(cfg, "PV")).to_pylist()
+        assert sorted((r["_change_type"], r["id"], r["P"]) for r in feed) == sorted(
+            ("delete", i, v) for i, v in enumerate(VALUES) if i % 2)
+        whole = target_versions.changes("PV", cfg.table_dir("PV"), 0)  # the first build's inserts, exact
+        assert sorted((r["id"], r["P"]) for r in whole.to_pylist() if r["_commit_version"] == 0) == sorted(
+            enumerate(VALUES))
+    for n, b in enumerate(range(4, 8)):  # small files for the compaction to take together
+        land(cfg, "PV", f"b{b}", {"c.jsonl": jsonl([bq_cdc("UPSERT", {"id": 1000 + n, "P": VALUES[5], "v": b}, str(b))])})
+        run_ok(cfg, "PV")
+        expected[1000 + n] = (VALUES[5], b)
+    report = maintain(cfg, cfg.table("PV"), now=dt.datetime.now(dt.UTC) + dt.timedelta(hours=2), retention=0)
+    assert report.compacted.get("numFilesRemoved", 0) > 0
+    assert _state(cfg, "PV") == expected
+    assert all(len(part.encode()) <= 255 for folder in _folders(cfg, "PV") for part in folder.split(os.sep))
+    keys = staged_partition_keys(cfg, cfg.table("PV"))  # Dagster's partition list: the exact values
+    assert keys == sorted({partition_key(["P"], [v]) for v, _ in expected.values()})
+    rebuild(None, cfg, cfg.table("PV"), [partition_key(["P"], [VALUES[5]])])
+    assert _state(cfg, "PV") == expected
 
 
 def test_an_insert_only_table_appends_partition_values_of_any_length_and_character(workdir):
