@@ -113,10 +113,18 @@ def _key_values_shared(dt: delta.DeltaTable, keys, found: pa.Table) -> tuple[int
     none = (0, delta.arrow_schema(KEY_AND_ORDER).empty_table())
     if first is None or first not in found.column_names or not found.num_rows:
         return none
-    literals = sorted({v for v in (_sql_value(x) for x in pc.unique(found[first]).to_pylist()) if v is not None})
+    values = pc.unique(found[first]).to_pylist()
+    literals = sorted({v for v in (_sql_value(x) for x in values) if v is not None})
     if not literals or len(literals) > delta.IN_LIST_LIMIT:
         return none
-    rows = delta.select(dt, _with_key_columns(dt, keys), f"{_quoted(first)} IN ({', '.join(literals)})")
+    where = f"{_quoted(first)} IN ({', '.join(literals)})"
+    kinds = {type(v) for v in values if v is not None}
+    if kinds in ({int}, {str}):
+        # the values' own range too: delta-rs skips the target files outside it by their statistics,
+        # so the lookup reads the files of the batch's keys, not every file's first key column
+        low, high = min(v for v in values if v is not None), max(v for v in values if v is not None)
+        where += f" AND {_quoted(first)} >= {_sql_value(low)} AND {_quoted(first)} <= {_sql_value(high)}"
+    rows = delta.select(dt, _with_key_columns(dt, keys), where)
     columns = [k for k in keys if k in rows.column_names]
     counts = rows.group_by(columns).aggregate([("_cdc_key", "count")])
     shared = counts.filter(pc.greater(counts["_cdc_key_count"], 1)).drop_columns(["_cdc_key_count"])
