@@ -132,8 +132,10 @@ def finish_cuts(feed: Feed, cfg) -> bool:
 def land_step(rnd: random.Random, feed: Feed, cfg, run: int, *, kinds=("new", "append", "cut", "replace", "same")
               ) -> bool:
     """Between runs: 1 to 3 random actions on the feed's files. Returns whether any content changed."""
+    # a file replaced before a run read it delivered nothing: a file is replaced at most once between
+    # runs, and not right after its cut line is finished (the finished line must reach a run)
+    touched: set[str] = set(feed.pending)
     changed = finish_cuts(feed, cfg)
-    touched: set[str] = set()  # a file replaced before a run read it delivered nothing: replace only these once
     for i in range(rnd.randint(1, 3)):
         settled = sorted(f for f in feed.files if f not in feed.pending)
         kind = rnd.choice(kinds) if settled else "new"
