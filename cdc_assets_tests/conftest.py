@@ -33,9 +33,15 @@ def long_run(request) -> bool:
 
 
 @pytest.fixture(scope="session")
-def figures(request) -> Figures | None:
-    """A writer of figure files when the run was asked for them (`--figures DIR`), else None."""
-    return from_request(request.config.getoption("--figures"), force=request.config.getoption("--figures-force-dirty"))
+def figures(request, tmp_path_factory) -> Figures | None:
+    """A writer of figure files when the run was asked for them (`--figures DIR`), else None. The
+    workers of one run (pytest-xdist) share a ledger of the files they wrote, in the run's temporary
+    folder (each worker's own is a folder in it)."""
+    ledger = None
+    if hasattr(request.config, "workerinput"):
+        ledger = str(tmp_path_factory.getbasetemp().parent / "figures-written.txt")
+    return from_request(request.config.getoption("--figures"), force=request.config.getoption("--figures-force-dirty"),
+                        ledger=ledger)
 
 
 @pytest.fixture(scope="session")
