@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything cdc_assets needs, then run the demo or the tests.
 #   ./bootstrap.sh demo   set up, then generate a feed for three tables, apply it and reconcile
-#   ./bootstrap.sh test   set up, then run the test suite (extra arguments go to pytest)
+#   ./bootstrap.sh test   set up, then run the test suite in up to two processes (extra arguments go to pytest)
 #   ./bootstrap.sh lint   set up, then run ruff and mypy as configured in pyproject.toml (CI runs it first)
 # Idempotent: a second call finds the venv current and only runs.
 set -euo pipefail
@@ -72,6 +72,13 @@ ensure_venv
 export PYSPARK_PYTHON="$PWD/.venv/bin/python" SPARK_LOCAL_IP=127.0.0.1
 case "$cmd" in
     demo) exec .venv/bin/cdc-assets demo "$@" ;;
-    test) exec .venv/bin/python -m pytest -p no:cacheprovider "$@" ;;
+    test)
+        # Two test processes (pytest-xdist; `-n auto` is one per core, at most two: conftest.py)
+        # unless the arguments choose: `-n 0` runs in this one process (for -s, or a debugger).
+        case " $* " in
+            *" -n"*|*" --numprocesses"*) ;;
+            *) set -- -n auto "$@" ;;
+        esac
+        exec .venv/bin/python -m pytest -p no:cacheprovider "$@" ;;
     lint) .venv/bin/ruff check cdc_assets cdc_assets_tests && exec .venv/bin/mypy cdc_assets ;;
 esac

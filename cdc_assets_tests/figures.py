@@ -82,12 +82,16 @@ class Figures:
     which commit and whether the tree had uncommitted changes. A folder under the repository's
     docs/figures is refused from such a tree unless `force` (the docs name a commit for each figure)."""
 
-    def __init__(self, folder: str, force: bool = False, repo: str = REPO):
+    def __init__(self, folder: str, force: bool = False, repo: str = REPO, ledger: str | None = None):
+        """`ledger`: a file the writers of one measurement in several processes (pytest-xdist's
+        workers) share, listing every file each wrote, so that none takes another's figures for
+        uncommitted code."""
         self.folder = os.path.abspath(folder)
         self.repo, self.force = repo, force or os.environ.get(FORCE_ENV) == "1"
-        self.tree = tree(repo)  # at the start of the measurement: a refused run stops before measuring
-        self._refuse(self.tree)
+        self.ledger = ledger
         self._written: set[str] = set()  # the files this measurement wrote: figures, not code
+        self.tree = self._now()  # at the start of the measurement: a refused run stops before measuring
+        self._refuse(self.tree)
         os.makedirs(self.folder, exist_ok=True)
 
     def _into_docs(self) -> bool:
@@ -106,15 +110,31 @@ class Figures:
     def _now(self) -> Tree:
         """The tree now, but for the files this measurement wrote (each over its committed figure)."""
         now = tree(self.repo)
+        written = self._written | self._ledgered()
         return Tree(now.commit, tuple(f for f in now.uncommitted
-                                      if os.path.realpath(os.path.join(self.repo, f)) not in self._written))
+                                      if os.path.realpath(os.path.join(self.repo, f)) not in written))
+
+    def _ledgered(self) -> set[str]:
+        if not self.ledger or not os.path.exists(self.ledger):
+            return set()
+        with open(self.ledger, encoding="utf-8") as fh:
+            return set(fh.read().splitlines())
+
+    def _record(self, where: str) -> None:
+        """`where` is this measurement's, entered before the file is written: a writer in another
+        process that looks at the tree meanwhile finds it already listed."""
+        self._written.add(os.path.realpath(where))
+        if self.ledger:
+            # one short append per line: appends of the workers do not interleave within a line
+            with open(self.ledger, "a", encoding="utf-8") as fh:
+                fh.write(os.path.realpath(where) + "\n")
 
     def path(self, name: str) -> str:
         """Where figure file `name` goes; refused (DirtyTree) when the tree has become dirty since the
         measurement began, as at the start."""
         self._refuse(self._now())
         where = os.path.join(self.folder, name)
-        self._written.add(os.path.realpath(where))
+        self._record(where)
         return where
 
     def write_json(self, name: str, figures: dict, command: str) -> str:
@@ -131,7 +151,7 @@ class Figures:
         if changed and not self.force and self._into_docs():
             kept = tempfile.mkdtemp(prefix="figures-dirty-")
         where = os.path.join(kept or self.folder, name)
-        self._written.add(os.path.realpath(where))
+        self._record(where)
         with open(where, "w", encoding="utf-8") as fh:
             json.dump(data, fh, indent=2, sort_keys=False, default=str)
             fh.write("\n")
@@ -148,6 +168,6 @@ class Figures:
         return where
 
 
-def from_request(option: str | None, force: bool = False) -> Figures | None:
+def from_request(option: str | None, force: bool = False, ledger: str | None = None) -> Figures | None:
     folder = option or os.environ.get(ENV)
-    return Figures(folder, force=force) if folder else None
+    return Figures(folder, force=force, ledger=ledger) if folder else None

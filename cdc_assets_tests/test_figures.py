@@ -100,3 +100,24 @@ def test_a_measurement_writes_all_its_files_over_the_committed_ones_it_replaces(
     (repo / "code.py").write_text("x = 2\n")
     with pytest.raises(DirtyTree, match=r"\(code\.py\)"):
         figures.path("g.md")
+
+
+def test_the_writers_of_one_measurement_in_several_processes_refuse_none_of_each_others_files(repo, tmp_path):
+    """Under pytest-xdist each worker has its own writer: a figure one worker wrote over its committed
+    file is, to the others, part of the measurement (the ledger they share), not uncommitted code."""
+    figures_dir = repo / "docs" / "figures"
+    for name in ("a.json", "b.json"):
+        (figures_dir / name).write_text("before\n")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "add", "docs")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "figures")
+    ledger = str(tmp_path / "ledger.txt")
+    first = Figures(str(figures_dir), repo=str(repo), ledger=ledger)
+    first.write_json("a.json", {"n": 1}, command="measure")
+    # the second worker starts after the first wrote, and writes after it too
+    second = Figures(str(figures_dir), repo=str(repo), ledger=ledger)
+    data = json.loads(open(second.write_json("b.json", {"n": 2}, command="measure")).read())
+    assert data["dirty"] is False and "uncommitted" not in data
+    assert json.loads(open(first.write_json("a.json", {"n": 3}, command="measure")).read())["dirty"] is False
+    # without the shared ledger, the other's file is a change it did not make
+    with pytest.raises(DirtyTree, match=r"\(docs/figures/a\.json, docs/figures/b\.json\)"):
+        Figures(str(figures_dir), repo=str(repo))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +33,8 @@ def test_the_wheel_installs_beside_a_users_own_dagster_and_runs_the_demo(tmp_pat
     if not long_run:
         # each install builds PySpark's source archive anew (a minute): the normal run keeps CI short
         pytest.skip("builds the wheel and installs it with its dependencies in a new environment: run with --long")
-    _run([sys.executable, "-m", "build", "--wheel", "--installer", "uv", "--outdir", tmp_path / "dist", REPO], REPO)
+    source = _copy_of_the_tree(tmp_path / "source")
+    _run([sys.executable, "-m", "build", "--wheel", "--installer", "uv", "--outdir", tmp_path / "dist", source], source)
     [wheel] = (tmp_path / "dist").glob("cdc_assets-*.whl")
     assert not any(name.startswith("cdc_assets_tests/") for name in _wheel_names(wheel))
 
@@ -53,6 +55,20 @@ def test_the_wheel_installs_beside_a_users_own_dagster_and_runs_the_demo(tmp_pat
     out = _run([venv / "bin" / "cdc-assets", "demo", "--dir", tmp_path / "demo"], tmp_path)
     assert "demo passed" in out
     assert "user-venv/bin/cdc-assets ui --config" in out  # the UI command names this installation's program
+
+
+def _copy_of_the_tree(dest: Path) -> Path:
+    """The repository's files as a checkout has them (tracked, and new ones git does not ignore),
+    copied: a build rewrites build/ and the egg-info in its source folder, and the egg-info in the
+    repository is package metadata (entry points) for the tests running beside this one
+    (pytest-xdist), whose path holds the repository."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                            check=True, capture_output=True, text=True).stdout.split("\0")
+    for name in filter(None, listed):
+        if (REPO / name).is_file():  # not a deleted file, nor the worktree's .venv link
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, dest / name)
+    return dest
 
 
 def _wheel_names(wheel: Path) -> list[str]:
