@@ -75,8 +75,10 @@ case "$cmd" in
     test)
         # Two test processes (pytest-xdist; `-n auto` is one per core, at most two: conftest.py)
         # unless the arguments choose: `-n 0` runs in this one process (for -s, or a debugger).
+        # A run writing figures is one process: a figure is measured with no test beside it.
         case " $* " in
             *" -n"*|*" --numprocesses"*) ;;
+            *" --figures"*) set -- -n 0 "$@" ;;
             *) set -- -n auto "$@" ;;
         esac
         exec .venv/bin/python -m pytest -p no:cacheprovider "$@" ;;
