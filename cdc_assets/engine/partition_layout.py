@@ -132,7 +132,7 @@ class PartitionLayout:
                 frame = frame.withColumn(derived_column(c), spark_derived(c))
         return frame
 
-    def values(self, partition_values: dict, file: str | None = None) -> list:
+    def values(self, partition_values: dict, file: str) -> list:
         """The configured columns' values of a file, from its partition values in the log (as
         get_add_actions or the log's text gives them); a value the log names by its digest is
         read from the file (`file`: its location), whose rows all hold it."""
@@ -145,8 +145,6 @@ class PartitionLayout:
             if not is_digest(derived):
                 out.append(original_value(derived))
                 continue
-            if file is None:
-                raise ValueError(f"partition column {c!r}: a value named by its digest needs its file to be read")
             fs, p = storage.filesystem(file)
             with fs.open_input_file(p) as stream:
                 column = pq.ParquetFile(stream).read_row_group(0, columns=[c]).column(0)
