@@ -1,25 +1,25 @@
-"""A small pure-Python reference for the apply rules (SPEC section 4, rules 1 to 4 and 10).
+"""A small pure-Python reference for the apply rules (rules.md#rule-1 to rules.md#rule-4, and rules.md#rule-10).
 
 It knows nothing of the change formats and imports nothing from `cdc_assets`:
 a test generates a source history and gives every change its TRUE position in
 that history (`seq`, an integer: the order in which the source made the
 changes). The reference replays what was delivered so far by that position:
 
-- per key, the delivered change with the greatest `seq` wins (rule 1);
+- per key, the delivered change with the greatest `seq` wins (rules.md#rule-1);
 - a winning delete removes the key, and is remembered, so a change with a
-  smaller `seq` delivered later never brings the row back (rule 2, tombstones);
-- base snapshot rows rank below every change, whatever their content (rule 3);
-- a change delivered again with the same event id counts once (rule 4);
+  smaller `seq` delivered later never brings the row back (rules.md#rule-2, tombstones);
+- base snapshot rows rank below every change, whatever their content (rules.md#rule-3);
+- a change delivered again with the same event id counts once (rules.md#rule-4);
 - a truncate (op TRUNCATE, no key) removes every key whose latest change ranks at or below
-  it, and the greatest one delivered stays the whole table's tombstone (rule 9);
+  it, and the greatest one delivered stays the whole table's tombstone (rules.md#rule-9);
 - a column a change does not carry keeps the key's value: each column takes the
   value of the latest delivered change that carried it since the key's last
-  delete or the table's last truncate before it (rule 10). A change leaves out its
+  delete or the table's last truncate before it (rules.md#rule-10). A change leaves out its
   `unset` columns (TOAST placeholders), and on a `partial` table also its null or absent ones;
 - in a soft-delete table (`soft_state`), a key whose latest change is a delete, or ranks at or
   below a truncate, keeps its last live row flagged deleted, each column a later delete's image
   carries (not null, not a placeholder: the row as the source deleted it) laid over it; a
-  key-only delete image carries nothing (rule 12).
+  key-only delete image carries nothing (rules.md#rule-12).
 
 The formats' own ordering fields (timestamps, SCNs, LSNs, CSNs...) never
 appear here: the generator derives them from `seq`, and the product must

@@ -36,7 +36,7 @@ from .values import (
 )
 
 UPSERT, DELETE = "U", "D"
-# A truncate (rule 9) names no key: it is stored as a change of the table's own pseudo-key, which
+# A truncate (rules.md#rule-9) names no key: it is stored as a change of the table's own pseudo-key, which
 # no row has (a row's key has 1 to 16 values), so that staging keeps its latest and `tombstones`
 # remembers it as the tombstone of the whole table.
 TRUNCATE = "T"
@@ -111,7 +111,7 @@ class Change:
     _id_from_content: bool = field(default=False, repr=False)
     types: dict[str, str] | None = field(default=None, repr=False, kw_only=True)  # the file's or declared column types
     # The change's own tier when its format says it (a Debezium snapshot read ranks as a base row,
-    # rule 3); None takes the tier of the file it came in.
+    # rules.md#rule-3); None takes the tier of the file it came in.
     tier: str | None = field(default=None, repr=False, kw_only=True)
     # Columns the change does not carry (a PostgreSQL TOAST placeholder): each keeps the key's value.
     unset: frozenset[str] = field(default=frozenset(), repr=False, kw_only=True)

@@ -66,12 +66,12 @@ class TableConfig:
     insert_only: bool = False  # batches are appended, never merged; an update or delete goes to quarantine
     # a batch fails the table's run once at least this share of its records went to quarantine; None: never
     quarantine_limit: float | None = 1.0
-    # an update's null or absent column keeps the key's value (rule 10; engine/combine.py)
+    # an update's null or absent column keeps the key's value (rules.md#rule-10; engine/combine.py)
     partial_updates: bool = False
     history: bool = False  # a `history` table: every version of each key (SCD type 2), from `changes`
     # `history: {track_except: [...]}`: a change of only these columns updates the current version in place
     history_track_except: tuple[str, ...] = ()
-    # `deletes: soft` (rule 12): a deleted key keeps a row in the target, `_cdc_deleted` true
+    # `deletes: soft` (rules.md#rule-12): a deleted key keeps a row in the target, `_cdc_deleted` true
     soft_deletes: bool = False
     schedule: str | None = None  # cron of the table's own cycle schedule (defs/schedules.py); None: none
     # source column name -> target column name, for names a target cannot hold (core/names.py);
@@ -278,7 +278,7 @@ def _rename(value: object, here: str) -> dict[str, str]:
 
 
 def _pseudo_columns(fmt: str, options: ChangesetOptions) -> tuple[str, ...]:
-    """The columns of a format's files that say what each change is, not what its row holds (SPEC 3)."""
+    """The columns of a format's files that say what each change is, not what its row holds (rules.md#names)."""
     if fmt == "changeset":
         return (options["op_column"],)
     if fmt == "bigquery-cdc":

@@ -51,7 +51,7 @@ if TYPE_CHECKING:  # pyarrow is imported where a Parquet file is read: most file
 
 FORMATS = ("datastream-json", "datastream-avro", "bigquery-append", "bigquery-cdc", "changeset", "debezium-json",
            "snapshot", "postgresql")
-# A table whose every batch is a complete export of its source (rule 11): read as exports are,
+# A table whose every batch is a complete export of its source (rules.md#rule-11): read as exports are,
 # its changes derived by comparing each export with the state before it (engine/snapshot.py).
 SNAPSHOT = "snapshot"
 
@@ -779,20 +779,20 @@ def _debezium(record: Record, keys: Sequence[str], options: ChangesetOptions, li
         raise RecordError("event has no 'source.ts_ms'")
     order = _ordered("source.ts_ms", ordering.timestamp, source["ts_ms"])
     order += _debezium_position(source, snapshot_read=op == SNAPSHOT_READ)
-    if op == DEBEZIUM_TRUNCATE:  # rule 9: the whole table, no row image
+    if op == DEBEZIUM_TRUNCATE:  # rules.md#rule-9: the whole table, no row image
         return _change(line, (), TRUNCATE, {}, order, None, op)
     image_name = "before" if op == "d" else "after"  # a delete's `after` is null
     image = record.get(image_name)
     if not isinstance(image, dict):
         raise RecordError(f"op {op!r} event has no {image_name!r} row image")
-    # a placeholder is no value in a delete's image either: a soft delete keeps the stored one (rule 12)
+    # a placeholder is no value in a delete's image either: a soft delete keeps the stored one (rules.md#rule-12)
     unset = frozenset(c for c, v in image.items() if _unavailable(v))
-    if unset:  # a TOAST placeholder: the column is not carried (rule 10)
+    if unset:  # a TOAST placeholder: the column is not carried (rules.md#rule-10)
         image = {c: v for c, v in image.items() if c not in unset}
         rename = dict(typing.rename) if typing else {}
         unset = frozenset(rename.get(c, c) for c in unset)
     row, types = _debezium_row(image, _connect_columns(schema, image_name), typing)
-    # Rule 3: a snapshot read is the connector's base snapshot, below every streamed change of its key.
+    # rules.md#rule-3: a snapshot read is the connector's base snapshot, below every streamed change of its key.
     # In the base tier it ranks above a `base_snapshot` export's row, whose order is its line number
     # (any ts_ms after 1970 encodes greater).
     tier = ordering.BASE_TIER if op == SNAPSHOT_READ else ordering.CHANGE_TIER
@@ -982,8 +982,8 @@ def _bigquery_cdc(record: Record, keys: Sequence[str], options: ChangesetOptions
 def _postgresql(record: Record, keys: Sequence[str], options: ChangesetOptions, line: int,
                 typing: Typing | None = None) -> Change:
     """A PostgreSQL source's extracted change (engine/postgres_source.py): bigquery-cdc's two columns,
-    a TRUNCATE of the whole table (rule 9) ranked by its capture's order like any change,
-    `_CHANGE_UNSET`: the columns an upsert does not carry (unchanged TOASTed values, rule 10), and
+    a TRUNCATE of the whole table (rules.md#rule-9) ranked by its capture's order like any change,
+    `_CHANGE_UNSET`: the columns an upsert does not carry (unchanged TOASTed values, rules.md#rule-10), and
     `_CHANGE_REJECT`: why the change is quarantined (a value that does not fit its column)."""
     if record.get("_CHANGE_TYPE") == "TRUNCATE":
         order = "1" + _ordered("_CHANGE_SEQUENCE_NUMBER", ordering.change_sequence_number,
@@ -1031,7 +1031,7 @@ def _changeset(record: Record, keys: Sequence[str], options: ChangesetOptions, l
             raise RecordError(f"sequence column {col!r} is missing")
         declared = typing.declared.get(renamed.get(col, col)) if typing else None
         parts.append(_ordered(f"sequence column {col!r}", ordering.typed_value, record[col], declared))
-    if op == TRUNCATE:  # rule 9: the whole table; the row's other columns say nothing
+    if op == TRUNCATE:  # rules.md#rule-9: the whole table; the row's other columns say nothing
         return _change(line, (), TRUNCATE, {}, "".join(parts), None, flag_text,
                        content_ids=bool(options.get("sequence_by")))
     row = _row({k: v for k, v in record.items() if k != op_column}, typing)

@@ -1,9 +1,9 @@
-"""A deterministic change feed for demos and tests (seeds 000 and 003).
+"""A deterministic change feed for demos and tests.
 
-Like the JMeter plan of seed 000: N changes on one table with a mix of inserts,
+Like a JMeter load plan: N changes on one table with a mix of inserts,
 updates and deletes, leaving a known final source state to reconcile against.
-Then the changes as Datastream JSON events (seed 003) with each source's own log
-positions, and their delivery as the conformance feeds arrive: batches of files,
+Then the changes as Datastream JSON events (rules.md#datastream) with each source's own log
+positions, and their delivery as real feeds arrive: batches of files,
 shuffled, some events delivered twice (same uuid), some delayed to a later batch.
 
 Pure: no file I/O, and the same seed always gives the same history and events.

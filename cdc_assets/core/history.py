@@ -8,7 +8,7 @@ same values, only its arrival differs), counts once: its first delivery is the v
 
 A truncate closes every version current at its ordering key with a delete version of that key
 there. Each version holds the key's row as that change left it: a column the change leaves out (a
-TOAST placeholder; on a `partial_updates` table a null) keeps the key's value (rule 10). With
+TOAST placeholder; on a `partial_updates` table a null) keeps the key's value (rules.md#rule-10). With
 `track_except`, a change whose row differs from the version before it only in those columns opens
 no version: that version takes its values in place. Each version has:
 - `_cdc_valid_from`: its ordering key; `_cdc_valid_to`: the next version's (null for the last);
@@ -86,7 +86,7 @@ def key_only_deletes(changes: pa.Table, keys: Collection[str]) -> pa.Table:
 
 @dataclass(frozen=True)
 class Truncate:
-    """A truncate (rule 9) as the history reads it: no key's change, it closes every version
+    """A truncate (rules.md#rule-9) as the history reads it: no key's change, it closes every version
     current at its ordering key with a delete version of that key at it."""
     order: str
     batch: str | None = None
@@ -96,7 +96,7 @@ class Truncate:
 @dataclass(frozen=True)
 class Rules:
     """What a table's history needs beyond its changes."""
-    partial: bool = False  # a null or absent column in an upsert keeps the key's value (rule 10)
+    partial: bool = False  # a null or absent column in an upsert keeps the key's value (rules.md#rule-10)
     track_except: frozenset[str] = frozenset()  # a change of only these columns updates its version in place
     truncates: tuple[Truncate, ...] = ()  # every truncate of the table, any order
 
@@ -178,7 +178,7 @@ def versions(changes: pa.Table, data_columns: list[str], keys: Iterable[str], ru
             row = [values[n][s] if s >= 0 and data_columns[n] in key_columns else
                    out[-1].row[n] if data_columns[n] in key_columns else None for n in range(len(data_columns))]
         else:
-            # each column the change carries takes its value; one it leaves out keeps the key's (rule 10)
+            # each column the change carries takes its value; one it leaves out keeps the key's (rules.md#rule-10)
             left_out = unset_columns(unset[s])
             for n, c in enumerate(data_columns):
                 v = values[n][s]

@@ -21,7 +21,7 @@ U64_MAX = (1 << 64) - 1
 _HEX = re.compile(r"[0-9A-Fa-f]{1,16}")
 _EPOCH_MS = re.compile(r"[+-]?\d{1,19}")
 
-# Rule 3: a base snapshot row ranks below every change, whatever its source order.
+# rules.md#rule-3: a base snapshot row ranks below every change, whatever its source order.
 BASE_TIER = "0"
 CHANGE_TIER = "1"
 
@@ -53,7 +53,7 @@ def hex_number(text: str) -> int:
 
 
 def change_sequence_number(value: object) -> str:
-    """BigQuery `_CHANGE_SEQUENCE_NUMBER`: 1-4 '/'-separated hex sections (seed 004).
+    """BigQuery `_CHANGE_SEQUENCE_NUMBER`: 1-4 '/'-separated hex sections (rules.md#bigquery-cdc).
 
     Sections compare as unsigned numbers; with an equal prefix fewer sections rank
     lower, which the '1' section marker / '0' terminator gives. An integer (as
@@ -98,7 +98,7 @@ def parse_timestamp(value: object) -> int:
         raise OrderingError(f"timestamp is {kind}, not a time")
     text = value.strip()
     if _EPOCH_MS.fullmatch(text):
-        # Digit-only text is epoch milliseconds (seed 003's source_timestamp is such a JSON string).
+        # Digit-only text is epoch milliseconds (Datastream's JSON source_timestamp, rules.md#datastream).
         return int(text) * 1000
     try:
         t = dt.datetime.fromisoformat(text.replace(" UTC", "+00:00"))

@@ -1,10 +1,10 @@
-"""Combining a key's changes column by column (SPEC section 4, rule 10).
+"""Combining a key's changes column by column (rules.md#rule-10).
 
 A change may leave a column out: Debezium's PostgreSQL connector writes a placeholder for an
 unchanged TOASTed value (on every table), and on a `partial_updates` table an upsert carries only
 what changed (a null or absent column). Such a column keeps the key's value: each column takes
 the value of the latest change (by ordering key) that carried it since the key's last delete
-or the table's last truncate. On a soft-delete table (rule 12) a deleted key keeps its last live
+or the table's last truncate. On a soft-delete table (rules.md#rule-12) a deleted key keeps its last live
 row, completed by what the delete's own image carries (a key-only image carries nothing). That is a function of the set of changes alone, never of their arrival order, so any subset of
 a key's changes can be combined first and combined again later with the rest: a batch's changes,
 a key's target row with the changes after it, or a key's whole history give the same result.
@@ -47,7 +47,7 @@ def carried(piece: Piece, column: str, partial: bool) -> bool:
 
 def combine(pieces: Sequence[Piece], partial: bool, soft: bool = False, cuts: Sequence[str] = ()) -> Combined:
     """The key's state after `pieces` (at least one), whatever their order. `cuts`: the ordering
-    keys of the table's truncates, each a delete of every key (rule 9). With `soft` (rule 12), a
+    keys of the table's truncates, each a delete of every key (rules.md#rule-9). With `soft` (rules.md#rule-12), a
     key whose latest change is a delete keeps its last live row: the columns its upserts carried
     since the delete or truncate before the last of them, each overlaid by what the deletes after
     it carried (a delete's image is the row as the source deleted it; a key-only image carries

@@ -114,7 +114,7 @@ _NUMERIC = re.compile(r"numeric\((\d+),(\d+)\)")
 
 
 def column_type(column: PgColumn) -> str:
-    """The target type of a source column (SPEC 3's types): numeric(p,s) a decimal, timestamptz an
+    """The target type of a source column (rules.md#types): numeric(p,s) a decimal, timestamptz an
     instant, timestamp a wall-clock time, text types a string, bytea binary; json, jsonb, arrays and
     every other type (uuid, interval, an unconstrained numeric...) their text (`as_text`)."""
     if column.category == "A":

@@ -1,4 +1,4 @@
-"""Reconciliation against a source export (seed 000's validation): counts and row by row; and against a
+"""Reconciliation against a source export: counts and row by row; and against a
 live source, by digests of buckets of keys."""
 from __future__ import annotations
 

@@ -63,7 +63,7 @@ def column_type(t: pa.DataType) -> str:
     return STRING
 
 META_COLUMNS = ("_cdc_key", "_cdc_order", "_cdc_batch", "_cdc_event_id")
-# A soft-delete table's flag (rule 12), after its source columns: true on the row of a key whose
+# A soft-delete table's flag (rules.md#rule-12), after its source columns: true on the row of a key whose
 # latest change is a delete, or ranks at or below a truncate.
 DELETED = "_cdc_deleted"
 NULL_PARTITION = "__null__"

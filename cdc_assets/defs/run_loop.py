@@ -367,7 +367,7 @@ def summary_line(o: TableOutcome) -> str:
     if ch:
         parts.append(f"{ch.records_read or 0} records, {ch.changes_new or 0} new changes, "
                      f"{ch.duplicates_skipped or 0} duplicates, {ch.quarantined or 0} quarantined")
-        if ch.widened_to_text:  # allowed (SPEC), never silent: every reader now sees text there
+        if ch.widened_to_text:  # allowed (rules.md#types), never silent: every reader now sees text there
             parts.append(f"warning: inferred column(s) {', '.join(map(repr, ch.widened_to_text))} widened to text "
                          f"(a value that is not a number; `widen_to_text: false` quarantines it instead)")
     if tg and not tg.nothing_new:

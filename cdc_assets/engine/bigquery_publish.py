@@ -120,7 +120,7 @@ def published_columns(dt_: DeltaTable) -> dict[str, str]:
 
 
 def soft_deletes(dt_: DeltaTable) -> bool:
-    """Whether the target keeps deleted keys' rows, flagged `_cdc_deleted` (rule 12): the copy
+    """Whether the target keeps deleted keys' rows, flagged `_cdc_deleted` (rules.md#rule-12): the copy
     holds the live rows only, so a flagged row is sent as a delete (the staging table's flag is
     the same column)."""
     return any(f.name == DELETED for f in dt_.schema().fields)

@@ -1,6 +1,6 @@
 """A table whose changes are rows of a BigQuery table: `source: bigquery://project.dataset.table`.
 
-Seed 000's Datastream append-mode table (`format: bigquery-append`) and a table of BigQuery CDC
+A Datastream append-mode table (`format: bigquery-append`, rules.md#bigquery-append) and a table of BigQuery CDC
 rows (`format: bigquery-cdc`) are read the same way: each run extracts the rows it has not taken
 yet into one Parquet change file in the warehouse (`<warehouse>/<TABLE>/extracts/`), which then
 becomes a batch like any landed file, so ordering, deduplication and quarantine are those of

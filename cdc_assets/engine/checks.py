@@ -322,7 +322,7 @@ def reconciliation(cfg: Config, table: TableConfig) -> reconcile.Report:
         raise ConfigError(f"table {table.name}: no export to reconcile with (reconcile_with: is not set)")
     target = delta.read_arrow(path(cfg.table_dir(table.name), TARGET))
     rows = target.to_pylist() if target is not None else []
-    # the export holds the source's live rows: a row kept for a deleted key (rule 12) is none of them
+    # the export holds the source's live rows: a row kept for a deleted key (rules.md#rule-12) is none of them
     rows = [r for r in rows if not r.get(DELETED)]
     source, unreadable = read_export(table.reconcile_with, table.keys, table.columns, table.rename)
     report = reconcile.compare(rows, [s.row for s in source], table.keys, [s.line for s in source])

@@ -65,7 +65,7 @@ def leaves_columns_out(table_dir: str, reached: int) -> bool:
 
 
 def cut_orders(records: pa.Table) -> list[str]:
-    """The ordering keys of the truncates among `records`: each ends every key's row (rule 9)."""
+    """The ordering keys of the truncates among `records`: each ends every key's row (rules.md#rule-9)."""
     return records.filter(pc.equal(records["_cdc_op"], TRUNCATE))["_cdc_order"].to_pylist()
 
 

@@ -129,7 +129,7 @@ def fresh_read(cfg: Config, table: TableConfig, with_metadata: bool = False) -> 
                 continue
             b = cast_typed(b, columns).cast(schema)
             kept = b.filter(pc.invert(pc.is_in(b.column("_cdc_key"), value_set=changed))) if len(changed) else b
-            if truncate is not None and table.soft_deletes:  # kept, flagged deleted (rule 12)
+            if truncate is not None and table.soft_deletes:  # kept, flagged deleted (rules.md#rule-12)
                 at_or_below = pc.less_equal(kept.column("_cdc_order"), truncate)
                 flag = pc.or_(pc.fill_null(kept.column(shape.DELETED), False), at_or_below)
                 kept = kept.set_column(kept.schema.get_field_index(shape.DELETED), shape.DELETED, flag)

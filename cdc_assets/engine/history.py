@@ -7,10 +7,10 @@ MERGE on (key, valid_from) that inserts the new versions and closes or re-labels
 they follow; the MERGE reads every history file, since a key range in its condition would
 go into the commit (merge_source.MERGE_ON_KEY). The first build, a rebuild and a type widening compute the whole history on
 Spark executors with the same rules as window functions; delta-rs commits the files.
-A truncate (rule 9) is no key's change: it closes the versions current at it, so a new one touches
+A truncate (rules.md#rule-9) is no key's change: it closes the versions current at it, so a new one touches
 every key live at it. A touched key's versions are computed again from all its changes, read from
 `changes` by key, where its versions cannot stand for them: `track_except` folds changes into
-versions, and where changes leave columns out (rule 10) a change landing below a key's versions
+versions, and where changes leave columns out (rules.md#rule-10) a change landing below a key's versions
 changes their combined rows. Elsewhere its versions and the new changes are enough.
 """
 from __future__ import annotations
@@ -198,7 +198,7 @@ def _rules(table: TableConfig, truncates: tuple[versions.Truncate, ...]) -> vers
 
 
 def _truncates(table_dir: str, table: TableConfig, through: int) -> tuple[versions.Truncate, ...]:
-    """Every truncate (rule 9) `changes` holds through batch `through`."""
+    """Every truncate (rules.md#rule-9) `changes` holds through batch `through`."""
     if table.format not in ("debezium-json", "postgresql") and not table.options.get("truncates"):
         return ()  # the format has none
     # A truncate's pseudo-key sorts above every row's key ('[]' after '["'), so the files' key
@@ -380,7 +380,7 @@ def _build(spark, cfg: Config, table: TableConfig, dt_, through: int, columns: d
 
 def _spark_rules(first, table: TableConfig, columns: dict[str, str], truncates: tuple[versions.Truncate, ...]):
     """core/history.versions' rules beyond ordering, on Spark: each truncate that finds a key live
-    placed as a delete of it, each upsert's row combined with the key's earlier changes (rule 10),
+    placed as a delete of it, each upsert's row combined with the key's earlier changes (rules.md#rule-10),
     and a change of only `track_except` columns folded into the version before it."""
     from functools import reduce
 

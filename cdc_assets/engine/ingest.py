@@ -128,7 +128,7 @@ def _parse_partition(table: TableConfig, snapshot: bool, root: str | None, text_
                      ledger: dict[str, str] | None = None, by_column: bool = False):
     """The function Spark runs on each slice of the file list: files -> records or rejections.
     `snapshot`: the files are the base export. A `format: snapshot` table's batch is read as an
-    export too, its rows ranked by batch (rule 11), its column types admitted from `ledger` (the
+    export too, its rows ranked by batch (rules.md#rule-11), its column types admitted from `ledger` (the
     table's so far). `by_column`: a change file (or row group) the column reader takes
     (`core.typed_changes`) is read by it, its records the same as read record by record."""
     schema = delta.arrow_schema(PARSED_FIELDS)

@@ -13,7 +13,7 @@ What each part keeps:
   trimmed is still a duplicate. Being no newer than what the target holds is not enough to make
   it harmless: a re-delivery arrives later, and two changes of a key with one source order rank
   by arrival, so the re-delivered loser of such a tie would win over the change that beat it.
-- The trim of `staging` (seed 002's staging clean-up, as seed 000 rolls changes up) keeps, of
+- The trim of `staging` (the clean-up change-set pipelines run on their staging table; rules.md#tables) keeps, of
   the applied batches registered before `trim_staging_after`, only each key's latest change:
   the row every rebuild, backfill, restore and publish would pick for that key from those
   batches anyway (`_trim_staging`), but for a key with a change that leaves a column out (a TOAST

@@ -3,8 +3,8 @@
 The pending batches' staged changes (batch-sized) give each key's latest (or combine them with the
 key's row, column by column, where changes leave columns out: `_combined_winners`); every winner is
 compared with the key's current row by ordering key: target keeps each row's `_cdc_order`, base
-rows included (their tier ranks below every change, rule 3), and `tombstones` keeps the ordering
-key of each deleted key (rule 2). Neither the history nor the base is read again.
+rows included (their tier ranks below every change, rules.md#rule-3), and `tombstones` keeps the ordering
+key of each deleted key (rules.md#rule-2). Neither the history nor the base is read again.
 """
 from __future__ import annotations
 
@@ -56,9 +56,9 @@ def merge_source(table_dir: str, table: TableConfig, dt_: DeltaTable, applied: i
     keys, ops, orders = (winners[c].to_pylist() for c in ("_cdc_key", "_cdc_op", "_cdc_order"))
     tombs = _tombstone_orders(table_dir, [k for k, op in zip(keys, ops) if op == UPSERT] + [TRUNCATE_KEY])
     truncate = truncate_order(winners)
-    # The whole table's tombstone: the greatest truncate, applied before or pending (rule 9).
+    # The whole table's tombstone: the greatest truncate, applied before or pending (rules.md#rule-9).
     floor = _greatest(tombs.pop(TRUNCATE_KEY, None), truncate) or ""
-    # An upsert older than its key's tombstone, or than a truncate, is stale (rule 2): it never
+    # An upsert older than its key's tombstone, or than a truncate, is stale (rules.md#rule-2): it never
     # reaches the MERGE; nor does a truncate, which is no row.
     # A soft-delete table keeps them: they become rows flagged deleted (`with_flags`).
     soft = table.soft_deletes
@@ -235,7 +235,7 @@ def _tombstone_orders(table_dir: str, keys: list[str]) -> dict[str, str]:
 
 
 def truncate_order(records: pa.Table) -> str | None:
-    """The greatest ordering key of the truncates among `records` (rule 9), or None."""
+    """The greatest ordering key of the truncates among `records` (rules.md#rule-9), or None."""
     orders = records.filter(pc.equal(records["_cdc_op"], TRUNCATE))["_cdc_order"]
     return pc.max(orders).as_py() if len(orders) else None
 
@@ -247,7 +247,7 @@ def _greatest(*orders: str | None) -> str | None:
 def with_flags(rows: pa.Table, floor: str | None) -> pa.Table:
     """A soft-delete table's MERGE rows: each an upsert of its row image (a REFILL stays one),
     `_cdc_deleted` set when its change (`_cdc_op`, dropped) is a delete or ranks at or below the
-    truncate `floor` (rule 12)."""
+    truncate `floor` (rules.md#rule-12)."""
     deleted = pc.equal(rows["_cdc_op"], DELETE)
     if floor:
         deleted = pc.or_(deleted, pc.less_equal(rows["_cdc_order"], floor))

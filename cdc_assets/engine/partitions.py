@@ -32,7 +32,7 @@ def staged_partition_keys(cfg: Config, table: TableConfig) -> list[str]:
             file = storage.join(path(table_dir, TARGET), unquote(a["path"]))
             keys.add(partition_key(table.partition_by, layout.values(a.get("partition") or {}, file)))
     texts: set[str] = set()
-    # the partitions rows go to: upserts', and in a soft-delete table deletes' too (rule 12)
+    # the partitions rows go to: upserts', and in a soft-delete table deletes' too (rules.md#rule-12)
     ops = "'U', 'D'" if table.soft_deletes else "'U'"
     pending = delta.select(path(table_dir, STAGING), (("_cdc_partition", "string"),),
                            f"_cdc_batch_seq > {applied} AND _cdc_op IN ({ops}) AND _cdc_partition IS NOT NULL")

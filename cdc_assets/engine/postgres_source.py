@@ -1,4 +1,4 @@
-"""A live PostgreSQL table as a source, captured by cdc_assets itself (seed 001's CHANGELOG method).
+"""A live PostgreSQL table as a source, captured by cdc_assets itself (its changelog method, rules.md#postgresql).
 
 Capture. `capture enable` creates, in schema `cdc_assets` of the source's database, a sequence, a
 changelog table and a row-level AFTER trigger on the source table. The trigger writes one changelog

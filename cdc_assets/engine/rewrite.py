@@ -160,7 +160,7 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
     removed one of these files fails ours; `props_for(figures)`: its commit properties, given
     the rows it inserts, updates and deletes (a MERGE's commit has them as its metrics).
     `truncate`: a truncate's ordering key: every row ranking at or below it goes too, so every
-    file whose ordering keys reach down to it is a candidate (rule 9); with `soft` (a soft-delete table, rule 12) such a row stays,
+    file whose ordering keys reach down to it is a candidate (rules.md#rule-9); with `soft` (a soft-delete table, rules.md#rule-12) such a row stays,
     its `_cdc_deleted` set."""
     partition_by = list(partition_by)
     schema = pa.schema(dt_.schema().to_arrow())
@@ -171,7 +171,7 @@ def rewrite(table_path: str, dt_: DeltaTable, source: pa.Table, partition_by, pr
     fs, paths = storage.arrow_paths(list(chosen))
     at = dict(zip(paths, chosen))  # the path Arrow reads -> the file's location
 
-    # A truncate (rule 9) takes the rows ranking at or below it. A file whose `_cdc_order` range
+    # A truncate (rules.md#rule-9) takes the rows ranking at or below it. A file whose `_cdc_order` range
     # lies at or below it and that holds no batch key is emptied whole from its statistics, unread;
     # the others' key and ordering key columns are streamed once: what is kept of them is the rows
     # of the batch's keys and, per file, how many rows the truncate takes, so memory follows the

@@ -1,4 +1,4 @@
-"""A `format: snapshot` batch -> `changes`: the changes that turn the table into the export (rule 11).
+"""A `format: snapshot` batch -> `changes`: the changes that turn the table into the export (rules.md#rule-11).
 
 Each batch, all its files together, is a complete export of the source table. Its rows are read
 as a base export's are (the same readers, engine/base_import.py), ranked by their batch, and compared

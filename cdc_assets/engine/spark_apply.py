@@ -2,7 +2,7 @@
 (engine/apply.py, engine/rewrite.py), with nothing batch- or table-sized on the driver.
 
 Executors pick each pending key's latest change from `staging`, drop upserts older than
-their key's tombstone (rule 2), read the target files whose `_cdc_key` statistics range can
+their key's tombstone (rules.md#rule-2), read the target files whose `_cdc_key` statistics range can
 hold a winner's key, and write the files that change again, key-sorted, about
 ROWS_PER_FILE rows each, per partition. The tombstones are rewritten the same way. The driver
 plans (which files: their names and statistics, from the Delta log), counts, and commits each
@@ -236,13 +236,13 @@ def apply(spark, table: TableConfig, table_dir: str, dt_, applied: int, reached:
         winners = counted_winners.drop("_n_pending")
         tomb_path = path(table_dir, TOMBSTONES)
         tomb_dt = delta.open_table(tomb_path)  # apply_pending builds the whole state when it is missing
-        # The whole table's tombstone: the greatest truncate applied before or pending (rule 9).
+        # The whole table's tombstone: the greatest truncate applied before or pending (rules.md#rule-9).
         stored = delta.rows_with_keys(tomb_dt, TOMBSTONE_FIELDS, [TRUNCATE_KEY]) if tomb_dt is not None else None
         before = stored["_cdc_order"].to_pylist() if stored is not None else []
         floor = max(before + ([truncate] if truncate else []), default="")
         tomb_files = files_of(tomb_path, tomb_dt)
         tombs = _tombstone_rows(spark, tomb_files, winners).cache()
-        # An upsert older than its key's tombstone, or than a truncate, is stale (rule 2): it never
+        # An upsert older than its key's tombstone, or than a truncate, is stale (rules.md#rule-2): it never
         # reaches the target (a soft-delete table keeps the latter, flagged deleted); nor does a
         # truncate, which is no row.
         soft = table.soft_deletes

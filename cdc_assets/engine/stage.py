@@ -1,4 +1,4 @@
-"""`changes` -> `staging`: per key, the batch's latest change (seed 002's T_STAGING).
+"""`changes` -> `staging`: per key, the batch's latest change (rules.md#tables).
 
 Staging keeps one row per key and batch, so a rebuild or backfill never needs
 to re-read the change files; changes a batch superseded itself are counted. A key

@@ -66,13 +66,13 @@ class SparkHistory:
                                                            table.soft_deletes, cuts).cache()
         else:
             self.latest = latest_per_key(history).cache()
-        self.truncate = cut  # the greatest truncate: the rows ranking at or below it are gone (rule 9)
+        self.truncate = cut  # the greatest truncate: the rows ranking at or below it are gone (rules.md#rule-9)
         # with one change per key and no truncate, the upserts are the target's rows and the rest its tombstones
         self.upserts = int(upserts or 0) if self.distinct and cut is None else None
 
     def live(self, table: TableConfig):
         """The latest changes that are target rows: upserts above the greatest truncate (in a
-        soft-delete table every key's latest change, rule 12)."""
+        soft-delete table every key's latest change, rules.md#rule-12)."""
         from pyspark.sql import functions as F
 
         if table.soft_deletes:
@@ -134,11 +134,11 @@ class LocalHistory:
                                                      table.soft_deletes)
         else:
             self.latest = latest_of_batch(history)
-        self.truncate = truncate_order(self.latest)  # rule 9, as SparkHistory
+        self.truncate = truncate_order(self.latest)  # rules.md#rule-9, as SparkHistory
 
     def write_target(self, target_path: str, table: TableConfig, partition_keys: list[str] | None,
                      layout: PartitionLayout) -> list:
-        if table.soft_deletes:  # every key's latest change is a row (rule 12)
+        if table.soft_deletes:  # every key's latest change is a row (rules.md#rule-12)
             live = rows_where(self.latest, pc.not_equal(self.latest["_cdc_op"], TRUNCATE))
         else:
             live = rows_where(self.latest, pc.equal(self.latest["_cdc_op"], UPSERT))

@@ -1,4 +1,4 @@
-"""What the warehouse says was done for a table (the `status` command; seed 001's status report)."""
+"""What the warehouse says was done for a table (the `status` command)."""
 from __future__ import annotations
 
 import dataclasses
@@ -200,7 +200,7 @@ def table_status(cfg: Config, table: TableConfig, now: dt.datetime | None = None
         waits = Freshness()  # unknown, and every object keeps the same fields
     soft_deleted = 0
     if table.soft_deletes and log["rows"]:
-        # `rows` counts the live rows; the rows kept for deleted keys (rule 12) are counted apart
+        # `rows` counts the live rows; the rows kept for deleted keys (rules.md#rule-12) are counted apart
         flagged = delta.query(path(table_dir, TARGET), f"SELECT count(*) AS n FROM t WHERE {DELETED}")
         soft_deleted = int(flagged.column("n")[0].as_py()) if flagged is not None else 0
     note = last_run(cfg, table)

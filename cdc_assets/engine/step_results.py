@@ -93,7 +93,7 @@ class ChangesResult(Figures):
     duplicates_skipped: int | None = None
     quarantined: int | None = None
     deletes_withheld: str | None = None  # why a snapshot derived no deletes
-    # inferred columns the batch widened to text (a value that is not a number): said, as SPEC allows it
+    # inferred columns the batch widened to text (a value that is not a number): said, as rules.md#types allows it
     widened_to_text: tuple[str, ...] | None = None
     applied_on: str | None = None  # where the batch was derived, when not in this process
     typed_columns: int | None = None  # a typed export's columns, read column by column

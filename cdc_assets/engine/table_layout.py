@@ -8,7 +8,7 @@ from ..core.changes import RECORD_FIELDS, REJECT_FIELDS
 CHANGES, STAGING, BASE, TARGET, QUARANTINE = "changes", "staging", "base", "target", "quarantine"
 BASE_BATCH = 0  # base rows count as batch 0; landed batches start at 1
 BASE_ID = "base"  # the batch the base rows' records name
-# Each deleted key's greatest ordering key (rule 2), so an apply checks tombstones without the history.
+# Each deleted key's greatest ordering key (rules.md#rule-2), so an apply checks tombstones without the history.
 TOMBSTONES = "tombstones"
 TOMBSTONE_FIELDS = (("_cdc_key", "string"), ("_cdc_order", "string"))
 # The identity of every change a trim took out of `changes`: its event id (the source's, or

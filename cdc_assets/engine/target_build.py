@@ -184,7 +184,7 @@ def _base_file_task(target_path: str, folder: str, columns: dict[str, str], tabl
             if not records.num_rows:
                 continue
             rows = cast_typed(records, columns)
-            if soft:  # every base row is live (rule 12)
+            if soft:  # every base row is live (rules.md#rule-12)
                 i = rows.schema.get_field_index(shape.DELETED)
                 rows = rows.set_column(i, shape.DELETED, pa.repeat(pa.scalar(False), rows.num_rows))
             rows = rows.cast(schema)

@@ -129,7 +129,7 @@ def typed_frame(live, columns: dict[str, str], schema: str, extra=()):
 def target_frame(live, columns: dict[str, str], table: TableConfig, floor: str | None):
     """Winners (upserts, and a soft-delete table's deletes) as typed target rows on Spark; in a
     soft-delete table, `_cdc_deleted` says whether each is a delete or ranks at or below the
-    truncate `floor` (rule 12)."""
+    truncate `floor` (rules.md#rule-12)."""
     from pyspark.sql import functions as F
 
     if not table.soft_deletes:
@@ -202,7 +202,7 @@ def as_target_rows(live: pa.Table, columns: dict[str, str], extra=(), images: li
 
 
 def flagged_columns(columns: dict[str, str], table: TableConfig) -> dict[str, str]:
-    """A soft-delete table's target columns end with its `_cdc_deleted` flag (rule 12); another
+    """A soft-delete table's target columns end with its `_cdc_deleted` flag (rules.md#rule-12); another
     table has none (one switched back to hard deletes loses it)."""
     if not table.soft_deletes:
         return {c: t for c, t in columns.items() if c != shape.DELETED}

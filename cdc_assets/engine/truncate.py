@@ -1,4 +1,4 @@
-"""A pending truncate (rule 9) on the apply's delta-rs MERGE path, without reading the table's keys.
+"""A pending truncate (rules.md#rule-9) on the apply's delta-rs MERGE path, without reading the table's keys.
 
 The incremental apply lays a truncate over the target file by file (engine/rewrite.py): a file
 ranking wholly at or below it goes from its statistics, one ranking above it is not opened, and
@@ -6,7 +6,7 @@ only a file it cuts in part is read. That path takes neither a new column nor a 
 which take delta-rs' MERGE. For them:
 
 - a new column is added to the target's schema first (a metadata commit: older rows read it as
-  null, rule 6), so the batch and its truncate then take the file-by-file path in one commit;
+  null, rules.md#rule-6), so the batch and its truncate then take the file-by-file path in one commit;
 - a change data feed is written by delta-rs, so the truncate is its own MERGE before the batch's,
   which records each row it deletes. Its source is one row, the truncate's ordering key, matched
   by every target row ranking at or below it: delta-rs streams the target through that join, and
@@ -34,7 +34,7 @@ STEP_COLUMNS, STEP_TRUNCATE = "columns", "truncate"
 def truncate_merge(target_path: str, dt_: DeltaTable, truncate: str, soft: bool,
                    props: delta.CommitProperties | None = None) -> tuple[DeltaTable, int]:
     """Delete every target row ranking at or below `truncate` (in a soft-delete table, flag it
-    deleted, rule 12) by a MERGE of its own, so that the change data feed records each; the table
+    deleted, rules.md#rule-12) by a MERGE of its own, so that the change data feed records each; the table
     as it is then, and how many rows it deleted (or flagged). `props`: the apply's own commit
     properties, when this MERGE is its only commit (the batch holds nothing else to merge)."""
     source = pa.table({ORDER: pa.array([truncate], pa.string())})

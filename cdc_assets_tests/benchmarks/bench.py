@@ -156,7 +156,7 @@ def changes(n: int, k: int, workload: str, seed: int) -> pa.Table:
 
 
 def publish(table: pa.Table, folder: str, name: str) -> None:
-    """As writers must (SPEC 2): write under a '.' name, then rename."""
+    """As writers must (rules.md#formats): write under a '.' name, then rename."""
     os.makedirs(folder, exist_ok=True)
     tmp = os.path.join(folder, "." + name + ".tmp")
     pq.write_table(table, tmp)

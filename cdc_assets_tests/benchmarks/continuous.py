@@ -1,4 +1,4 @@
-"""Many tables, continuously: seed 002's shape through a real `cdc-assets ui` daemon.
+"""Many tables, continuously: the many-tables cycle of rules.md#changeset through a real `cdc-assets ui` daemon.
 
     .venv/bin/python -m cdc_assets_tests.benchmarks.continuous --tables 65 --rows 1M --minutes 20 --out DIR
     .venv/bin/python -m cdc_assets_tests.benchmarks.continuous --tables 4 --rows 100k --minutes 3 --out /tmp/c

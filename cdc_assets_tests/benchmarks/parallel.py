@@ -1,4 +1,5 @@
-"""Seed 002's cycle (many tables, a small batch each) one table after another and side by side.
+"""The many-tables cycle of rules.md#changeset (many tables, a small batch each) one table after
+another and side by side.
 
     .venv/bin/python -m cdc_assets_tests.benchmarks.parallel --tables 8 --rows 200k --parallel 2 --out docs/figures
 

@@ -60,7 +60,7 @@ def test_generate_writes_complete_parsable_files_and_the_export(tmp_path, capsys
 
     export = read_export(tmp_path / "exports" / "ORDERS.csv")
     assert len(export) == 188
-    assert export == applied  # the feed, applied by the SPEC rules, reconciles with the source
+    assert export == applied  # the feed, applied by the rules (rules.md#apply-rules), reconciles with the source
 
 
 def test_export_equals_the_final_source_state(tmp_path):

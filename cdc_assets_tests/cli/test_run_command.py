@@ -132,10 +132,10 @@ def test_run_json_prints_one_object_per_table_and_progress_goes_to_stderr(cli, w
 
 
 def test_run_parallel_runs_tables_side_by_side_in_processes_without_spark_for_small_batches(cli, spark, workdir):
-    """Seed 002's shape: many tables, a small batch each. After their first builds (one run, one
-    after another), `run --parallel 3` takes the next batches in three processes: every table is
-    applied, each line is printed once, and no process starts Spark, since an incremental apply of a
-    small batch never needs it."""
+    """The many-tables cycle of rules.md#changeset: many tables, a small batch each. After their
+    first builds (one run, one after another), `run --parallel 3` takes the next batches in three
+    processes: every table is applied, each line is printed once, and no process starts Spark, since
+    an incremental apply of a small batch never needs it."""
     import subprocess
 
     from cdc_assets_tests.support.landing import jsonl, land

@@ -1,4 +1,4 @@
-"""cdc.yaml (SPEC 1): valid files load, invalid ones fail naming the table and the field."""
+"""cdc.yaml (configuration.md): valid files load, invalid ones fail naming the table and the field."""
 from __future__ import annotations
 
 import copy
@@ -318,7 +318,7 @@ def test_side_by_side_warehouse_and_landing_are_fine():
     parse_config(raw, CONFIG_PATH)
 
 
-# ---- columns: (SPEC 1, 3) ---------------------------------------------------------
+# ---- columns: (rules.md#types) ----------------------------------------------------
 
 def test_declared_column_types_are_read_in_canonical_spelling():
     cfg = parse_config(raw_config(columns={"amount": "Decimal(12, 2)", "at": "timestamp", "d": "date"}), CONFIG_PATH)
@@ -402,7 +402,7 @@ def test_a_key_given_twice_is_an_error_naming_it_and_its_line(tmp_path, text, li
     assert f"cdc.yaml line {line}: '{key}' is given twice" in str(e.value)
 
 
-# ---- column names (SPEC 3 "Keys and names") ----------------------------------------
+# ---- column names (rules.md#names) -------------------------------------------------
 
 @pytest.mark.parametrize("key", ['my"id', "user.id", "a`b", "it's", "select", "1st", "$k#", "été", "MixedCase"])
 def test_names_delta_allows_are_keys(key):

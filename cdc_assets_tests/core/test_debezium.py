@@ -1,5 +1,6 @@
-"""debezium-json: Debezium change events to canonical changes (SPEC 3), snapshot reads below
-streamed changes (SPEC 4 rule 3), re-deliveries collapsing (rule 4), bad events to quarantine (rule 7)."""
+"""debezium-json: Debezium change events to canonical changes (rules.md#debezium-json), snapshot
+reads below streamed changes (rules.md#rule-3), re-deliveries collapsing (rules.md#rule-4), bad events
+to quarantine (rules.md#rule-7)."""
 from __future__ import annotations
 
 import base64
@@ -106,7 +107,7 @@ def test_kafka_tombstones_are_skipped_and_neighbours_parse():
 
 
 def test_a_truncate_is_a_change_of_the_whole_table_ordered_as_its_neighbours():
-    """Debezium's truncate event has no row image: it becomes a truncate (rule 9), ordered by its
+    """Debezium's truncate event has no row image: it becomes a truncate (rules.md#rule-9), ordered by its
     source time and position like any event, and stored under the table's own pseudo-key."""
     truncate = {"op": "t", "before": None, "after": None, "ts_ms": TS + 300,
                 "source": {"connector": "postgresql", "ts_ms": TS + 10, "lsn": 500, "db": "shop", "table": "orders"}}
@@ -117,7 +118,7 @@ def test_a_truncate_is_a_change_of_the_whole_table_ordered_as_its_neighbours():
     assert before.order < cut.order < after.order
     record = to_record(cut, batch_seq=1, batch_id="b", file_name="f", file_index=0, partition_by=["v"])
     assert (record["_cdc_key"], record["_cdc_op"], record["_cdc_partition"]) == (TRUNCATE_KEY, TRUNCATE, None)
-    # a truncate delivered twice counts once (rule 4)
+    # a truncate delivered twice counts once (rules.md#rule-4)
     assert parse(jsonl(truncate))[0].event_id == cut.event_id
 
 

@@ -1,4 +1,4 @@
-"""Change files to canonical changes (SPEC 3) and bad input to rejections (SPEC 4.7)."""
+"""Change files to canonical changes (rules.md#formats) and bad input to rejections (rules.md#rule-7)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -206,7 +206,7 @@ def test_oracle_scn_then_rs_id_then_ssn():
 
 
 def test_source_timestamp_comes_first_and_ties_are_broken_by_position():
-    # 1-second granularity (seed 000): equal timestamps, the position decides ...
+    # 1-second granularity (rules.md#bigquery-append): equal timestamps, the position decides ...
     assert pg("16/B374D849", ts="2024-01-01T00:00:01") > pg("16/B374D848", ts="2024-01-01T00:00:01")
     # ... but a later timestamp wins over a greater position
     assert pg("1/0", ts="2024-01-01T00:00:02") > pg("FF/0", ts="2024-01-01T00:00:01")
@@ -800,7 +800,7 @@ def test_to_record_partition_and_arrival():
     assert decode_row(rec["_cdc_row"]) == c.row
 
 
-# ---- no record is ever lost (SPEC 4.7) -------------------------------------------
+# ---- no record is ever lost (rules.md#rule-7) ------------------------------------
 
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
@@ -837,7 +837,7 @@ def test_csv_every_row_is_a_change_or_a_rejection(lines):
             assert isinstance(r, Change) and r.key == (r.line - 2,)
 
 
-# ---- base snapshots (SPEC 4.3) ---------------------------------------------------
+# ---- base snapshots (rules.md#rule-3) --------------------------------------------
 
 def test_base_snapshot_rows_are_upserts_ranked_below_every_change():
     from cdc_assets.core.formats import parse_snapshot
@@ -859,7 +859,7 @@ def test_base_snapshot_csv_without_a_header_row_loses_no_row():
     assert out[0].raw == "1,a" and "no header row" in out[0].reason and "'id'" in out[0].reason
 
 
-# ---- column names (SPEC 3 "Keys and names") ---------------------------------------------
+# ---- column names (rules.md#names) ------------------------------------------------------
 
 def _cdc_lines(*rows: dict) -> bytes:
     return "".join(json.dumps({**r, "_CHANGE_TYPE": "UPSERT"}) + "\n" for r in rows).encode()

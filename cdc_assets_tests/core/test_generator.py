@@ -23,7 +23,7 @@ def history(**kw):
 
 
 def position(event) -> tuple:
-    """The SPEC's ordering key, compared as numbers: source_timestamp, then the position."""
+    """The ordering key of rules.md#datastream, compared as numbers: source_timestamp, then the position."""
     meta = event["source_metadata"]
     ts = dt.datetime.fromisoformat(event["source_timestamp"])
     if "scn" in meta:
@@ -59,7 +59,7 @@ def test_same_seed_same_history_events_and_delivery():
 
 
 @pytest.mark.parametrize("changes, pcts, expected", [
-    (1000, (38.2, 42.4, 19.4), (382, 424, 194)),  # seed 000: 382 - 194 = 188 rows
+    (1000, (38.2, 42.4, 19.4), (382, 424, 194)),  # a recorded Datastream experiment: 382 - 194 = 188 rows
     (1000, (40, 40, 20), (400, 400, 200)),
     (10, (33.4, 33.3, 33.3), (4, 3, 3)),
     (7, (100, 0, 0), (7, 0, 0)),
@@ -182,7 +182,7 @@ def test_positions_strictly_increase_in_true_order(source):
 
 
 def test_positions_need_numeric_comparison():
-    """The feeds exercise what text comparison gets wrong (SPEC section 3)."""
+    """The feeds exercise what text comparison gets wrong (rules.md#keys)."""
     mysql = generator.datastream_events(history(changes=1500), "mysql", first_binlog=999_999)
     files = [e["source_metadata"]["log_file"] for e in mysql]
     assert "mysql-bin.999999" in files and "mysql-bin.1000000" in files

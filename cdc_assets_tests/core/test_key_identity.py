@@ -1,4 +1,4 @@
-"""A key is exactly its value, compared by its column's type (SPEC 3, "Keys and names").
+"""A key is exactly its value, compared by its column's type (rules.md#keys).
 
 Every reader gives one key text per typed value: JSON strings, CSV text (declared or inferred),
 Parquet read row by row or column by column.

@@ -1,4 +1,4 @@
-"""Ordering keys: encoded strings whose string order is the source's order (SPEC 3, seed 004)."""
+"""Ordering keys: encoded strings whose string order is the source's order (rules.md#changes, rules.md#bigquery-cdc)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -23,7 +23,7 @@ def csn(value) -> str:
     return ordering.change_sequence_number(value)
 
 
-# ---- _CHANGE_SEQUENCE_NUMBER (seed 004) -------------------------------------
+# ---- _CHANGE_SEQUENCE_NUMBER (rules.md#bigquery-cdc) -------------------------
 
 @pytest.mark.parametrize(
     "older, newer",
@@ -203,7 +203,7 @@ def test_parse_timestamp_forms_agree():
 
 
 def test_parse_timestamp_epoch_milliseconds_as_text():
-    # Seed 003: in JSON, source_timestamp is a string holding epoch milliseconds.
+    # rules.md#datastream: in JSON, source_timestamp is a string holding epoch milliseconds.
     assert ordering.parse_timestamp("1573092939000") == 1573092939000000
     assert ordering.parse_timestamp("1573092939001") > ordering.parse_timestamp("1573092939000")
 

@@ -1,4 +1,4 @@
-"""Rule 10 in the core: the Debezium parser marks a TOAST placeholder as a column not carried, in
+"""rules.md#rule-10 in the core: the Debezium parser marks a TOAST placeholder as a column not carried, in
 every form Debezium writes it, and a key's changes combine column by column to the same state
 whatever their order and however they are grouped first."""
 from __future__ import annotations
@@ -125,9 +125,10 @@ def test_permutations_of_a_late_fill():
 
 
 def replayed(pieces: list[Piece], partial: bool, soft: bool, cuts: list[str]) -> tuple[bool, dict]:
-    """Rules 9, 10 and 12 as written, replayed in true order: a delete or truncate ends the live
-    row; a soft-delete table keeps that row, each column a delete's image carries (not null, not a
-    placeholder) laid over it. Returns whether the key is live and its row (the kept one if not)."""
+    """rules.md#rule-9, rules.md#rule-10 and rules.md#rule-12 as written, replayed in true order: a
+    delete or truncate ends the live row; a soft-delete table keeps that row, each column a delete's
+    image carries (not null, not a placeholder) laid over it. Returns whether the key is live and
+    its row (the kept one if not)."""
     events = sorted([(p.order, p) for p in pieces] + [(c, None) for c in cuts], key=lambda e: e[0])
     live: dict | None = None
     kept: dict = {}

@@ -227,7 +227,7 @@ def test_a_value_is_the_same_as_itself_nan_included_and_signed_zeros_differ():
 
 
 def test_source_value_keeps_reader_objects_typed():
-    # Parquet and Avro readers hand out these; their columns keep the type (SPEC 3).
+    # Parquet and Avro readers hand out these; their columns keep the type (rules.md#types).
     when = dt.datetime(2024, 1, 1, 10, 0, tzinfo=dt.UTC)
     assert values.source_value(when) is when
     assert values.source_value(Decimal("12.50")) == Decimal("12.50")

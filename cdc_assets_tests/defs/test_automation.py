@@ -81,7 +81,7 @@ def test_history_follows_changes_and_a_run_that_kept_it_current_is_not_repeated(
         assert automation.requested() == {HISTORY}
         assert automation.requested() == set()
 
-    # a new Dagster instance (the warehouse says what is done, SPEC 2): the batches taken before it
+    # a new Dagster instance (the warehouse says what is done, rules.md#tables): the batches taken before it
     # were never materialized in it, and the history still follows the next ingest
     land(cfg, "ORDERS", "b3", {"a.jsonl": jsonl([mysql("UPDATE", {"id": 1, "v": "c"}, 1, 30)])})
     with dg.instance_for_test() as instance:

@@ -9,7 +9,7 @@ without overrunning hypothesis' buffer):
   UPDATE-INSERT pairs at one source position), deletes, over 1-5 composite keys
   (`feed` text, `kid` integer, `kpart` and `kname` text), whose text parts a feed
   draws mostly from one family of values that only an exact comparison tells apart
-  (SPEC section 3): number-like text ("1", "1.0", "1.10", "+5", "-0", "007", ".5",
+  (rules.md#keys): number-like text ("1", "1.0", "1.10", "+5", "-0", "007", ".5",
   "1e3"), case, whitespace, NFC against NFD, "" (except where CSV would write it as
   null), astral characters, 2,000-character strings, and (kpart, kname) pairs whose
   concatenations collide, plainly or around the separators a key encoding might use;
@@ -20,7 +20,7 @@ without overrunning hypothesis' buffer):
   only the source position orders them), optional Datastream backfill events
   and optional base snapshot rows; every change carries its true position `seq`;
 - its rendering in one format, as the conformance scenarios write it
-  (/work/shared/conformance/scenarios/*/batch-1): datastream-json for Oracle
+  (the scenarios' batch-1 under `shared_dir`): datastream-json for Oracle
   (scn, rs_id, ssn), MySQL (log_file/log_position, with binlog rotation, also
   past mysql-bin.999999), PostgreSQL (lsn X/Y) and SQL Server (lsn, three hex
   numbers); bigquery-append (change_sequence_number as an integer or a CSN
@@ -29,7 +29,7 @@ without overrunning hypothesis' buffer):
   timestamp column, its ISO 8601 spelling one per feed or mixed change by change), and changeset JSON lines whose columns are all declared
   (`columns:`: long, double, string, timestamp), which changes and staging
   store in typed columns, some of their files Parquet (read column by column);
-- the sources of rules 9 to 12 (SOURCE_KINDS), each table drawing `partial_updates: true` (an
+- the sources of rules.md#rule-9 to rules.md#rule-12 (SOURCE_KINDS), each table drawing `partial_updates: true` (an
   update leaves columns out or null) and `deletes: soft` (the `_cdc_deleted` flag is compared too):
   Debezium events (c, u, d; ts_ms, then the PostgreSQL, MySQL, SQL Server or Oracle position) whose
   updates and deletes may carry TOAST placeholders (`__debezium_unavailable_value`, also as a
@@ -179,7 +179,7 @@ FIXED_TEXTS = [LONG_TEXT, ASTRAL, "", " ", "ü", "日本語テキスト", "emoji
                "5", "007", "1.50", "-0", "NULL", "null", "\\N", "Ωμέγα", "\u200b", "\u2028sep", "\x00nul",
                "1٣", "٣.5", "１２"]  # non-ASCII digits: text, not numbers
 FIXED_NAMES = ["α", "k 1", "Ключ", "鍵", "a,b", 'x"y', " lead", "trail ", "A", "a"]
-# Text key values that are distinct keys (SPEC section 3: a text key is exactly its text), in families
+# Text key values that are distinct keys (rules.md#keys: a text key is exactly its text), in families
 # whose members a number reading, case or whitespace folding, Unicode normalization or a key encoding
 # that concatenates would merge; a feed draws its keys mostly from one family, so they meet in one batch.
 KEY_FAMILIES = [
@@ -292,7 +292,7 @@ def same_value(expected, actual, *, csv_input: bool) -> bool:
 
 
 def key_of(row: dict) -> tuple:
-    """A row's key as the SPEC compares it: text key columns by their exact text, the integer
+    """A row's key as rules.md#keys compares it: text key columns by their exact text, the integer
     column by its number (a key column a kept regression feed lacks is None on both sides)."""
     return tuple(row.get(k) if k in TEXT_KEYS else meaning(row.get(k)) for k in KEYS)
 
@@ -329,8 +329,8 @@ class TablePlan:
     # the plan and the reference keep the logical names, renamed only where files are written and
     # rows read back
     names: dict[str, str] = field(default_factory=dict)
-    partial: bool = False  # `partial_updates: true` (rule 10)
-    soft: bool = False  # `deletes: soft` (rule 12): deleted keys stay, flagged `_cdc_deleted`
+    partial: bool = False  # `partial_updates: true` (rules.md#rule-10)
+    soft: bool = False  # `deletes: soft` (rules.md#rule-12): deleted keys stay, flagged `_cdc_deleted`
 
     @property
     def whole_table(self) -> bool:
@@ -397,7 +397,7 @@ TIMESTAMPS = ["0001-01-01T00:00:00Z", "0001-01-01T05:30:00+05:30", "0001-01-01 0
               "1582-10-10T12:00:00Z", "1970-01-01T00:00:00Z", "2024-02-29T23:59:59.5+01:00"]
 DECIMAL_SCALES = [0, 2, 18, 38]
 
-# Column names Delta Lake stores without column mapping (SPEC section 3): dots, hyphens, leading
+# Column names Delta Lake stores without column mapping (rules.md#names): dots, hyphens, leading
 # digits, SQL reserved words, mixed case, non-ASCII, quotes, backticks, `$`, `#`, and characters a
 # path or URL escapes (a partition folder is `name=value`); none is a logical
 # column name, and `draw_names` keeps them distinct but for case
@@ -446,7 +446,7 @@ def _row(rnd: random.Random, pools: Pools, key: tuple, late: bool) -> dict:
     row = dict(zip(KEYS, key))
     row.update({c: rnd.choice(values) for c, values in payload_choices(pools, key).items()})
     if late:
-        row["late"] = rnd.choice(pools.texts + ["late", None])  # a column that appears mid-history (rule 6)
+        row["late"] = rnd.choice(pools.texts + ["late", None])  # a column that appears mid-history (rules.md#rule-6)
     return row
 
 
@@ -529,7 +529,7 @@ def source_history(rnd: random.Random, pools: Pools, fid: str, *, pairs: bool, i
 # ---- source positions (strictly increasing in the true order) ---------------------------
 
 class Positions:
-    """A source's log position, advanced so that the SPEC's comparison follows the true order."""
+    """A source's log position, advanced so that its comparison (rules.md#formats) follows the true order."""
 
     def __init__(self, rnd: random.Random, kind: str):
         self.rnd, self.kind = rnd, kind
@@ -627,7 +627,7 @@ def _change(seq, key, op, row, eid, record) -> dict:
 
 
 def datastream_feed(rnd, pools, fid, kind, initial: dict, backfill: bool) -> list[dict]:
-    """Datastream JSON events (seed 003; conformance datastream_mysql_orders)."""
+    """Datastream JSON events (rules.md#datastream; conformance datastream_mysql_orders)."""
     pairs = kind in ("oracle", "mysql")
     history = source_history(rnd, pools, fid, pairs=pairs, initial=initial)
     pos = Positions(rnd, kind)
@@ -686,7 +686,7 @@ def datastream_feed(rnd, pools, fid, kind, initial: dict, backfill: bool) -> lis
 
 class CSN:
     """BigQuery change sequence numbers: 1-4 '/'-separated sections, compared section by section
-    as unsigned 64-bit numbers; with an equal prefix fewer sections rank lower (seed 004)."""
+    as unsigned 64-bit numbers; with an equal prefix fewer sections rank lower (rules.md#bigquery-cdc)."""
 
     def __init__(self, rnd: random.Random):
         self.rnd = rnd
@@ -719,7 +719,7 @@ class CSN:
 
 
 def bigquery_append_feed(rnd, pools, fid, initial: dict) -> list[dict]:
-    """Rows of a Datastream append-mode table (seed 000; conformance seed000_*)."""
+    """Rows of a Datastream append-mode table (rules.md#bigquery-append; conformance seed000_*)."""
     history = source_history(rnd, pools, fid, pairs=True, initial=initial)
     as_int = rnd.random() < 0.5
     csn_int = rnd.choice([rnd.randint(1, 10 ** 6), 2 ** 63 - rnd.randint(1, 200), 2 ** 64 - 10 ** 5])
@@ -742,7 +742,7 @@ def bigquery_append_feed(rnd, pools, fid, initial: dict) -> list[dict]:
 
 
 def bigquery_cdc_feed(rnd, pools, fid, initial: dict) -> list[dict]:
-    """Rows with _CHANGE_TYPE and _CHANGE_SEQUENCE_NUMBER (seed 004)."""
+    """Rows with _CHANGE_TYPE and _CHANGE_SEQUENCE_NUMBER (rules.md#bigquery-cdc)."""
     history = source_history(rnd, pools, fid, pairs=False, initial=initial)
     csn = CSN(rnd)
     out = []
@@ -790,7 +790,7 @@ def partial_image(rnd: random.Random, row: dict) -> dict:
 
 def changeset_feed(rnd, pools, fid, initial: dict, sequence_by: list[str], flags: dict, typed: bool = False,
                    partial: bool = False, whole_table: bool = False) -> list[dict]:
-    """Change sets with an op column and sequence columns (seed 002: FLAG, ID, VALUE, CDC_TIMESTAMP).
+    """Change sets with an op column and sequence columns (rules.md#changeset: FLAG, ID, VALUE, CDC_TIMESTAMP).
     `typed`: the columns are declared, and the integer column is written as a number. With a
     truncate flag (`flags["T"]`, `options.truncates`) the history truncates the table now and then
     (a row of the op and sequence columns only); `partial`: updates carry only some columns."""
@@ -836,7 +836,7 @@ def changeset_feed(rnd, pools, fid, initial: dict, sequence_by: list[str], flags
 
 
 DEBEZIUM_CONNECTORS = ["postgresql", "mysql", "sqlserver", "oracle"]
-UNAVAILABLE = "__debezium_unavailable_value"  # PostgreSQL's TOAST placeholder (rule 10)
+UNAVAILABLE = "__debezium_unavailable_value"  # PostgreSQL's TOAST placeholder (rules.md#rule-10)
 TOASTED = [TEXT_COL, "late"]  # the text columns whose unchanged values Debezium may leave out
 
 
@@ -930,7 +930,7 @@ def snapshot_feed(rnd, pools, fid, initial: dict, n_batches: int) -> list[dict]:
 # ---- tables and deliveries ---------------------------------------------------------------
 
 TABLE_KINDS = ["ds", "ds_base", "bqa", "bqc", "cs_csv", "cs_json", "cs_typed"]
-# The sources of SPEC rules 9 to 12, each table drawing `partial_updates` and `deletes: soft`:
+# The sources of rules.md#rule-9 to rules.md#rule-12, each table drawing `partial_updates` and `deletes: soft`:
 # Debezium (TOAST placeholders; partial updates), whole exports (`format: snapshot`), and change
 # sets and Debezium feeds that truncate. A truncate clears the whole table, so a table that
 # truncates holds one feed (`TablePlan.whole_table`), with more keys and changes. A normal run
@@ -1312,7 +1312,7 @@ def widened_since(cfg, t: TablePlan, version: int) -> bool:
 
 
 def touched_partitions(t: TablePlan, batch: int, before: list[dict]) -> set:
-    """The partitions a batch may rewrite (SPEC rule 5): those of the images it delivers and
+    """The partitions a batch may rewrite (rules.md#rule-5): those of the images it delivers and
     those its keys are in before it; a truncate's, or an export's, every partition."""
     if t.format == "snapshot" or any(f.changes[i]["op"] == TRUNCATE for f in t.feeds for i, b, _ in f.delivery
                                      if b == batch):
@@ -1383,7 +1383,7 @@ def run_plans(spark, tables: list[TablePlan], rnd: random.Random, threads: int =
             outcome = run_table(defs, inst, cfg, cfg.table(t.name))
             if t.partition_by and widened_since(cfg, t, version_before):
                 # A column whose type widens (CSV inference: long -> double -> string) is rewritten
-                # in every file, so every partition; rule 5 holds for the other batches only.
+                # in every file, so every partition; rules.md#rule-5 holds for the other batches only.
                 seen["widening rewrites"] += 1
             elif t.partition_by:
                 files_after = target_files(cfg, t)

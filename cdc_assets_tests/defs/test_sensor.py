@@ -226,7 +226,7 @@ def test_a_batch_landing_while_the_previous_ingest_is_pending_loses_nothing(spar
 
 
 def test_a_second_warehouse_with_the_same_tables_is_not_confused(spark, tmp_path, instance):
-    """SPEC 2: the warehouse alone says what is done. A new warehouse (a fresh start, or a
+    """rules.md#tables: the warehouse alone says what is done. A new warehouse (a fresh start, or a
     second one) watched from the same Dagster instance gets its own runs: run keys of the
     first warehouse's batches must not suppress the second's."""
     feed = generate(tmp_path, changes=100, batches=1, files_per_batch=1, seed=41)

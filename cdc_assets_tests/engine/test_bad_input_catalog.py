@@ -1,4 +1,4 @@
-"""Bad input, catalogued (SPEC 4.7): every kind users hit, end to end through one real run.
+"""Bad input, catalogued (rules.md#rule-7): every kind users hit, end to end through one real run.
 
 Each kind is landed in its own folder of one batch, between valid records of the same
 file (or beside a valid file when the whole file is unreadable). One `cdc-assets run`
@@ -184,7 +184,7 @@ def catalog() -> list[Kind]:
             ds(7, ts="9999-12-31T23:30:00-05:00"), "column 'ts' is declared timestamp")
     between("a timestamp before year 1 in UTC", "DSTYPED", lambda i: ds(i, ts="2024-01-01T00:00:00Z"),
             ds(8, ts="0001-01-01T00:00:00+05:00"), "column 'ts' is declared timestamp")
-    # Datastream JSON: column names no target can hold (SPEC 3 "Keys and names")
+    # Datastream JSON: column names no target can hold (rules.md#names)
     between("a source column named _cdc_key", "DS", ds, lambda i: event(i, lambda e: e["payload"].update(_cdc_key="k")),
             "column '_cdc_key': names starting with '_cdc_' are the target's bookkeeping columns")
     between("a source column named _CDC_ORDER", "DS", ds,

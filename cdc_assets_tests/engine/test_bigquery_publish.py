@@ -92,7 +92,7 @@ def test_the_bigquery_table_follows_the_target_through_inserts_updates_deletes_a
     assert [r["id"] for r in bigquery_rows(client, dest)] == [1, 3, 4]
 
     # The same events again (at-least-once delivery), beside a real update.
-    # A new source column (rule 6) is added to the BigQuery table too.
+    # A new source column (rules.md#rule-6) is added to the BigQuery table too.
     land(cfg, "ORDERS", "b3", {"part-1.jsonl": jsonl(second + [
         event("UPDATE", {**order(3, "5.55", "2024-03-02"), "channel": "web"}, 7)])})
     out = run_steps(spark, cfg, "ORDERS", bigquery=client)

@@ -1,5 +1,5 @@
 """A table read from BigQuery (`source: bigquery://project.dataset.table`), against the BigQuery
-emulator (bqemulator, in this process): seed 000's Datastream append-mode table split in two
+emulator (bqemulator, in this process): a Datastream append-mode table (rules.md#bigquery-append) split in two
 (seed000_split_merge) gives the conformance result when its halves arrive one run after the
 other, each run reads only the rows it has not taken, an extract a crash left unregistered is
 taken once, BigQuery CDC rows with a position column work the same way, and a source that

@@ -1,6 +1,6 @@
-"""A Debezium feed through the engine: snapshot reads rank below streamed changes (rule 3),
-a delete stays deleted (rule 2), a re-delivered event counts once (rule 4), Kafka tombstones
-are no change (a truncate is rule 9's: test_rule9_truncate.py)."""
+"""A Debezium feed through the engine: snapshot reads rank below streamed changes (rules.md#rule-3),
+a delete stays deleted (rules.md#rule-2), a re-delivered event counts once (rules.md#rule-4), Kafka tombstones
+are no change (a truncate, rules.md#rule-9: test_rule9_truncate.py)."""
 from __future__ import annotations
 
 from cdc_assets_tests.support.config import write_config

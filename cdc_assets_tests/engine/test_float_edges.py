@@ -1,4 +1,4 @@
-"""A double keeps its IEEE value at its edges (SPEC 3: a value keeps its type): NaN, +Infinity,
+"""A double keeps its IEEE value at its edges (rules.md#types: a value keeps its type): NaN, +Infinity,
 -Infinity and -0.0 in double and float columns land in the target as the same doubles through
 every path a user has (base export, snapshot exports, change files of each format, the fresh
 read, the checks); text spellings ("NaN", "Infinity", JSON writers' quoted forms) fill a double

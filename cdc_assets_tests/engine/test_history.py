@@ -109,7 +109,7 @@ def test_a_redelivered_change_counts_once_and_a_tie_keeps_both_in_arrival_order(
     run_steps(spark, cfg, "PAY")
     rows = history_rows(cfg, "PAY")
     assert versions_of(rows, 1, "amount") == [("insert", False, 1), ("update", True, 2)]
-    # the same sequence number with other values is a tie: both kept, the later arrival last (SPEC 3)
+    # the same sequence number with other values is a tie: both kept, the later arrival last (rules.md#changes)
     land(cfg, "PAY", "batch-3", {"a.jsonl": jsonl([bq_cdc("UPSERT", {"id": 1, "amount": 3}, "0/2")])})
     run_steps(spark, cfg, "PAY")
     rows = history_rows(cfg, "PAY")

@@ -1,6 +1,6 @@
 """The SCD2 history of feeds as they really are: a truncate closes every version current at it
-(rule 9), a version of a change that leaves columns out (a partial update, a TOAST placeholder)
-shows the key's whole row at that version (rule 10), and `history: {track_except: [...]}` folds a
+(rules.md#rule-9), a version of a change that leaves columns out (a partial update, a TOAST placeholder)
+shows the key's whole row at that version (rules.md#rule-10), and `history: {track_except: [...]}` folds a
 change that touches only those columns into the current version. Each holds whatever the
 arrival order across batches, and a rebuild gives the rows the updates gave."""
 from __future__ import annotations
@@ -231,7 +231,7 @@ def test_a_truncate_closes_versions_of_columns_named_with_backticks_and_dots(spa
 
 def test_a_placeholder_update_that_arrives_before_the_insert_takes_the_inserts_value(spark, workdir):
     """An update carrying a TOAST placeholder lands first, the insert before it (by LSN) a batch
-    later: the update's version shows the insert's value of the left-out column (rule 10), in the
+    later: the update's version shows the insert's value of the left-out column (rules.md#rule-10), in the
     history the batches built and in a rebuild."""
     cfg = write_config(workdir, [{"name": "TL", "keys": ["id"], "format": "debezium-json", "history": True}])
     run_batches(spark, cfg, "TL", [[pg("u", 200, {"id": 1, "a": PLACEHOLDER, "b": "b2"})],

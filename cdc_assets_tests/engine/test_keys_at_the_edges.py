@@ -1,4 +1,4 @@
-"""A key is exactly its value (SPEC 3): distinct texts never merge into one target row, through
+"""A key is exactly its value (rules.md#keys): distinct texts never merge into one target row, through
 real runs of every reader (JSON events, CSV declared or inferred, Parquet column by column)."""
 from __future__ import annotations
 

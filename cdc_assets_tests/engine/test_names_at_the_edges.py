@@ -1,4 +1,4 @@
-"""Column names (SPEC 3 "Keys and names"): every name Delta Lake allows without column mapping
+"""Column names (rules.md#names): every name Delta Lake allows without column mapping
 works through every path, as a key and as a partition column too; a name no target can hold
 is quarantined with the table, file, line and column named, and `rename:` gives it a name."""
 from __future__ import annotations

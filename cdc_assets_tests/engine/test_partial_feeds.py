@@ -1,6 +1,6 @@
 """Generated Debezium feeds whose updates leave columns out (TOAST placeholders; on a
 `partial_updates` table also nulls and absent columns), delivered shuffled, duplicated and late
-across batches, against the reference model (rule 10): after every batch the target equals the
+across batches, against the reference model (rules.md#rule-10): after every batch the target equals the
 model's state, as do the fresh read of batches not yet merged and a rebuild from staging; the
 apply on Spark executors gives the same."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Columns a change does not carry keep the key's value (rule 10): PostgreSQL's TOAST placeholder in
+"""Columns a change does not carry keep the key's value (rules.md#rule-10): PostgreSQL's TOAST placeholder in
 a Debezium feed on every table, and a null or absent column of an update on a `partial_updates`
 table. Each column takes the value of the latest change that carried it since the key's last delete,
 whatever the arrival order; the in-process apply, the apply on Spark, a rebuild and the fresh read agree."""

@@ -1,4 +1,4 @@
-"""Rule 12: `deletes: soft` keeps a deleted key's row in the target, `_cdc_deleted` true, with the
+"""rules.md#rule-12: `deletes: soft` keeps a deleted key's row in the target, `_cdc_deleted` true, with the
 delete's ordering key; a later upsert makes it live again, an older one arriving later does not.
 The fresh read, a rebuild, `keys_unique`, the reconciliation with a source export and `status`
 understand it (live rows exclude flagged ones); a table without the setting deletes rows."""

@@ -1,4 +1,4 @@
-"""Rule 1: per key, the change with the greatest ordering key (the source's order) wins,
+"""rules.md#rule-1: per key, the change with the greatest ordering key (the source's order) wins,
 whatever file or batch it arrives in; a winning delete removes the row.
 
 Each test lands two batches whose arrival order contradicts the source order, so

@@ -1,4 +1,4 @@
-"""Rule 2: a deleted key's ordering key is remembered (a tombstone): an older change landing
+"""rules.md#rule-2: a deleted key's ordering key is remembered (a tombstone): an older change landing
 in a later batch cannot bring the row back; a newer one can."""
 from __future__ import annotations
 

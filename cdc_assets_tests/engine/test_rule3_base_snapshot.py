@@ -1,4 +1,4 @@
-"""Rule 3: rows of a base snapshot rank below every change, however old the change."""
+"""rules.md#rule-3: rows of a base snapshot rank below every change, however old the change."""
 from __future__ import annotations
 
 from cdc_assets_tests.support.config import write_config

@@ -1,4 +1,4 @@
-"""Rule 4: delivery is at least once. The same event (same id) in several files or batches
+"""rules.md#rule-4: delivery is at least once. The same event (same id) in several files or batches
 counts once, and landing nothing new changes nothing: no new Delta version anywhere."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rule 5: with partition_by, each key is in exactly one partition (its latest image's);
+"""rules.md#rule-5: with partition_by, each key is in exactly one partition (its latest image's);
 a batch rewrites only the partitions it touches, including ones rows left or that became
 empty, and never the others."""
 from __future__ import annotations

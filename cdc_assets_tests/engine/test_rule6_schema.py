@@ -1,4 +1,4 @@
-"""Rule 6: a new source column is added to the target, null in older rows; a column that
+"""rules.md#rule-6: a new source column is added to the target, null in older rows; a column that
 widens (integer -> decimal) keeps every value."""
 from __future__ import annotations
 

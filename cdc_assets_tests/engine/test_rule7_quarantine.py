@@ -1,4 +1,4 @@
-"""Rule 7: bad input never stops the other tables or loses a record. Unreadable lines and
+"""rules.md#rule-7: bad input never stops the other tables or loses a record. Unreadable lines and
 files, null or missing keys and unknown change types go to the table's quarantine with
 file, line, reason and raw text; the file's valid records are applied; the run's summary
 line for the table shows the quarantined count."""

@@ -1,4 +1,4 @@
-"""Rule 8: every run is idempotent and restartable. Steps applied again for a batch they
+"""rules.md#rule-8: every run is idempotent and restartable. Steps applied again for a batch they
 already committed do nothing; a run stopped between steps, then run again, ends where one
 clean run ends."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Rule 9: a truncate (Debezium `op: t`, or a change set op value listed in `options.truncates`)
+"""rules.md#rule-9: a truncate (Debezium `op: t`, or a change set op value listed in `options.truncates`)
 deletes every row whose latest change ranks at or below it; changes ranking above it apply in
 whatever order they arrive, and one ranking below it that arrives later is stale. It is the
 whole table's tombstone: it holds across batches, on the Spark path as in this process, in a
@@ -52,7 +52,7 @@ BATCHES = [
     ([pg("u", 480, 2, "late"),  # below the truncate, arriving later: stale
       pg("c", 550, 6, "late"),  # above it, arriving later: applies
       pg("d", 700, 5),
-      pg("r", 0, 8, "snapshot")],  # a snapshot read ranks below every streamed change (rule 3)
+      pg("r", 0, 8, "snapshot")],  # a snapshot read ranks below every streamed change (rules.md#rule-3)
      {3: "above", 6: "late", 7: "a"}),
     ([pg("t", 300),  # an older truncate landing late: it changes nothing
       pg("u", 950, 7, "b")],
@@ -268,7 +268,7 @@ def test_a_truncate_on_a_table_with_a_change_feed_records_each_row_it_deletes(sp
 
 
 def test_a_soft_delete_tables_truncate_flags_the_same_rows_with_and_without_a_change_feed(spark, workdir):
-    """A soft-delete table's truncate flags the rows it takes (rule 12): as its own MERGE where the
+    """A soft-delete table's truncate flags the rows it takes (rules.md#rule-12): as its own MERGE where the
     change data feed is on, file by file where it is not, with the same rows either way."""
     tables = [{**_table([], deletes="soft", change_feed=True), "name": "FEED"}, {**_table([], deletes="soft")}]
     cfg = write_config(workdir, tables)

@@ -1,5 +1,5 @@
-"""Source schema changes beyond a new column (SPEC 3, rule 6): a column that stops arriving
-stays in the target; a column whose file type changes widens where SPEC allows it (int to long,
+"""Source schema changes beyond a new column (rules.md#types, rules.md#rule-6): a column that stops arriving
+stays in the target; a column whose file type changes widens where rules.md#types allows it (int to long,
 a decimal to a wider one, an integer into a decimal wide enough, date to timestamp; a 32-bit
 float is a double already), the target's files rewritten once with the wider type and every
 stored value kept exactly; a change that cannot widen goes to quarantine with its file, line and

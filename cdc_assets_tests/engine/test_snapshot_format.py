@@ -1,4 +1,4 @@
-"""`format: snapshot` (rule 11): each batch, all its files together, is a complete export of the
+"""`format: snapshot` (rules.md#rule-11): each batch, all its files together, is a complete export of the
 source table. The target becomes the latest export: absent keys deleted, changed rows updated,
 new rows inserted, unchanged rows untouched; the changes this implies are staged like a change
 feed's, so the change data feed and the history see only real changes."""

@@ -1,6 +1,6 @@
-"""Truncates (rule 9) and soft deletes (rule 12) against the reference model: random source
+"""Truncates (rules.md#rule-9) and soft deletes (rules.md#rule-12) against the reference model: random source
 histories of a few keys with inserts, updates, deletes (some carrying only the key) and
-truncates, as Debezium events, on tables with and without partial updates (rule 10: an update
+truncates, as Debezium events, on tables with and without partial updates (rules.md#rule-10: an update
 then carries only some columns), delivered shuffled across batches (some delayed into later
 batches, some twice), applied run by run and compared after every batch with `ReferenceTable`
 fed the same deliveries; then a rebuild from staging must give the same rows."""

@@ -1,4 +1,4 @@
-"""Column types end to end (SPEC 3): the target keeps the source's types. Types come from the
+"""Column types end to end (rules.md#types): the target keeps the source's types. Types come from the
 file (Parquet, Avro), else from `columns:`, else inference; decimals stay exact; a value
 that fits neither its column nor a safe widening goes to quarantine with the column named."""
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""A column's type is decided by its values and never changes a stored value (SPEC 3, Column
-types; Keys): an inferred integer column holding an integer a double cannot hold exactly never
+"""A column's type is decided by its values and never changes a stored value (rules.md#types and
+rules.md#keys): an inferred integer column holding an integer a double cannot hold exactly never
 becomes a double, and a double column refuses such an integer; a key column that widens to text
 keeps one row per key value; a batch of only deletes types no column; a column widened to text by
 inference is said in the run's summary and the batch's check, and `widen_to_text: false`
@@ -209,7 +209,7 @@ def test_a_column_widened_to_text_is_said_and_widen_to_text_false_quarantines(wo
         taken = take(taking, cfg, name)
         take_and_apply(taking, cfg, name)
         if name == "SAID":
-            # allowed (SPEC), and said: in the batch's figures and in its check's metadata
+            # allowed (rules.md#types), and said: in the batch's figures and in its check's metadata
             assert taken.widened_to_text == ("PRICE",)
             assert checks.batch_accounting(cfg, cfg.table(name), 2).widened_to_text == ("PRICE",)
             assert {k: r["PRICE"] for k, r in by_id(cfg, name).items()} == {1: "21.50", 2: "oops", 3: "4.25"}

@@ -40,7 +40,7 @@ def sqlserver(change_type, payload, lsn: str, **kw) -> dict:
 
 
 def bq_append(change_type, row: dict, csn, *, uuid: str | None = None, ts_ms: int = 1709287200000) -> dict:
-    """A row of a Datastream append-mode BigQuery table (seed 000)."""
+    """A row of a Datastream append-mode BigQuery table (rules.md#bigquery-append)."""
     return {**row, "datastream_metadata": {
         "uuid": uuid or str(_uuid.uuid4()), "source_timestamp": ts_ms, "change_sequence_number": csn,
         "change_type": change_type, "is_deleted": change_type.endswith("DELETE")}}
