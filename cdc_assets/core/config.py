@@ -14,7 +14,7 @@ from .apply_policy import ApplyPolicy, parse_duration
 from .config_keys import keys_under
 from .cycles import CycleGroup
 from .errors import TerminalError
-from .formats import FORMATS, ChangesetOptions, inserts
+from .formats import FORMATS, SPECS, ChangesetOptions, FormatSpec, format_spec, inserts
 from .maintenance_policy import DEFAULT_RETENTION, DEFAULT_SCHEDULE, MIN_RETENTION, MaintenancePolicy
 from .values import parse_type
 
@@ -26,7 +26,7 @@ TABLE_KEYS = keys_under("tables[]")
 APPLY_KEYS = keys_under("tables[].apply")
 MAINTENANCE_KEYS = keys_under("tables[].maintenance")
 # Formats a table can read from a BigQuery table instead of landed files (`source: bigquery://...`).
-BIGQUERY_SOURCE_FORMATS = ("bigquery-append", "bigquery-cdc")
+BIGQUERY_SOURCE_FORMATS = tuple(f for f, spec in SPECS.items() if spec.bigquery_table)
 BIGQUERY_SOURCE = re.compile(r"bigquery://[A-Za-z0-9][A-Za-z0-9_.:-]*\.[A-Za-z0-9_]+\.[A-Za-z0-9_$-]+")
 # `publish: {bigquery: project.dataset.table}`: where a table's target is copied after each apply.
 PUBLISH_KEYS = keys_under("tables[].publish")
@@ -79,6 +79,17 @@ class TableConfig:
     rename: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
     # `widen_to_text: false`: a value that would widen an inferred column to text is quarantined instead
     widen_to_text: bool = True
+
+    @property
+    def spec(self) -> FormatSpec:
+        """What the table's format is (core/formats.py)."""
+        return format_spec(self.format)
+
+    @property
+    def carries_truncates(self) -> bool:
+        """Whether a change of the table may truncate it (rules.md#rule-9): its format's, or an op
+        value `options.truncates` lists."""
+        return self.spec.truncates or bool(self.options.get("truncates"))
 
     @property
     def reads_bigquery(self) -> bool:

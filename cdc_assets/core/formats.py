@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 
-from . import names, ordering
+from . import names, ordering, postgres
 from .changes import DELETE, TRUNCATE, UPSERT, Change, Rejection, content_id
 from .errors import TerminalError
 from .ordering import OrderingError
@@ -49,11 +49,25 @@ from .values import (
 if TYPE_CHECKING:  # pyarrow is imported where a Parquet file is read: most files are not
     import pyarrow as pa
 
-FORMATS = ("datastream-json", "datastream-avro", "bigquery-append", "bigquery-cdc", "changeset", "debezium-json",
-           "snapshot", "postgresql")
 # A table whose every batch is a complete export of its source (rules.md#rule-11): read as exports are,
 # its changes derived by comparing each export with the state before it (engine/snapshot.py).
 SNAPSHOT = "snapshot"
+
+
+@dataclass(frozen=True)
+class FormatSpec:
+    """What the engine and the Dagster wiring know of a format, so that neither compares its name.
+    `parse`: one record to a change (None for whole exports, read as exports are);
+    `truncates`: its records may truncate the table (rules.md#rule-9), whatever the options say;
+    `leaves_columns_out`: an image may leave a column out that the key still has (TOAST);
+    `whole_exports`: every batch is a complete export of the source (rules.md#rule-11);
+    `bigquery_table`: a BigQuery table's rows may hold its records (`source: bigquery://`)."""
+    name: str
+    parse: Callable[[Record, Sequence[str], ChangesetOptions, int, Typing | None], Change | None] | None
+    truncates: bool = False
+    leaves_columns_out: bool = False
+    whole_exports: bool = False
+    bigquery_table: bool = False
 
 DATASTREAM_TYPES = {"INSERT": UPSERT, "UPDATE": UPSERT, "UPDATE-INSERT": UPSERT, "DELETE": DELETE, "UPDATE-DELETE": DELETE}
 CDC_TYPES = {"UPSERT": UPSERT, "DELETE": DELETE}
@@ -174,7 +188,8 @@ def parse_file(fmt: str, options: ChangesetOptions, keys: Sequence[str], name: s
     if fmt == SNAPSHOT:  # an export: every row an upsert (its batch's changes are derived from them)
         yield from parse_snapshot(keys, name, data, columns, rename, text_columns, limits)
         return
-    parse_record = _RECORD_PARSERS[fmt]
+    parse_record = SPECS[fmt].parse
+    assert parse_record is not None, f"format {fmt!r} is read as exports are"
     allowed = inserts(fmt, options) if insert_only else None
     typing = Typing(columns, text_columns, rename)
     for line, record, raw in _records(name, data, fmt, typing.file_types, _header_needs(fmt, options, keys, typing),
@@ -1049,15 +1064,21 @@ def _change(line: int, key: tuple[Value, ...], op: str, row: Row, order: str, ev
     return Change(line, key, op, row, order, event_id, change_type, tier=tier, unset=unset)
 
 
-_RECORD_PARSERS: dict[str, Callable[[Record, Sequence[str], ChangesetOptions, int, Typing | None], Change | None]] = {
-    "datastream-json": _datastream,
-    "datastream-avro": _datastream,
-    "bigquery-append": _bigquery_append,
-    "bigquery-cdc": _bigquery_cdc,
-    "postgresql": _postgresql,
-    "changeset": _changeset,
-    "debezium-json": _debezium,
-}
+SPECS: dict[str, FormatSpec] = {s.name: s for s in (
+    FormatSpec("datastream-json", _datastream),
+    FormatSpec("datastream-avro", _datastream),
+    FormatSpec("bigquery-append", _bigquery_append, bigquery_table=True),
+    FormatSpec("bigquery-cdc", _bigquery_cdc, bigquery_table=True),
+    FormatSpec("changeset", _changeset),  # its truncates are the op values `options.truncates` lists
+    FormatSpec("debezium-json", _debezium, truncates=True, leaves_columns_out=True),
+    FormatSpec(SNAPSHOT, None, whole_exports=True),
+    FormatSpec(postgres.FORMAT, _postgresql, truncates=True),
+)}
+FORMATS = tuple(SPECS)
+
+
+def format_spec(fmt: str) -> FormatSpec:
+    return SPECS[fmt]
 
 
 def parse_snapshot(keys: Sequence[str], name: str, data: bytes, columns: Mapping[str, str] | None = None,

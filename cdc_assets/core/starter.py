@@ -10,7 +10,7 @@ landing: ./landing                # change files arrive under <landing>/<TABLE>/
 tables:
   - name: ORDERS                  # letters, digits, '_'; also the landing sub-folder
     keys: [order_id]              # the source's key columns
-    format: datastream-json       # datastream-json | datastream-avro | debezium-json | changeset | bigquery-append | bigquery-cdc
+    format: datastream-json       # datastream-json | datastream-avro | debezium-json | changeset | bigquery-append | bigquery-cdc | snapshot
     # partition_by: [region]      # target partition columns
     # base_snapshot: ./exports/ORDERS.csv       # the source export the table starts from
     # reconcile_with: ./exports/ORDERS.csv      # check the target against this export

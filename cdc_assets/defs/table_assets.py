@@ -19,7 +19,6 @@ from typing import TypeVar
 import dagster as dg
 
 from ..core.config import Config, TableConfig
-from ..core.formats import SNAPSHOT
 from ..core.plan import Ingest
 from ..core.postgres import is_postgresql, parse_source
 from ..engine import apply, gcs, rekey, replay, snapshot, spark_ingest, stage, status, target_build
@@ -159,7 +158,7 @@ def table_assets(cfg: Config, table: TableConfig) -> list[dg.AssetsDefinition]:
                 rekey.ensure_exact(cfg, table)  # a warehouse keyed by an earlier release says so first
                 if again is not None:
                     return replay.ingest_replay(cfg, table, batch, again, spark, log=context.log.warning)
-                take = snapshot.ingest_batch if table.format == SNAPSHOT else spark_ingest.ingest_batch
+                take = snapshot.ingest_batch if table.spec.whole_exports else spark_ingest.ingest_batch
                 return take(spark, cfg, table, batch, log=context.log.warning)
 
             figures = _write(context, table_dir, f"{table.name}/changes {batch.id}", ingest_exact)

@@ -214,7 +214,7 @@ def _truncate_reads_many(table_dir: str, table: TableConfig, dt_: DeltaTable, ap
     """Whether a pending truncate makes this apply read, row by row, more target rows than an apply
     in this process takes (the rows of the files it cuts only in part, engine/rewrite.py): such an
     apply runs on Spark executors, as a large batch does."""
-    if table.format != "debezium-json" and not table.options.get("truncates"):
+    if not table.carries_truncates:
         return False
     found = delta.query(path(table_dir, STAGING),
                         f"SELECT min(_cdc_order) AS lo, max(_cdc_order) AS o FROM t WHERE _cdc_key = "

@@ -31,7 +31,7 @@ _MARK = '"' + UNSET_KEY + '"'
 def combines(table: TableConfig) -> bool:
     """Whether a table's changes can leave columns out: partial updates, a Debezium feed or a
     PostgreSQL slot (TOAST), or soft deletes (a delete's image may carry the key alone)."""
-    return table.partial_updates or table.format == "debezium-json" or table.capture == "logical" \
+    return table.partial_updates or table.spec.leaves_columns_out or table.capture == "logical" \
         or table.soft_deletes
 
 

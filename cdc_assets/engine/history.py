@@ -199,7 +199,7 @@ def _rules(table: TableConfig, truncates: tuple[versions.Truncate, ...]) -> vers
 
 def _truncates(table_dir: str, table: TableConfig, through: int) -> tuple[versions.Truncate, ...]:
     """Every truncate (rules.md#rule-9) `changes` holds through batch `through`."""
-    if table.format not in ("debezium-json", "postgresql") and not table.options.get("truncates"):
+    if not table.carries_truncates:
         return ()  # the format has none
     # A truncate's pseudo-key sorts above every row's key ('[]' after '["'), so the files' key
     # statistics rule out every file without one: the query reads what the truncates are in, not

@@ -27,7 +27,6 @@ from ..core.changes import (
 from ..core.config import Config, TableConfig
 from ..core.errors import TerminalError
 from ..core.formats import (
-    SNAPSHOT,
     Limits,
     appendable,
     has_header,
@@ -133,7 +132,7 @@ def _parse_partition(table: TableConfig, snapshot: bool, root: str | None, text_
     (`core.typed_changes`) is read by it, its records the same as read record by record."""
     schema = delta.arrow_schema(PARSED_FIELDS)
     keys, partition_by = list(table.keys), list(table.partition_by)
-    batch_export = not snapshot and table.format == SNAPSHOT
+    batch_export = not snapshot and table.spec.whole_exports
     export = snapshot or batch_export
     tier = ordering.BASE_TIER if snapshot else ordering.CHANGE_TIER
     store = gcs.settings()  # a gs:// landing's client settings, for the workers that read it

@@ -27,7 +27,6 @@ import pyarrow as pa
 from ..core.config import Config, TableConfig
 from ..core.errors import TerminalError
 from ..core.figures import Figures
-from ..core.formats import SNAPSHOT
 from . import delta
 from .ingest import GONE, PARSED_FIELDS, batch_bytes, parse_batch, parse_export, parse_files, prepare, take_parsed
 from .landing import BATCH_FIELDS, REPLAYED, Batch, Part, batches_path, digest, file_size, registered
@@ -168,7 +167,7 @@ def register_replay(cfg: Config, table: TableConfig) -> Batch | None:
     """The batch that takes what is in quarantine now: registered in the ledger (the caller holds
     the table lock), or the replay registered before whose changes are not committed yet (a crash,
     or a failed run: it is taken before anything else is). None: nothing to replay."""
-    if table.format == SNAPSHOT:
+    if table.spec.whole_exports:
         raise NotReplayable(f"table {table.name}: a snapshot table's rows rank by their export: its quarantined "
                             "rows are not replayed; the next export carries them")
     table_dir = cfg.table_dir(table.name)
