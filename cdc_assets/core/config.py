@@ -288,19 +288,6 @@ def _rename(value: object, here: str) -> dict[str, str]:
     return dict(value)
 
 
-def _pseudo_columns(fmt: str, options: ChangesetOptions) -> tuple[str, ...]:
-    """The columns of a format's files that say what each change is, not what its row holds (rules.md#names)."""
-    if fmt == "changeset":
-        return (options["op_column"],)
-    if fmt == "bigquery-cdc":
-        return (postgres.OP_COLUMN, postgres.SEQUENCE_COLUMN)
-    if fmt == postgres.FORMAT:
-        return postgres.PSEUDO_COLUMNS
-    if fmt == "bigquery-append":
-        return ("datastream_metadata",)
-    return ()
-
-
 def _history(value: object, here: str, keys: tuple[str, ...], rename: Mapping[str, str]) -> tuple[bool, tuple[str, ...]]:
     """`history: true`, or `history: {track_except: [columns]}`: (kept, the columns whose changes
     alone update the current version in place instead of opening a new one)."""
@@ -358,7 +345,7 @@ def _table(t: object, i: int, where: str, base_dir: str) -> TableConfig:
     if not isinstance(options, dict):
         raise ConfigError(f"{here}: field 'options' must be a mapping")
     options = _options(fmt, options, here)
-    for column in _pseudo_columns(fmt, options):
+    for column in format_spec(fmt).pseudo_columns(options):
         if column in rename:
             raise ConfigError(f"{here}: field 'rename.{column}': {column!r} is not a source column: format "
                               f"'{fmt}' reads what each change is from it, and it is never stored")

@@ -64,6 +64,12 @@ class FormatSpec:
     `bigquery_table`: a BigQuery table's rows may hold its records (`source: bigquery://`)."""
     name: str
     parse: Callable[[Record, Sequence[str], ChangesetOptions, int, Typing | None], Change | None] | None
+    # the change types that insert a row (None: the format does not say; an upsert may insert or update)
+    inserts: Callable[[ChangesetOptions], set[str] | None] = lambda options: None
+    # the columns a CSV header names before the keys (None: the keys are inside a payload CSV cannot hold)
+    header: Callable[[ChangesetOptions], tuple[str, ...]] | None = None
+    # the columns of its files that say what each change is, not what its row holds (rules.md#names)
+    pseudo_columns: Callable[[ChangesetOptions], tuple[str, ...]] = lambda options: ()
     truncates: bool = False
     leaves_columns_out: bool = False
     whole_exports: bool = False
@@ -168,13 +174,7 @@ class Typing:
 def inserts(fmt: str, options: ChangesetOptions) -> set[str] | None:
     """The change types that insert a row, in `fmt`; None when the format does not say (an
     UPSERT may insert or update)."""
-    if fmt in ("datastream-json", "datastream-avro", "bigquery-append"):
-        return {"INSERT"}  # a backfill read is an INSERT too; UPDATE-INSERT is the new image of an update
-    if fmt == "changeset":
-        return {str(v) for v in options.get("inserts", [])}
-    if fmt == "debezium-json":
-        return {"c", SNAPSHOT_READ}
-    return None
+    return SPECS[fmt].inserts(options)
 
 
 def parse_file(fmt: str, options: ChangesetOptions, keys: Sequence[str], name: str, data: bytes,
@@ -229,16 +229,11 @@ def has_header(name: str) -> bool:
 # ---- files to records -------------------------------------------------------
 
 def _header_needs(fmt: str, options: ChangesetOptions, keys: Sequence[str], typing: Typing) -> list[str]:
-    """The columns a CSV header must name for its rows to become changes: the key columns (as
-    the file names them), and the op column of the formats that keep it beside the source columns."""
-    names = [typing.source_name(k) for k in keys]
-    if fmt == "changeset":
-        return [options["op_column"], *names]
-    if fmt in ("bigquery-cdc", "postgresql"):
-        return ["_CHANGE_TYPE", *names]
-    if fmt in ("bigquery-append", "snapshot"):
-        return names
-    return []  # Datastream events keep their keys inside the payload, which CSV cannot hold
+    """The columns a CSV header must name for its rows to become changes: the format's own leading
+    columns and the key columns (as the file names them); none for a format that keeps its keys
+    inside a payload, which CSV cannot hold."""
+    leading = SPECS[fmt].header
+    return [] if leading is None else [*leading(options), *(typing.source_name(k) for k in keys)]
 
 
 def _records(name: str, data: bytes, fmt: str, file_types: dict[str, str] | None = None,
@@ -1064,15 +1059,24 @@ def _change(line: int, key: tuple[Value, ...], op: str, row: Row, order: str, ev
     return Change(line, key, op, row, order, event_id, change_type, tier=tier, unset=unset)
 
 
+# a backfill read is an INSERT too; UPDATE-INSERT is the new image of an update
+_DATASTREAM_INSERTS = frozenset({"INSERT"})
 SPECS: dict[str, FormatSpec] = {s.name: s for s in (
-    FormatSpec("datastream-json", _datastream),
-    FormatSpec("datastream-avro", _datastream),
-    FormatSpec("bigquery-append", _bigquery_append, bigquery_table=True),
-    FormatSpec("bigquery-cdc", _bigquery_cdc, bigquery_table=True),
-    FormatSpec("changeset", _changeset),  # its truncates are the op values `options.truncates` lists
-    FormatSpec("debezium-json", _debezium, truncates=True, leaves_columns_out=True),
-    FormatSpec(SNAPSHOT, None, whole_exports=True),
-    FormatSpec(postgres.FORMAT, _postgresql, truncates=True),
+    FormatSpec("datastream-json", _datastream, inserts=lambda options: set(_DATASTREAM_INSERTS)),
+    FormatSpec("datastream-avro", _datastream, inserts=lambda options: set(_DATASTREAM_INSERTS)),
+    FormatSpec("bigquery-append", _bigquery_append, inserts=lambda options: set(_DATASTREAM_INSERTS),
+               header=lambda options: (), pseudo_columns=lambda options: ("datastream_metadata",),
+               bigquery_table=True),
+    FormatSpec("bigquery-cdc", _bigquery_cdc, header=lambda options: (postgres.OP_COLUMN,),
+               pseudo_columns=lambda options: (postgres.OP_COLUMN, postgres.SEQUENCE_COLUMN), bigquery_table=True),
+    # its truncates are the op values `options.truncates` lists
+    FormatSpec("changeset", _changeset, inserts=lambda options: {str(v) for v in options.get("inserts", [])},
+               header=lambda options: (options["op_column"],), pseudo_columns=lambda options: (options["op_column"],)),
+    FormatSpec("debezium-json", _debezium, inserts=lambda options: {"c", SNAPSHOT_READ}, truncates=True,
+               leaves_columns_out=True),
+    FormatSpec(SNAPSHOT, None, header=lambda options: (), whole_exports=True),
+    FormatSpec(postgres.FORMAT, _postgresql, header=lambda options: (postgres.OP_COLUMN,),
+               pseudo_columns=lambda options: postgres.PSEUDO_COLUMNS, truncates=True),
 )}
 FORMATS = tuple(SPECS)
 
