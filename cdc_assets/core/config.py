@@ -425,8 +425,8 @@ def _source(source: object, position: object, fmt: str, here: str) -> tuple[str 
     if fmt not in BIGQUERY_SOURCE_FORMATS:
         raise ConfigError(f"{here}: field 'source': format '{fmt}' is read from files; a BigQuery source "
                           f"takes format {' or '.join(BIGQUERY_SOURCE_FORMATS)}")
-    if position is None and fmt == "bigquery-cdc":
-        raise ConfigError(f"{here}: field 'source_position' is required for format 'bigquery-cdc': name the "
+    if position is None and format_spec(fmt).source_position is None:
+        raise ConfigError(f"{here}: field 'source_position' is required for format '{fmt}': name the "
                           "column that grows as rows are appended (an ingestion time or a sequence)")
     if position is not None and not (isinstance(position, str)
                                      and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", position)):

@@ -61,7 +61,9 @@ class FormatSpec:
     `truncates`: its records may truncate the table (rules.md#rule-9), whatever the options say;
     `leaves_columns_out`: an image may leave a column out that the key still has (TOAST);
     `whole_exports`: every batch is a complete export of the source (rules.md#rule-11);
-    `bigquery_table`: a BigQuery table's rows may hold its records (`source: bigquery://`)."""
+    `bigquery_table`: a BigQuery table's rows may hold its records (`source: bigquery://`);
+    `source_position`: the column of such a table that grows as rows are appended, unless the
+    table names one (None: the table must)."""
     name: str
     parse: Callable[[Record, Sequence[str], ChangesetOptions, int, Typing | None], Change | None] | None
     # the change types that insert a row (None: the format does not say; an upsert may insert or update)
@@ -74,6 +76,7 @@ class FormatSpec:
     leaves_columns_out: bool = False
     whole_exports: bool = False
     bigquery_table: bool = False
+    source_position: str | None = None
 
 DATASTREAM_TYPES = {"INSERT": UPSERT, "UPDATE": UPSERT, "UPDATE-INSERT": UPSERT, "DELETE": DELETE, "UPDATE-DELETE": DELETE}
 CDC_TYPES = {"UPSERT": UPSERT, "DELETE": DELETE}
@@ -1066,7 +1069,7 @@ SPECS: dict[str, FormatSpec] = {s.name: s for s in (
     FormatSpec("datastream-avro", _datastream, inserts=lambda options: set(_DATASTREAM_INSERTS)),
     FormatSpec("bigquery-append", _bigquery_append, inserts=lambda options: set(_DATASTREAM_INSERTS),
                header=lambda options: (), pseudo_columns=lambda options: ("datastream_metadata",),
-               bigquery_table=True),
+               bigquery_table=True, source_position="datastream_metadata.change_sequence_number"),
     FormatSpec("bigquery-cdc", _bigquery_cdc, header=lambda options: (postgres.OP_COLUMN,),
                pseudo_columns=lambda options: (postgres.OP_COLUMN, postgres.SEQUENCE_COLUMN), bigquery_table=True),
     # its truncates are the op values `options.truncates` lists

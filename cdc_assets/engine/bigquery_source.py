@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 SCHEME = "bigquery://"
 EXTRACTS = "extracts"
 POSITION_KEY = b"cdc_assets.source_position"
-DEFAULT_POSITION = {"bigquery-append": "datastream_metadata.change_sequence_number"}
 # BigQuery types a position can have: they compare as numbers or instants.
 POSITION_TYPES = {"INTEGER": "INT64", "INT64": "INT64", "NUMERIC": "NUMERIC", "BIGNUMERIC": "BIGNUMERIC",
                   "TIMESTAMP": "TIMESTAMP", "DATETIME": "DATETIME", "DATE": "DATE"}
@@ -65,7 +64,9 @@ def source_table(url: str) -> str:
 
 
 def position_column(table: TableConfig) -> str:
-    return table.source_position or DEFAULT_POSITION[table.format]
+    position = table.source_position or table.spec.source_position
+    assert position is not None  # the configuration requires one where the format has none
+    return position
 
 
 def extracts_dir(table_dir: str) -> str:
